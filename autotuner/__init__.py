@@ -1,0 +1,3 @@
+"""spec-autotuner: tunes speculative decoding and ReplaySSM for hybrid-model vLLM deployments."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,258 @@
+"""Command line: `autotuner predict | ...`. A thin adapter over the core: parse, call, render."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from autotuner import __version__
+from autotuner.core import acceptance as acc
+from autotuner.core.costmodel import Workload
+from autotuner.core.hardware import HardwareProfile, datasheet, load_profile
+from autotuner.core.model import DrafterKind
+from autotuner.core.registry import load_model
+from autotuner.core.report import build_report
+from autotuner.errors import AutotunerError, InputError
+
+DEFAULT_MODEL = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Tune speculative decoding and ReplaySSM for hybrid-model vLLM deployments.",
+)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """One line on stderr and a non-zero exit: how every bad input ends."""
+    print(f"autotuner: error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def parse_int_list(text: str, what: str, *, minimum: int = 0) -> list[int]:
+    """'1,8,32' or '1..8' (inclusive) or a mix: '1..4,8'."""
+    values: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if ".." in part:
+                start, end = (int(x) for x in part.split("..", 1))
+                if end < start:
+                    raise ValueError
+                values.extend(range(start, end + 1))
+            elif part:
+                values.append(int(part))
+    except ValueError:
+        raise InputError(f"{what}: cannot read {text!r}; use e.g. 1,8,32 or 1..8") from None
+    if not values or min(values) < minimum:
+        raise InputError(f"{what}: need values >= {minimum}, got {text!r}")
+    return sorted(set(values))
+
+
+def parse_rates(text: str) -> list[float]:
+    try:
+        rates = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"acceptance: cannot read {text!r}; use e.g. 0.9,0.8,0.7") from None
+    if not rates:
+        raise InputError("acceptance: no rates given")
+    return rates
+
+
+def resolve_hardware(gpu: str | None, profile: str | None) -> HardwareProfile:
+    if gpu and profile:
+        raise InputError("give --gpu or --profile, not both")
+    if profile:
+        return load_profile(profile)
+    return datasheet(gpu or "H200")
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
+) -> None:
+    if version:
+        print(__version__)
+        raise typer.Exit(0)
+
+
+@app.command()
+def predict(
+    model: Annotated[
+        str, typer.Option(help="Registry id, config.json path or model directory.")
+    ] = DEFAULT_MODEL,
+    gpu: Annotated[str | None, typer.Option(help="Datasheet GPU name (default H200).")] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="HardwareProfile JSON from kernels_probe.")
+    ] = None,
+    batch: Annotated[str, typer.Option(help="Batch sizes, e.g. 1,8,32 or 1..16.")] = (
+        "1,8,32,128,256,512"
+    ),
+    acceptance: Annotated[
+        float | None, typer.Option(help="Constant per-position acceptance rate p.")
+    ] = None,
+    acceptance_per_position: Annotated[
+        str | None, typer.Option(help="Conditional rate per draft position, e.g. 0.9,0.8,0.7.")
+    ] = None,
+    spec_tokens: Annotated[
+        str | None,
+        typer.Option(help="Draft lengths K to compare (default 1..4, or 1..positions given)."),
+    ] = None,
+    replay_windows: Annotated[str, typer.Option(help="Replay windows L to compare.")] = "8,16,32",
+    context: Annotated[float, typer.Option(help="Mean context length (tokens).")] = 4096,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica.")] = 1,
+    drafter: Annotated[
+        str | None, typer.Option(help="Override the drafter: mtp, eagle or ngram.")
+    ] = None,
+    ssm_state_dtype: Annotated[
+        str | None, typer.Option(help="SSM state dtype the engine uses (default: fp32).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    detail: Annotated[bool, typer.Option(help="Also print every setup at every batch.")] = False,
+) -> None:
+    """Predict tokens/s of every setup at each batch size, the winners and the crossovers."""
+    try:
+        batches = parse_int_list(batch, "batch", minimum=1)
+        rates = parse_rates(acceptance_per_position) if acceptance_per_position else None
+        default_ks = f"1..{len(rates)}" if rates else "1..4"
+        ks = parse_int_list(spec_tokens or default_ks, "spec-tokens", minimum=1)
+        windows = parse_int_list(replay_windows, "replay-windows", minimum=2)
+        if acceptance is not None and acceptance_per_position is not None:
+            raise InputError("give --acceptance or --acceptance-per-position, not both")
+        if rates is not None:
+            if len(rates) < max(ks):
+                raise InputError(
+                    f"acceptance is given for {len(rates)} position(s) but K up to {max(ks)} "
+                    "was asked: the model never extrapolates past observed positions"
+                )
+            estimate = acc.from_conditional(rates)
+        else:
+            estimate = acc.geometric(0.7 if acceptance is None else acceptance, max(ks))
+            if acceptance is not None and not 0 <= acceptance <= 1:
+                raise InputError("acceptance must lie in [0, 1]")
+        workload = Workload(
+            context_tokens=context,
+            tensor_parallel=tp,
+            drafter=DrafterKind(drafter) if drafter else None,
+        )
+        spec = load_model(model, ssm_state_dtype=ssm_state_dtype)
+        hardware = resolve_hardware(gpu, profile)
+        report = build_report(
+            spec, hardware, estimate, workload, batches=batches, spec_tokens=ks, windows=windows
+        )
+    except (AutotunerError, ValueError) as exc:
+        fail(_one_line(exc))
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        render_report(report, detail=detail)
+
+
+def _one_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if len(text) == 1 else " ".join(line.strip() for line in text)
+
+
+def render_report(report: dict[str, Any], *, detail: bool, console: Console | None = None) -> None:
+    console = console or Console()
+    summary = report["model"]
+    workload = report["workload"]
+    console.print(
+        f"[bold]{summary['name']}[/] on [bold]{report['gpu']}[/] ({report['profile_source']}), "
+        f"TP={workload['tensor_parallel']}, context {workload['context_tokens']:.0f} tokens"
+    )
+    console.print(
+        f"  {summary['ssm_layers']} SSM / {summary['attention_layers']} attention / "
+        f"{summary['moe_layers']} MoE blocks; {summary['total_params_b']}B params "
+        f"({summary['active_params_b']}B active, {summary['weight_gib']} GiB); state "
+        f"{summary['ssm_state_mib_per_layer']} MiB/layer, {summary['ssm_state_mib_per_request']} "
+        f"MiB/request; ring entry {summary['ring_entry_kib']} KiB; KV "
+        f"{summary['kv_kib_per_token']} KiB/token; drafter {summary['drafter']}"
+    )
+    rates = ", ".join(f"{p:.2f}" for p in report["acceptance"]["conditional"])
+    console.print(f"  acceptance per position: {rates}")
+    rows: dict[int, dict[str, dict[str, Any]]] = {}
+    for p in report["predictions"]:
+        rows.setdefault(p["batch"], {})[p["setup"]["label"]] = p
+    table = Table(title="Predicted decode throughput (tokens/s; x = ratio to plain)")
+    for column in ("batch", "plain", "best spec", "best replay", "best replay+spec", "winner"):
+        table.add_column(column, justify="right" if column == "batch" else "left")
+    best = {row["batch"]: row for row in report["best"]}
+    for batch_size, by_label in sorted(rows.items()):
+        plain = by_label["plain"]
+        cells = [str(batch_size), _cell(plain, plain)]
+        for family in ("spec", "replay", "replay+spec"):
+            members = [p for p in by_label.values() if p["setup"]["name"] == family]
+            top = max(members, key=lambda p: p["tokens_per_s"], default=None)
+            cells.append(_cell(top, plain) if top else "-")
+        winner = best[batch_size]
+        cells.append(f"[bold]{winner['setup']}[/] x{winner['ratio_to_plain']:.2f}")
+        table.add_row(*cells)
+    console.print(table)
+    if report["crossovers"]:
+        console.print("Winner changes (first batch of the new winner):")
+        for c in report["crossovers"]:
+            console.print(f"  batch {c['batch']:>4}: {c['from']} -> {c['to']}")
+    flips = {k: v for k, v in report["versus_plain"].items() if v and k.startswith("spec:")}
+    for label, batches in flips.items():
+        console.print(f"  {label} vs plain flips at batch {', '.join(map(str, batches))}")
+    console.print("Quick rule (speculation with state copies, state-dominated steps):")
+    for rule in report["quick_rule"]:
+        console.print(
+            f"  T={rule['drafts']}: copy_rule(p={rule['rate']:.2f}) = {rule['value']:.2f} -> "
+            f"{rule['verdict']} (break-even p = {rule['break_even_rate']:.2f})"
+        )
+    infeasible = sorted({p["setup"]["label"] for p in report["predictions"] if not p["feasible"]})
+    if infeasible:
+        capacity = report["capacity"]
+        limited = ", ".join(f"{label} {capacity[label]}" for label in infeasible)
+        console.print(
+            "* = batch does not fit in memory; shown is what the engine reaches by queueing. "
+            f"Max batch: {limited}"
+        )
+    for note in report["notes"]:
+        console.print(f"[dim]note: {note}[/]")
+    if detail:
+        full = Table(title="Every setup")
+        for column in ("setup", "batch", "tokens/s", "x plain", "step ms", "tau", "fits"):
+            full.add_column(column)
+        for p in report["predictions"]:
+            plain = rows[p["batch"]]["plain"]
+            versus = p["tokens_per_s"] / plain["tokens_per_s"] if plain["tokens_per_s"] else 0.0
+            full.add_row(
+                p["setup"]["label"],
+                str(p["batch"]),
+                f"{p['tokens_per_s']:.0f}",
+                f"{versus:.2f}",
+                f"{p['step_time_s'] * 1e3:.2f}",
+                f"{p['tau']:.2f}",
+                "yes" if p["feasible"] else "no",
+            )
+        console.print(full)
+
+
+def _cell(p: dict[str, Any], plain: dict[str, Any]) -> str:
+    mark = "" if p["feasible"] else "*"
+    if p is plain:
+        return f"{p['tokens_per_s']:,.0f}{mark}"
+    ratio = p["tokens_per_s"] / plain["tokens_per_s"] if plain["tokens_per_s"] else 0.0
+    setup = p["setup"]
+    knobs = " ".join(
+        f"{name}{value}"
+        for name, value in (("K", setup["spec_tokens"]), ("L", setup["replay_window"]))
+        if value
+    )
+    return f"{knobs}: {p['tokens_per_s']:,.0f}{mark} x{ratio:.2f}"
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

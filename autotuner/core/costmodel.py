@@ -1,0 +1,420 @@
+"""The cost of one decode step for every setup, vectorised over batch sizes.
+
+Implements COSTMODEL.md: bytes by component (weights with MoE expert coverage, KV, SSM state,
+ring, checkpoints, conv, logits), flops, a roofline per kernel class, the drafter's sequential
+passes, fixed overheads, and memory capacity. All sizes are per GPU under tensor parallelism.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotuner.core.acceptance import AcceptanceEstimate, tau_curve
+from autotuner.core.hardware import HardwareProfile
+from autotuner.core.model import DrafterKind, ModelSpec, SsmKind
+from autotuner.core.types import Prediction, Setup
+from autotuner.errors import InputError
+
+Array = npt.NDArray[np.float64]
+GIB = float(2**30)
+FLOPS_PER_STATE_ELEMENT = 5.0  # decay, input outer product, add; output contraction
+WEIGHT_COMPUTE_SPEEDUP = {"fp8": 2.0, "float8": 2.0}  # W8A8 GEMMs run at twice the BF16 rate
+
+
+class Workload(BaseModel):
+    """How the engine is run: the inputs of a prediction besides model, GPU and setup."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    context_tokens: float = Field(4096, ge=0, description="Mean context length per request.")
+    tensor_parallel: int = Field(1, ge=1, le=64, description="GPUs one replica spans (TP).")
+    mamba_cache_mode: str = Field(
+        "none", pattern="^(none|all|align)$", description="vLLM --mamba-cache-mode."
+    )
+    gpu_memory_utilization: float = Field(0.90, gt=0, le=1, description="vLLM's setting.")
+    activation_reserve_bytes: float = Field(
+        4 * GIB, ge=0, description="Memory vLLM keeps for activations and CUDA graphs, per GPU."
+    )
+    drafter: DrafterKind | None = Field(
+        None, description="Override the model's drafter (e.g. ngram); None keeps the model's."
+    )
+    draft_expert_overlap: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Share of a draft token's routed experts already picked by the other tokens "
+        "of the same request in the verify pass (0 = independent routing). Consecutive tokens "
+        "of one sequence route alike; 0.5 is an assumption, not a measurement.",
+    )
+
+
+@dataclass(frozen=True)
+class SetupCurve:
+    """One setup predicted over an array of batch sizes; every field is an array over batch."""
+
+    setup: Setup
+    batch: npt.NDArray[np.int64]
+    effective_batch: npt.NDArray[np.int64]
+    spec_tokens: npt.NDArray[np.int64]
+    tau: Array
+    step_time_s: Array
+    tokens_per_s: Array
+    time_per_output_token_s: Array
+    max_batch: int
+    infeasible_reason: str | None
+    bytes: dict[str, Array] = field(default_factory=dict)
+    time_s: dict[str, Array] = field(default_factory=dict)
+    flops: dict[str, Array] = field(default_factory=dict)
+
+    @property
+    def feasible(self) -> npt.NDArray[np.bool_]:
+        return self.batch <= self.max_batch
+
+    def at(self, index: int) -> Prediction:
+        feasible = bool(self.feasible[index])
+        return Prediction(
+            setup=self.setup,
+            batch=int(self.batch[index]),
+            effective_batch=int(self.effective_batch[index]),
+            spec_tokens=int(self.spec_tokens[index]),
+            tau=float(self.tau[index]),
+            step_time_s=float(self.step_time_s[index]),
+            tokens_per_s=float(self.tokens_per_s[index]),
+            time_per_output_token_s=float(self.time_per_output_token_s[index]),
+            feasible=feasible,
+            reason=None if feasible else self.infeasible_reason,
+            bytes={k: float(v[index]) for k, v in self.bytes.items()},
+            time_s={k: float(v[index]) for k, v in self.time_s.items()},
+            flops={k: float(v[index]) for k, v in self.flops.items()},
+        )
+
+    def predictions(self) -> list[Prediction]:
+        return [self.at(i) for i in range(len(self.batch))]
+
+
+def state_slots(setup: Setup, cache_mode: str) -> int:
+    """SSM state slots vLLM reserves per request per SSM layer (VLLM.md, state under spec)."""
+    if setup.replay_window:
+        return 1
+    return 1 + setup.spec_tokens + (1 if cache_mode == "align" else 0)
+
+
+def bytes_per_request(model: ModelSpec, setup: Setup, workload: Workload) -> float:
+    """Device memory one running request holds on one GPU: states, conv, ring and KV."""
+    tp = workload.tensor_parallel
+    ssm = model.ssm_layers * (
+        state_slots(setup, workload.mamba_cache_mode) * model.ssm_state_bytes
+        + model.conv_state_bytes(setup.spec_tokens)
+        + setup.replay_window * model.ring_entry_bytes
+    )
+    kv = workload.context_tokens * model.kv_bytes_per_token / _kv_shards(model, tp)
+    return ssm / tp + kv
+
+
+def max_batch(model: ModelSpec, hardware: HardwareProfile, setup: Setup, workload: Workload) -> int:
+    """Largest number of running requests whose state and KV fit beside the weights."""
+    pool = (
+        hardware.memory_bytes * workload.gpu_memory_utilization
+        - model.weight_bytes / workload.tensor_parallel
+        - workload.activation_reserve_bytes
+    )
+    per_request = bytes_per_request(model, setup, workload)
+    if pool <= 0:
+        return 0
+    if per_request <= 0:
+        return 1 << 20
+    return int(pool // per_request)
+
+
+def predict(
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    setup: Setup,
+    batch: npt.ArrayLike,
+    acceptance: AcceptanceEstimate,
+    workload: Workload | None = None,
+) -> SetupCurve:
+    """Predict one setup at every batch size in `batch` (integers >= 1)."""
+    workload = workload or Workload()
+    sizes = np.asarray(batch, dtype=np.int64).ravel()
+    if sizes.size == 0 or sizes.min() < 1:
+        raise InputError("batch sizes must be integers >= 1")
+    k = setup.spec_tokens_at(sizes)
+    if int(k.max()) > acceptance.max_spec_tokens:
+        raise InputError(
+            f"setup {setup.label} drafts up to K={int(k.max())} but acceptance is known only up "
+            f"to K={acceptance.max_spec_tokens}: no prediction beyond what was observed"
+        )
+    taus = tau_curve(acceptance.conditional)[k]
+    capacity = max_batch(model, hardware, setup, workload)
+    reason = None
+    if capacity == 0:
+        reason = (
+            f"weights ({model.weight_bytes / GIB:.0f} GiB) leave no room for state on "
+            f"{workload.tensor_parallel} x {hardware.name}: raise tensor parallelism"
+        )
+    elif int(sizes.max()) > capacity:
+        reason = (
+            f"only {capacity} requests fit in memory with {setup.label} (state slots, ring and "
+            "KV per request): the engine would queue the rest"
+        )
+    effective = np.minimum(sizes, max(capacity, 1))
+    parts = _step(model, hardware, setup, effective.astype(np.float64), k, taus, workload)
+    step = sum(parts["time"].values(), np.zeros(len(sizes)))
+    tokens = np.where(capacity > 0, effective * taus / step, 0.0)
+    return SetupCurve(
+        setup=setup,
+        batch=sizes,
+        effective_batch=effective,
+        spec_tokens=k,
+        tau=taus,
+        step_time_s=step,
+        tokens_per_s=tokens,
+        time_per_output_token_s=step / taus,
+        max_batch=capacity,
+        infeasible_reason=reason,
+        bytes=parts["bytes"],
+        time_s=parts["time"],
+        flops=parts["flops"],
+    )
+
+
+def _kv_shards(model: ModelSpec, tp: int) -> int:
+    """KV heads split across TP ranks; MLA's latent cache is replicated."""
+    if model.attention is None or model.attention.kv_lora_rank:
+        return 1
+    return min(tp, model.attention.kv_heads)
+
+
+def _experts_touched(model: ModelSpec, tokens: Array) -> Array:
+    """Expected routed experts a step touches per MoE layer: E(1 - (1 - k/E)^t)."""
+    if model.moe is None:
+        return np.zeros_like(tokens)
+    experts, top_k = model.moe.experts, model.moe.experts_per_token
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+def _step(
+    model: ModelSpec,
+    hw: HardwareProfile,
+    setup: Setup,
+    batch: Array,
+    k: npt.NDArray[np.int64],
+    taus: Array,
+    workload: Workload,
+) -> dict[str, dict[str, Array]]:
+    tp = workload.tensor_parallel
+    n: Array = k.astype(np.float64) + 1.0
+    tokens = batch * n
+    wbp = model.weight_bytes_per_param
+    compute_rate = hw.bf16_flops * hw.efficiency.mma
+    compute_rate *= WEIGHT_COMPUTE_SPEEDUP.get(model.weight_dtype, 1.0)
+
+    # Weights: dense once per step; routed experts as many as the step's tokens touch.
+    dense = np.full_like(batch, (model.dense_params - model.embedding_params) * wbp / tp)
+    expert_params = model.moe.expert_params if model.moe else 0
+    routed_tokens = batch * (1.0 + k * (1.0 - workload.draft_expert_overlap))
+    experts = model.moe_layers * _experts_touched(model, routed_tokens) * expert_params * wbp / tp
+    gemm_flops = 2.0 * tokens * (model.active_params - model.embedding_params) / tp
+
+    # Attention: read each request's context once (all n queries share it), write n entries.
+    kv_per_token = model.kv_bytes_per_token / _kv_shards(model, tp)
+    kv_read = batch * workload.context_tokens * kv_per_token
+    kv_write = tokens * kv_per_token
+    attn_flops = np.zeros_like(batch)
+    if model.attention is not None:
+        width = model.attention.heads * model.attention.head_dim
+        attn_flops = 4.0 * tokens * workload.context_tokens * width * model.attention_layers / tp
+
+    ssm = _ssm_traffic(model, setup, batch, k, n, taus, tp)
+
+    logits = 2.0 * tokens * model.vocab_size * 4.0 / tp  # fp32 logits written, then sampled
+
+    time = {
+        "fixed": np.full_like(batch, hw.step_overhead_s)
+        + (hw.replay_overhead_s_per_layer * model.ssm_layers if setup.replay_window else 0.0),
+        "gemm": np.maximum((dense + experts) / hw.bandwidth("gemm"), gemm_flops / compute_rate),
+        "attention": np.maximum(
+            (kv_read + kv_write) / hw.bandwidth("attention"), attn_flops / compute_rate
+        ),
+        "ssm": np.maximum(
+            (ssm["state"] + ssm["ring"] + ssm["conv"]) / hw.bandwidth("ssm"),
+            ssm["vector_flops"] / (hw.fp32_flops * hw.efficiency.vector),
+        )
+        + ssm["rebuild_mma_flops"] / compute_rate,
+        "copy": (ssm["checkpoint"] + logits) / hw.bandwidth("copies"),
+        "draft": _draft_time(model, hw, batch, k, workload, compute_rate),
+    }
+    return {
+        "bytes": {
+            "weights_dense": dense,
+            "weights_experts": experts,
+            "kv_read": kv_read,
+            "kv_write": kv_write,
+            "ssm_state": ssm["state"],
+            "ssm_ring": ssm["ring"],
+            "ssm_checkpoint": ssm["checkpoint"],
+            "ssm_conv": ssm["conv"],
+            "logits": logits,
+        },
+        "time": time,
+        "flops": {
+            "gemm": gemm_flops,
+            "attention": attn_flops,
+            "ssm": ssm["vector_flops"] + ssm["rebuild_mma_flops"],
+        },
+    }
+
+
+def _ssm_traffic(
+    model: ModelSpec,
+    setup: Setup,
+    batch: Array,
+    k: npt.NDArray[np.int64],
+    n: Array,
+    taus: Array,
+    tp: int,
+) -> dict[str, Array]:
+    """SSM bytes per step by the table in COSTMODEL.md section 3, for all SSM layers."""
+    zeros = np.zeros_like(batch)
+    if not model.is_hybrid or model.ssm is None:
+        return dict.fromkeys(
+            ("state", "ring", "checkpoint", "conv", "vector_flops", "rebuild_mma_flops"), zeros
+        )
+    layers = model.ssm_layers * batch / tp  # request-layers per GPU
+    state, ring = model.ssm_state_bytes, model.ring_entry_bytes
+    conv_row = model.conv_state_bytes(0) / max(model.ssm.conv_kernel - 1, 1)
+    conv_rows = model.ssm.conv_kernel - 1
+    window = setup.replay_window
+    if window:
+        # The ring must hold a whole verify window: flush when occupancy + 1 + K > L.
+        usable = np.maximum(window - k, 1).astype(np.float64)
+        occupancy = (usable - 1.0) / 2.0
+        flushes = np.minimum(1.0, taus / usable)
+        state_bytes = layers * state  # read the checkpoint
+        ring_bytes = layers * (occupancy * ring + n * ring)  # read the ring, log n entries
+        checkpoint = layers * state * flushes
+        conv = layers * conv_row * (conv_rows + k + n)
+        rebuilt = occupancy
+    else:
+        state_bytes = layers * state * (1.0 + n)  # read one state, write one per position
+        ring_bytes = zeros
+        checkpoint = zeros
+        conv = layers * conv_row * (conv_rows + k + n * conv_rows)
+        rebuilt = zeros
+    elements = model.ssm.state_elements
+    vector = layers * n * elements * FLOPS_PER_STATE_ELEMENT
+    rebuild = layers * rebuilt * elements * 2.0
+    if model.ssm.kind is SsmKind.MAMBA2:
+        # Mamba-2 rebuilds the state from checkpoint + ring as one small matmul per head.
+        return {
+            "state": state_bytes,
+            "ring": ring_bytes,
+            "checkpoint": checkpoint,
+            "conv": conv,
+            "vector_flops": vector,
+            "rebuild_mma_flops": rebuild,
+        }
+    # The delta rule is sequential in the ring (each step reads S k): vector FP32 work, twice
+    # the flops of a decay-and-add, which is why Gated DeltaNet prefers short windows.
+    return {
+        "state": state_bytes,
+        "ring": ring_bytes,
+        "checkpoint": checkpoint,
+        "conv": conv,
+        "vector_flops": vector + 2.0 * rebuild,
+        "rebuild_mma_flops": zeros,
+    }
+
+
+def _draft_time(
+    model: ModelSpec,
+    hw: HardwareProfile,
+    batch: Array,
+    k: npt.NDArray[np.int64],
+    workload: Workload,
+    compute_rate: float,
+) -> Array:
+    """K sequential drafter passes; an MTP/EAGLE pass is about one layer plus the LM head."""
+    drafter = workload.drafter or model.drafter
+    if drafter in (DrafterKind.NGRAM, DrafterKind.NONE):
+        return np.zeros_like(batch)
+    tp = workload.tensor_parallel
+    wbp = model.weight_bytes_per_param
+    lm_head = model.vocab_size * model.hidden_size
+    dense = model.drafter_dense_params or (
+        4 * model.hidden_size * model.hidden_size + 3 * model.hidden_size * 4 * model.hidden_size
+    )
+    expert_params = model.moe.expert_params if model.moe else 0
+    experts = model.drafter_moe_layers * _experts_touched(model, batch) * expert_params
+    pass_bytes = (dense + lm_head + experts) * wbp / tp
+    per_layer_kv = model.kv_bytes_per_token / max(model.attention_layers, 1)
+    pass_bytes = pass_bytes + batch * workload.context_tokens * per_layer_kv / _kv_shards(model, tp)
+    pass_flops = 2.0 * batch * (dense + lm_head) / tp
+    per_pass = np.maximum(pass_bytes / hw.bandwidth("gemm"), pass_flops / compute_rate)
+    return k * (per_pass + hw.draft_pass_overhead_s)
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where the faster of two setups changes: from `batch` on, `winner` is faster."""
+
+    batch: int
+    loser: str
+    winner: str
+
+
+def winners(curves: Sequence[SetupCurve]) -> list[str]:
+    """The fastest setup's label at each batch (all curves share one batch grid)."""
+    table = np.vstack([c.tokens_per_s for c in curves])
+    return [curves[i].setup.label for i in np.argmax(table, axis=0)]
+
+
+def winner_changes(curves: Sequence[SetupCurve]) -> list[Crossover]:
+    """Every batch at which the best setup changes, in batch order."""
+    best = winners(curves)
+    batch = curves[0].batch
+    return [
+        Crossover(batch=int(batch[i]), loser=best[i - 1], winner=best[i])
+        for i in range(1, len(best))
+        if best[i] != best[i - 1]
+    ]
+
+
+def crossover_batches(first: SetupCurve, second: SetupCurve) -> list[Crossover]:
+    """Batches at which the faster of two setups flips (first batch of the new winner)."""
+    diff = first.tokens_per_s - second.tokens_per_s
+    sign = np.sign(diff)
+    result = []
+    for i in range(1, len(sign)):
+        if sign[i] != 0 and sign[i] != sign[i - 1]:
+            winner, loser = (first, second) if sign[i] > 0 else (second, first)
+            result.append(Crossover(int(first.batch[i]), loser.setup.label, winner.setup.label))
+    return result
+
+
+def predict_all(
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    setups: Sequence[Setup],
+    batch: npt.ArrayLike,
+    acceptance: AcceptanceEstimate,
+    workload: Workload | None = None,
+) -> dict[str, SetupCurve]:
+    return {s.label: predict(model, hardware, s, batch, acceptance, workload) for s in setups}
+
+
+def ratio_to(curves: Mapping[str, SetupCurve], baseline: str) -> dict[str, Array]:
+    base = curves[baseline].tokens_per_s
+    return {
+        label: np.divide(c.tokens_per_s, base, where=base > 0, out=np.zeros_like(base))
+        for label, c in curves.items()
+    }

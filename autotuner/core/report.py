@@ -1,0 +1,132 @@
+"""The `predict` report: every candidate setup over a batch grid, the winners, the crossovers
+and the operators' quick rule, as one plain object (rendered by the CLI as a table or JSON)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from autotuner.core.acceptance import (
+    AcceptanceEstimate,
+    copy_rule,
+    copy_rule_break_even,
+    tokens_kept,
+)
+from autotuner.core.costmodel import (
+    SetupCurve,
+    Workload,
+    crossover_batches,
+    predict_all,
+    winner_changes,
+)
+from autotuner.core.hardware import HardwareProfile
+from autotuner.core.model import ModelSpec
+from autotuner.core.types import PLAIN, Setup
+
+
+def candidate_setups(spec_tokens: Sequence[int], windows: Sequence[int]) -> list[Setup]:
+    """plain, spec:K, replay:L and replay+spec:K:L for every K and L given."""
+    setups = [PLAIN]
+    setups += [Setup(spec_tokens=k) for k in spec_tokens]
+    setups += [Setup(replay_window=w) for w in windows]
+    setups += [Setup(spec_tokens=k, replay_window=w) for k in spec_tokens for w in windows]
+    return setups
+
+
+def equivalent_rate(acceptance: AcceptanceEstimate, drafts: int) -> float:
+    """The constant rate p with tokens_kept(p, T) = tau(T): how the quick rule reads
+    per-position acceptance."""
+    target = acceptance.tau(drafts)
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        if tokens_kept(middle, drafts) < target:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def quick_rule(acceptance: AcceptanceEstimate, drafts: int) -> dict[str, Any]:
+    rate = equivalent_rate(acceptance, drafts)
+    value = copy_rule(rate, drafts)
+    return {
+        "drafts": drafts,
+        "rate": round(rate, 4),
+        "tokens_kept": round(acceptance.tau(drafts), 4),
+        "value": round(value, 4),
+        "break_even_rate": round(copy_rule_break_even(drafts), 4),
+        "verdict": "wins" if value > 1 else "loses",
+    }
+
+
+def build_report(
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    acceptance: AcceptanceEstimate,
+    workload: Workload,
+    *,
+    batches: Sequence[int],
+    spec_tokens: Sequence[int],
+    windows: Sequence[int],
+) -> dict[str, Any]:
+    setups = candidate_setups(spec_tokens, windows)
+    asked = predict_all(model, hardware, setups, sorted(set(batches)), acceptance, workload)
+    # Crossovers are found on every integer batch, not just the ones asked for.
+    grid = np.arange(1, max(batches) + 1)
+    dense = predict_all(model, hardware, setups, grid, acceptance, workload)
+    plain = dense[PLAIN.label]
+    versus_plain = {
+        label: [c.batch for c in crossover_batches(curve, plain)]
+        for label, curve in dense.items()
+        if label != PLAIN.label
+    }
+    return {
+        "model": model.summary(),
+        "notes": list(model.notes),
+        "gpu": hardware.name,
+        "profile_source": hardware.source,
+        "workload": workload.model_dump(mode="json"),
+        "acceptance": {"conditional": list(acceptance.conditional)},
+        "capacity": {label: curve.max_batch for label, curve in asked.items()},
+        "predictions": [_row(p) for curve in asked.values() for p in curve.predictions()],
+        "best": _best_rows(asked),
+        "crossovers": [
+            {"batch": c.batch, "from": c.loser, "to": c.winner}
+            for c in winner_changes(list(dense.values()))
+        ],
+        "versus_plain": versus_plain,
+        "quick_rule": [quick_rule(acceptance, k) for k in spec_tokens],
+    }
+
+
+def _row(prediction: Any) -> dict[str, Any]:
+    row: dict[str, Any] = prediction.model_dump(mode="json")
+    setup: Setup = prediction.setup
+    row["setup"] = {
+        "spec_tokens": setup.spec_tokens,
+        "replay_window": setup.replay_window,
+        "label": setup.label,
+        "name": setup.name,
+    }
+    return row
+
+
+def _best_rows(curves: dict[str, SetupCurve]) -> list[dict[str, Any]]:
+    labels = list(curves)
+    table = np.vstack([curves[label].tokens_per_s for label in labels])
+    plain = curves[PLAIN.label].tokens_per_s
+    rows = []
+    for i, batch in enumerate(next(iter(curves.values())).batch):
+        best = int(np.argmax(table[:, i]))
+        rows.append(
+            {
+                "batch": int(batch),
+                "setup": labels[best],
+                "tokens_per_s": float(table[best, i]),
+                "ratio_to_plain": float(table[best, i] / plain[i]) if plain[i] > 0 else None,
+            }
+        )
+    return rows

@@ -1,0 +1,191 @@
+"""Core value types shared by every component: the setups the tuner chooses between."""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autotuner.errors import InputError
+
+MAX_SPEC_TOKENS = 16
+MAX_BATCH = 1 << 20
+
+
+class SetupKind(str, Enum):
+    """The four families of setups; a setup's kind follows from its K and L."""
+
+    PLAIN = "plain"
+    SPEC = "spec"
+    REPLAY = "replay"
+    REPLAY_SPEC = "replay+spec"
+
+
+class ScheduleBand(BaseModel):
+    """One `[start_bs, end_bs, K]` entry of vLLM's `num_speculative_tokens_per_batch_size`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    start_batch: int = Field(ge=1, le=MAX_BATCH, description="First batch size of the band.")
+    end_batch: int = Field(ge=1, le=MAX_BATCH, description="Last batch size (inclusive).")
+    spec_tokens: int = Field(ge=0, le=MAX_SPEC_TOKENS, description="K used in this band.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ScheduleBand:
+        if self.end_batch < self.start_batch:
+            raise ValueError(f"band {self.start_batch}-{self.end_batch} ends before it starts")
+        return self
+
+
+class Setup(BaseModel):
+    """What the engine runs: draft length K (or a per-batch K schedule) and replay window L.
+
+    `spec_tokens` is vLLM's `num_speculative_tokens`: the static K, and the upper bound of a
+    schedule. `replay_window` is ReplaySSM's ring length L; 0 turns replay off.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    spec_tokens: int = Field(default=0, ge=0, le=MAX_SPEC_TOKENS)
+    schedule: tuple[ScheduleBand, ...] = ()
+    replay_window: int = Field(default=0, ge=0, le=4096)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Setup:
+        if self.replay_window == 1:
+            raise ValueError("replay_window must be 0 (off) or at least 2")
+        if self.schedule:
+            if self.spec_tokens == 0:
+                raise ValueError("a K schedule needs spec_tokens (its upper bound) >= 1")
+            previous_end = 0
+            for band in self.schedule:
+                if band.start_batch <= previous_end:
+                    raise ValueError("schedule bands must be sorted and must not overlap")
+                if band.spec_tokens > self.spec_tokens:
+                    raise ValueError(
+                        f"band K={band.spec_tokens} exceeds num_speculative_tokens="
+                        f"{self.spec_tokens}"
+                    )
+                previous_end = band.end_batch
+        return self
+
+    @property
+    def kind(self) -> SetupKind:
+        if self.spec_tokens and self.replay_window:
+            return SetupKind.REPLAY_SPEC
+        if self.spec_tokens:
+            return SetupKind.SPEC
+        if self.replay_window:
+            return SetupKind.REPLAY
+        return SetupKind.PLAIN
+
+    @property
+    def name(self) -> str:
+        return self.kind.value
+
+    @property
+    def label(self) -> str:
+        """The compact text form that :meth:`parse` reads back, e.g. ``replay+spec:3:16``."""
+        kind = self.kind
+        if kind is SetupKind.PLAIN:
+            text = "plain"
+        elif kind is SetupKind.SPEC:
+            text = f"spec:{self.spec_tokens}"
+        elif kind is SetupKind.REPLAY:
+            text = f"replay:{self.replay_window}"
+        else:
+            text = f"replay+spec:{self.spec_tokens}:{self.replay_window}"
+        if self.schedule:
+            text += "@" + ",".join(
+                f"{b.start_batch}-{b.end_batch}:{b.spec_tokens}" for b in self.schedule
+            )
+        return text
+
+    def spec_tokens_at(self, batch: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """K the engine uses at each batch size (the schedule's band, else the static K).
+
+        Batch sizes outside every band fall back to the static K, as vLLM does.
+        """
+        sizes = np.asarray(batch, dtype=np.int64)
+        k = np.full(sizes.shape, self.spec_tokens, dtype=np.int64)
+        for band in self.schedule:
+            k[(sizes >= band.start_batch) & (sizes <= band.end_batch)] = band.spec_tokens
+        return k
+
+    @classmethod
+    def parse(cls, text: str) -> Setup:
+        """Read ``plain``, ``spec:K``, ``replay:L`` or ``replay+spec:K:L`` (optionally followed
+        by ``@start-end:K,...`` for a schedule). Raises InputError with the accepted forms."""
+        match = _SETUP_RE.fullmatch(text.strip())
+        if match is None:
+            raise InputError(
+                f"cannot read setup {text!r}: use plain, spec:K, replay:L or replay+spec:K:L "
+                "(optionally @start-end:K,... for a K schedule)"
+            )
+        kind, first, second, schedule_text = match.groups()
+        numbers = [int(n) for n in (first, second) if n is not None]
+        expected = {"plain": 0, "spec": 1, "replay": 1, "replay+spec": 2}[kind]
+        if len(numbers) != expected:
+            raise InputError(f"setup {text!r}: {kind} takes {expected} number(s)")
+        k, window = {
+            "plain": (0, 0),
+            "spec": (numbers[0] if numbers else 0, 0),
+            "replay": (0, numbers[0] if numbers else 0),
+            "replay+spec": tuple(numbers) if len(numbers) == 2 else (0, 0),
+        }[kind]
+        if kind in ("spec", "replay+spec") and k == 0:
+            raise InputError(f"setup {text!r}: K must be >= 1 (use plain or replay:L for K=0)")
+        if kind in ("replay", "replay+spec") and window < 2:
+            raise InputError(f"setup {text!r}: the replay window L must be >= 2")
+        bands: list[ScheduleBand] = []
+        if schedule_text:
+            for item in schedule_text.split(","):
+                band = _BAND_RE.fullmatch(item.strip())
+                if band is None:
+                    raise InputError(f"schedule entry {item!r}: use start-end:K, e.g. 1-64:3")
+                start, end, band_k = (int(g) for g in band.groups())
+                bands.append(_band(start, end, band_k))
+        try:
+            return cls(spec_tokens=k, replay_window=window, schedule=tuple(bands))
+        except ValueError as exc:
+            raise InputError(f"setup {text!r}: {exc}") from None
+
+
+def _band(start: int, end: int, k: int) -> ScheduleBand:
+    try:
+        return ScheduleBand(start_batch=start, end_batch=end, spec_tokens=k)
+    except ValueError as exc:
+        raise InputError(f"schedule band {start}-{end}:{k}: {exc}") from None
+
+
+_SETUP_RE = re.compile(r"(plain|spec|replay\+spec|replay)(?::(\d+))?(?::(\d+))?(?:@(.+))?")
+_BAND_RE = re.compile(r"(\d+)-(\d+):(\d+)")
+
+PLAIN = Setup()
+
+
+class Prediction(BaseModel):
+    """The cost model's answer for one setup at one batch size, with the numbers behind it.
+
+    When the batch does not fit in memory (`feasible` is false), the engine would run
+    `effective_batch` requests and queue the rest: the step and throughput are for that batch.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    setup: Setup
+    batch: int
+    effective_batch: int
+    spec_tokens: int
+    tau: float
+    step_time_s: float
+    tokens_per_s: float
+    time_per_output_token_s: float
+    feasible: bool
+    reason: str | None = None
+    bytes: dict[str, float] = {}
+    time_s: dict[str, float] = {}
+    flops: dict[str, float] = {}

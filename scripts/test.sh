@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Install what the tests need and run all of them: lint, types, then the whole pytest suite.
+# The virtual environment lives outside the repository (cached between runs); set
+# AUTOTUNER_VENV to put it elsewhere. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="${AUTOTUNER_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/spec-autotuner/venv}"
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]' 2> >(grep -v 'is ignored: it is neither' >&2)
+"$venv/bin/ruff" check .
+"$venv/bin/mypy"
+exec "$venv/bin/python" -m pytest "$@"

@@ -1,0 +1,66 @@
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autotuner.cli import app
+
+runner = CliRunner()
+
+
+def test_predict_json_has_the_promised_fields() -> None:
+    result = runner.invoke(
+        app, ["predict", "--gpu", "H200", "--batch", "1,64,256", "--spec-tokens", "1..3", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    first = report["predictions"][0]
+    assert {"setup", "batch", "tokens_per_s", "step_time_s", "feasible"} <= set(first)
+    assert {"spec_tokens", "replay_window"} <= set(first["setup"])
+    labels = {p["setup"]["label"] for p in report["predictions"]}
+    assert {"plain", "spec:3", "replay:16", "replay+spec:3:16"} <= labels
+    assert len(report["predictions"]) == len(labels) * 3
+    assert [r["drafts"] for r in report["quick_rule"]] == [1, 2, 3]
+    assert isinstance(report["crossovers"], list)
+    assert report["model"]["ssm_state_mib_per_request"] == 160.0
+
+
+def test_predict_table_names_the_winner() -> None:
+    result = runner.invoke(
+        app,
+        [
+            "predict",
+            "--model",
+            "Qwen/Qwen3.5-122B-A10B-FP8",
+            "--gpu",
+            "B300",
+            "--acceptance-per-position",
+            "0.8,0.7,0.6",
+        ],
+        env={"COLUMNS": "160"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "winner" in result.stdout
+    assert "Quick rule" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--batch", "0"],
+        ["--batch", "a,b"],
+        ["--model", "nope/nothing"],
+        ["--gpu", "TPU-v9"],
+        ["--acceptance", "0.8", "--acceptance-per-position", "0.8"],
+        ["--acceptance-per-position", "0.9", "--spec-tokens", "1..3"],
+        ["--acceptance", "1.5"],
+        ["--profile", "/no/such/file.json"],
+        ["--tp", "0"],
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(args: list[str]) -> None:
+    result = runner.invoke(app, ["predict", *args])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1
+    assert lines[0].startswith("autotuner: error:")

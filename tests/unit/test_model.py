@@ -1,0 +1,285 @@
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotuner.core.hf_config import from_hf_config
+from autotuner.core.model import DrafterKind, SsmKind
+from autotuner.core.registry import known_models, load_model
+from autotuner.errors import ModelConfigError
+
+MIB = 2**20
+
+NANO: dict[str, Any] = {
+    "architectures": ["NemotronHForCausalLM"],
+    "model_type": "nemotron_h",
+    "hidden_size": 2688,
+    "vocab_size": 131072,
+    "num_hidden_layers": 52,
+    "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+    "num_attention_heads": 32,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "mamba_num_heads": 64,
+    "mamba_head_dim": 64,
+    "ssm_state_size": 128,
+    "n_groups": 8,
+    "conv_kernel": 4,
+    "n_routed_experts": 128,
+    "num_experts_per_tok": 6,
+    "moe_intermediate_size": 1856,
+    "moe_shared_expert_intermediate_size": 3712,
+    "mlp_hidden_act": "relu2",
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_nemotron_super_state_sizes_match_costmodel_md() -> None:
+    spec = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B")
+    assert spec.ssm_state_bytes == 4 * MIB
+    assert spec.ssm_state_bytes_per_request == 160 * MIB
+    assert spec.kv_bytes_per_token == 8 * 1024
+    # (128*64 + 8*128) bf16 + 128 fp32 dt: the ~18 KiB of COSTMODEL.md section 6.
+    assert spec.ring_entry_bytes == (128 * 64 + 8 * 128) * 2 + 128 * 4
+    assert (spec.ssm_layers, spec.moe_layers, spec.attention_layers) == (40, 40, 8)
+    assert 118e9 < spec.total_params < 124e9
+    assert 11.5e9 < spec.active_params < 13.5e9
+    assert spec.drafter is DrafterKind.MTP
+    assert spec.conv_state_bytes(0) == 3 * (128 * 64 + 2 * 8 * 128) * 2
+    assert spec.conv_state_bytes(3) == 6 * (128 * 64 + 2 * 8 * 128) * 2
+
+
+def test_precision_variants_change_weight_bytes_only() -> None:
+    bf16 = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16")
+    fp4 = load_model("NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
+    assert fp4.weight_bytes < bf16.weight_bytes / 3
+    assert fp4.ssm_state_bytes == bf16.ssm_state_bytes
+    assert fp4.total_params == bf16.total_params
+
+
+@pytest.mark.parametrize("model_id", known_models())
+def test_every_registry_entry_loads(model_id: str) -> None:
+    spec = load_model(model_id)
+    assert spec.is_hybrid
+    assert spec.total_params > spec.active_params > 0
+    assert spec.ssm_state_bytes > 0
+
+
+def test_qwen35_published_totals() -> None:
+    spec = load_model("Qwen/Qwen3.5-122B-A10B")
+    assert spec.ssm is not None
+    assert spec.ssm.kind is SsmKind.GATED_DELTANET
+    assert (spec.ssm_layers, spec.attention_layers) == (36, 12)
+    assert 118e9 < spec.total_params < 126e9
+    assert 9e9 < spec.active_params < 11e9
+    assert spec.ssm_state_bytes == 64 * 128 * 128 * 4
+
+
+def test_nemotron_h_reader_counts_blocks() -> None:
+    spec = from_hf_config(NANO, name="nano")
+    pattern = NANO["hybrid_override_pattern"]
+    assert spec.ssm_layers == pattern.count("M") == 23
+    assert spec.attention_layers == pattern.count("*") == 6
+    assert spec.moe_layers == pattern.count("E") == 23
+    assert spec.ssm_state_bytes == 64 * 64 * 128 * 4
+    assert spec.drafter is DrafterKind.NONE
+    assert 30e9 < spec.total_params < 33e9
+
+
+def test_nemotron_layers_block_type_equals_pattern() -> None:
+    blocks = {"M": "mamba", "E": "moe", "*": "attention"}
+    listed = {k: v for k, v in NANO.items() if k != "hybrid_override_pattern"}
+    listed["layers_block_type"] = [blocks[c] for c in NANO["hybrid_override_pattern"]]
+    assert from_hf_config(listed).total_params == from_hf_config(NANO).total_params
+
+
+def test_qwen3_next_reader_uses_full_attention_interval() -> None:
+    config = {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "hidden_size": 2048,
+        "vocab_size": 151936,
+        "num_hidden_layers": 48,
+        "full_attention_interval": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "num_experts": 512,
+        "num_experts_per_tok": 10,
+        "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512,
+        "num_nextn_predict_layers": 1,
+    }
+    spec = from_hf_config(config)
+    assert (spec.ssm_layers, spec.attention_layers, spec.moe_layers) == (36, 12, 48)
+    assert spec.ssm_state_bytes == 32 * 128 * 128 * 4
+    # Gated DeltaNet logs u (value heads x dim) and k (key heads x dim), plus two fp32 gates.
+    assert spec.ring_entry_bytes == (32 * 128 + 16 * 128) * 2 + 2 * 32 * 4
+    assert spec.drafter is DrafterKind.MTP
+    assert 75e9 < spec.total_params < 85e9
+
+
+def test_qwen35_reader_reads_text_config_and_layer_types() -> None:
+    text = {
+        "hidden_size": 1024,
+        "vocab_size": 1000,
+        "num_hidden_layers": 4,
+        "layer_types": ["linear_attention", "linear_attention", "full_attention", "full_attention"],
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "linear_num_key_heads": 4,
+        "linear_num_value_heads": 8,
+        "linear_key_head_dim": 64,
+        "linear_value_head_dim": 64,
+        "intermediate_size": 3072,
+        "mamba_ssm_dtype": "bfloat16",
+    }
+    spec = from_hf_config(
+        {"architectures": ["Qwen3_5ForConditionalGeneration"], "text_config": text}
+    )
+    assert (spec.ssm_layers, spec.attention_layers, spec.moe_layers) == (2, 2, 0)
+    assert spec.ssm_state_dtype == "bfloat16"
+    assert spec.ssm_state_bytes == 8 * 64 * 64 * 2
+
+
+def test_granite_and_bamba_readers() -> None:
+    granite = {
+        "architectures": ["GraniteMoeHybridForCausalLM"],
+        "hidden_size": 1536,
+        "vocab_size": 100352,
+        "num_hidden_layers": 4,
+        "layer_types": ["mamba", "attention", "mamba", "mamba"],
+        "num_attention_heads": 12,
+        "num_key_value_heads": 4,
+        "mamba_n_heads": 48,
+        "mamba_d_head": 64,
+        "mamba_d_state": 128,
+        "mamba_n_groups": 1,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "num_local_experts": 64,
+        "num_experts_per_tok": 6,
+        "intermediate_size": 512,
+        "shared_intermediate_size": 1024,
+    }
+    spec = from_hf_config(granite)
+    assert (spec.ssm_layers, spec.attention_layers, spec.moe_layers) == (3, 1, 4)
+    assert spec.ssm_state_bytes == 48 * 64 * 128 * 4
+    bamba = {
+        "architectures": ["BambaForCausalLM"],
+        "hidden_size": 4096,
+        "vocab_size": 128256,
+        "num_hidden_layers": 32,
+        "attn_layer_indices": [9, 18, 27],
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "mamba_n_heads": 128,
+        "mamba_d_head": 64,
+        "mamba_d_state": 128,
+        "mamba_n_groups": 1,
+        "intermediate_size": 14336,
+    }
+    spec = from_hf_config(bamba)
+    assert (spec.ssm_layers, spec.attention_layers, spec.moe_layers) == (29, 3, 0)
+    assert spec.moe is None
+
+
+def test_falcon_h1_has_attention_and_mamba_in_every_layer() -> None:
+    config = {
+        "architectures": ["FalconH1ForCausalLM"],
+        "hidden_size": 2048,
+        "vocab_size": 65537,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "mamba_n_heads": 64,
+        "mamba_d_head": 64,
+        "mamba_d_state": 256,
+        "mamba_n_groups": 1,
+        "mamba_d_ssm": 4096,
+        "intermediate_size": 8192,
+    }
+    spec = from_hf_config(config)
+    assert spec.ssm_layers == spec.attention_layers == 24
+    assert spec.ssm_state_bytes == 64 * 64 * 256 * 4
+
+
+def test_jamba_is_mamba1() -> None:
+    config = {
+        "architectures": ["JambaForCausalLM"],
+        "hidden_size": 4096,
+        "vocab_size": 65536,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "mamba_d_state": 16,
+        "mamba_expand": 2,
+        "intermediate_size": 14336,
+        "num_experts": 16,
+        "num_experts_per_tok": 2,
+        "attn_layer_period": 8,
+        "attn_layer_offset": 4,
+    }
+    spec = from_hf_config(config)
+    assert spec.ssm is not None
+    assert spec.ssm.kind is SsmKind.MAMBA1
+    assert (spec.ssm_layers, spec.attention_layers, spec.moe_layers) == (28, 4, 16)
+    assert spec.ssm_state_bytes == 8192 * 16 * 4
+    assert 48e9 < spec.total_params < 56e9  # Jamba v0.1: 52B
+
+
+def test_plain_mamba2() -> None:
+    config = {
+        "architectures": ["Mamba2ForCausalLM"],
+        "hidden_size": 2560,
+        "vocab_size": 50288,
+        "num_hidden_layers": 64,
+        "num_heads": 80,
+        "head_dim": 64,
+        "state_size": 128,
+        "n_groups": 1,
+        "expand": 2,
+    }
+    spec = from_hf_config(config)
+    assert (spec.ssm_layers, spec.attention_layers) == (64, 0)
+    assert spec.kv_bytes_per_token == 0
+    assert 2.4e9 < spec.total_params < 3.0e9  # mamba2-2.7b
+
+
+def test_missing_fields_are_all_named() -> None:
+    broken = {k: v for k, v in NANO.items() if k not in ("mamba_num_heads", "ssm_state_size")}
+    with pytest.raises(ModelConfigError) as info:
+        from_hf_config(broken)
+    assert "mamba_num_heads" in str(info.value)
+    assert "ssm_state_size" in str(info.value)
+
+
+def test_unknown_architecture_says_what_is_needed() -> None:
+    with pytest.raises(ModelConfigError, match="unsupported architecture 'FooForCausalLM'"):
+        from_hf_config({"architectures": ["FooForCausalLM"], "hidden_size": 8})
+
+
+def test_ssm_state_dtype_override() -> None:
+    spec = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B", ssm_state_dtype="bfloat16")
+    assert spec.ssm_state_bytes == 2 * MIB
+
+
+def test_load_model_from_file_and_directory(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(NANO))
+    assert load_model(str(tmp_path)).ssm_layers == 23
+    assert load_model(str(tmp_path / "config.json")).ssm_layers == 23
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ModelConfigError, match="not a readable JSON"):
+        load_model(str(tmp_path / "bad.json"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ModelConfigError, match=r"no config\.json"):
+        load_model(str(empty))
+    with pytest.raises(ModelConfigError, match="unknown model"):
+        load_model("no/such-model")
