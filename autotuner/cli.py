@@ -12,6 +12,7 @@ from rich.table import Table
 
 from autotuner import __version__
 from autotuner.core import acceptance as acc
+from autotuner.core.capabilities import PRESETS
 from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import HardwareProfile, datasheet, load_profile
 from autotuner.core.model import DrafterKind
@@ -112,6 +113,13 @@ def predict(
     ssm_state_dtype: Annotated[
         str | None, typer.Option(help="SSM state dtype the engine uses (default: fp32).")
     ] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="What the vLLM build accepts: upstream (replay or speculation, not "
+            "both) or replay-spec. Winners are chosen among what it accepts."
+        ),
+    ] = "upstream",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     detail: Annotated[bool, typer.Option(help="Also print every setup at every batch.")] = False,
 ) -> None:
@@ -140,10 +148,19 @@ def predict(
             tensor_parallel=tp,
             drafter=DrafterKind(drafter) if drafter else None,
         )
+        if engine not in PRESETS:
+            raise InputError(f"unknown engine {engine!r}; known: {', '.join(PRESETS)}")
         spec = load_model(model, ssm_state_dtype=ssm_state_dtype)
         hardware = resolve_hardware(gpu, profile)
         report = build_report(
-            spec, hardware, estimate, workload, batches=batches, spec_tokens=ks, windows=windows
+            spec,
+            hardware,
+            estimate,
+            workload,
+            batches=batches,
+            spec_tokens=ks,
+            windows=windows,
+            engine=PRESETS[engine],
         )
     except (AutotunerError, ValueError) as exc:
         fail(_one_line(exc))
@@ -175,7 +192,7 @@ def render_report(report: dict[str, Any], *, detail: bool, console: Console | No
         f"{summary['kv_kib_per_token']} KiB/token; drafter {summary['drafter']}"
     )
     rates = ", ".join(f"{p:.2f}" for p in report["acceptance"]["conditional"])
-    console.print(f"  acceptance per position: {rates}")
+    console.print(f"  acceptance per position: {rates}; engine: {report['engine']['name']}")
     rows: dict[int, dict[str, dict[str, Any]]] = {}
     for p in report["predictions"]:
         rows.setdefault(p["batch"], {})[p["setup"]["label"]] = p
@@ -189,11 +206,15 @@ def render_report(report: dict[str, Any], *, detail: bool, console: Console | No
         for family in ("spec", "replay", "replay+spec"):
             members = [p for p in by_label.values() if p["setup"]["name"] == family]
             top = max(members, key=lambda p: p["tokens_per_s"], default=None)
-            cells.append(_cell(top, plain) if top else "-")
+            cell = _cell(top, plain) if top else "-"
+            cells.append(f"[dim]{cell} (refused)[/]" if top and top["refused_by_engine"] else cell)
         winner = best[batch_size]
         cells.append(f"[bold]{winner['setup']}[/] x{winner['ratio_to_plain']:.2f}")
         table.add_row(*cells)
     console.print(table)
+    refused = {p["refused_by_engine"] for p in report["predictions"] if p["refused_by_engine"]}
+    for reason in sorted(refused):
+        console.print(f"[dim](refused) {reason}: predicted, never chosen[/]")
     if report["crossovers"]:
         console.print("Winner changes (first batch of the new winner):")
         for c in report["crossovers"]:

@@ -14,6 +14,7 @@ from autotuner.core.acceptance import (
     copy_rule_break_even,
     tokens_kept,
 )
+from autotuner.core.capabilities import EngineCapabilities
 from autotuner.core.costmodel import (
     SetupCurve,
     Workload,
@@ -71,12 +72,15 @@ def build_report(
     batches: Sequence[int],
     spec_tokens: Sequence[int],
     windows: Sequence[int],
+    engine: EngineCapabilities,
 ) -> dict[str, Any]:
+    """Predict every candidate; winners and crossovers only among what `engine` accepts."""
     setups = candidate_setups(spec_tokens, windows)
+    runnable = [s for s in setups if engine.accepts(s)]
     asked = predict_all(model, hardware, setups, sorted(set(batches)), acceptance, workload)
     # Crossovers are found on every integer batch, not just the ones asked for.
     grid = np.arange(1, max(batches) + 1)
-    dense = predict_all(model, hardware, setups, grid, acceptance, workload)
+    dense = predict_all(model, hardware, runnable, grid, acceptance, workload)
     plain = dense[PLAIN.label]
     versus_plain = {
         label: [c.batch for c in crossover_batches(curve, plain)]
@@ -90,9 +94,10 @@ def build_report(
         "profile_source": hardware.source,
         "workload": workload.model_dump(mode="json"),
         "acceptance": {"conditional": list(acceptance.conditional)},
+        "engine": engine.model_dump(mode="json"),
         "capacity": {label: curve.max_batch for label, curve in asked.items()},
-        "predictions": [_row(p) for curve in asked.values() for p in curve.predictions()],
-        "best": _best_rows(asked),
+        "predictions": [_row(p, engine) for curve in asked.values() for p in curve.predictions()],
+        "best": _best_rows({s.label: asked[s.label] for s in runnable}),
         "crossovers": [
             {"batch": c.batch, "from": c.loser, "to": c.winner}
             for c in winner_changes(list(dense.values()))
@@ -102,9 +107,10 @@ def build_report(
     }
 
 
-def _row(prediction: Any) -> dict[str, Any]:
+def _row(prediction: Any, engine: EngineCapabilities) -> dict[str, Any]:
     row: dict[str, Any] = prediction.model_dump(mode="json")
     setup: Setup = prediction.setup
+    row["refused_by_engine"] = engine.refusal(setup)
     row["setup"] = {
         "spec_tokens": setup.spec_tokens,
         "replay_window": setup.replay_window,

@@ -64,3 +64,15 @@ def test_bad_arguments_exit_2_with_one_line(args: list[str]) -> None:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1
     assert lines[0].startswith("autotuner: error:")
+
+
+def test_winners_are_only_setups_the_engine_accepts() -> None:
+    args = ["predict", "--batch", "8,256", "--spec-tokens", "1..3", "--json"]
+    upstream = json.loads(runner.invoke(app, args).stdout)
+    both = json.loads(runner.invoke(app, [*args, "--engine", "replay-spec"]).stdout)
+    assert all("+" not in row["setup"] for row in upstream["best"])
+    assert any("+" in row["setup"] for row in both["best"])
+    refused = [p for p in upstream["predictions"] if p["refused_by_engine"]]
+    assert refused
+    assert all(p["setup"]["name"] == "replay+spec" for p in refused)
+    assert runner.invoke(app, ["predict", "--engine", "tgi"]).exit_code == 2

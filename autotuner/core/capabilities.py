@@ -1,0 +1,50 @@
+"""What a vLLM build accepts (VLLM.md, "Flags the autotuner manages"): the model predicts every
+setup, the policy proposes only the ones the running engine can run."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotuner.core.types import Setup, SetupKind
+
+
+class EngineCapabilities(BaseModel):
+    """The setup combinations one vLLM build accepts."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    speculation: bool = Field(True, description="--speculative-config is accepted.")
+    replay: bool = Field(True, description="--use-replayssm exists (PR #48018).")
+    replay_with_speculation: bool = Field(
+        False, description="ReplaySSM together with speculation (PR #49847/#49887 builds)."
+    )
+    spec_schedule: bool = Field(
+        True, description="num_speculative_tokens_per_batch_size (Dynamic SD, PR #32374)."
+    )
+    max_spec_tokens: int = Field(8, ge=0, le=16, description="Largest K the drafter allows.")
+
+    def refusal(self, setup: Setup) -> str | None:
+        """Why this engine would refuse the setup, or None when it accepts it."""
+        kind = setup.kind
+        if setup.spec_tokens and not self.speculation:
+            return f"{self.name}: speculative decoding is not available"
+        if setup.spec_tokens > self.max_spec_tokens:
+            return (
+                f"{self.name}: K={setup.spec_tokens} exceeds the drafter's {self.max_spec_tokens}"
+            )
+        if setup.replay_window and not self.replay:
+            return f"{self.name}: this build has no --use-replayssm"
+        if kind is SetupKind.REPLAY_SPEC and not self.replay_with_speculation:
+            return f"{self.name}: --use-replayssm does not support speculative decoding"
+        if setup.schedule and not self.spec_schedule:
+            return f"{self.name}: no num_speculative_tokens_per_batch_size"
+        return None
+
+    def accepts(self, setup: Setup) -> bool:
+        return self.refusal(setup) is None
+
+
+UPSTREAM = EngineCapabilities(name="upstream")
+REPLAY_SPEC = EngineCapabilities(name="replay-spec", replay_with_speculation=True)
+PRESETS = {c.name: c for c in (UPSTREAM, REPLAY_SPEC)}
