@@ -16,8 +16,11 @@ from autotuner.core.capabilities import PRESETS
 from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import HardwareProfile, datasheet, load_profile
 from autotuner.core.model import DrafterKind
+from autotuner.core.observation import ObservationLimits
 from autotuner.core.registry import load_model
 from autotuner.core.report import build_report
+from autotuner.core.types import Observation
+from autotuner.durations import parse_duration
 from autotuner.errors import AutotunerError, InputError
 
 DEFAULT_MODEL = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
@@ -269,6 +272,107 @@ def _cell(p: dict[str, Any], plain: dict[str, Any]) -> str:
         if value
     )
     return f"{knobs}: {p['tokens_per_s']:,.0f}{mark} x{ratio:.2f}"
+
+
+@app.command()
+def observe(
+    url: Annotated[
+        list[str], typer.Option(help="vLLM /metrics URL (repeat for replicas) or Prometheus URL.")
+    ],
+    source: Annotated[str, typer.Option(help="vllm (direct scrape) or prometheus.")] = "vllm",
+    window: Annotated[str, typer.Option(help="Evaluation window, e.g. 30s or 5m.")] = "30s",
+    interval: Annotated[str, typer.Option(help="Scrape interval (vllm source).")] = "1s",
+    selector: Annotated[
+        str, typer.Option(help='Prometheus label selector, e.g. namespace="llm",model_name="x".')
+    ] = "",
+    scrape_interval: Annotated[
+        str, typer.Option(help="Prometheus's scrape interval (range-query step).")
+    ] = "15s",
+    min_drafts: Annotated[float, typer.Option(help="Drafts needed to trust acceptance.")] = 200,
+    timeout: Annotated[str, typer.Option(help="HTTP timeout per request.")] = "5s",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the Observation as JSON.")] = False,
+) -> None:
+    """Scrape vLLM (or query Prometheus) over a window and print the Observation.
+
+    Exit status 3 when the window is unusable (the reason is printed)."""
+    from autotuner.sources.prometheus_api import PrometheusSource
+    from autotuner.sources.vllm_scrape import VllmScraper
+
+    try:
+        window_s, interval_s = parse_duration(window), parse_duration(interval)
+        timeout_s = parse_duration(timeout)
+        limits = ObservationLimits(min_drafts=min_drafts, max_age_s=max(60.0, 2 * interval_s))
+        if source == "vllm":
+            scraper = VllmScraper(url, timeout_s=timeout_s)
+            result = scraper.observe(window_s, interval_s, limits=limits)
+        elif source == "prometheus":
+            if len(url) != 1:
+                raise InputError("the prometheus source takes exactly one --url")
+            step = parse_duration(scrape_interval)
+            limits = limits.model_copy(update={"max_age_s": max(limits.max_age_s, 3 * step)})
+            prom = PrometheusSource(url[0], selector, timeout_s=timeout_s, scrape_interval_s=step)
+            result = prom.observe(window_s, limits=limits)
+        else:
+            raise InputError(f"unknown source {source!r}; use vllm or prometheus")
+    except (AutotunerError, ValueError) as exc:
+        fail(_one_line(exc))
+    if as_json:
+        print(result.model_dump_json(indent=2))
+    else:
+        render_observation(result)
+    if not result.usable:
+        raise typer.Exit(3)
+
+
+def render_observation(obs: Observation, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(f"[bold]{obs.source}[/] window {obs.duration_s:.1f}s, {obs.series} engine series")
+    if not obs.usable:
+        reason = obs.reason.value if obs.reason else "unknown"
+        console.print(f"[red]unusable[/]: {reason}: {obs.detail}")
+        return
+    if obs.batch:
+        b = obs.batch
+        console.print(
+            f"  batch (running/engine): mean {b.mean:.1f}, p50 {b.p50:.0f}, p90 {b.p90:.0f}, "
+            f"p99 {b.p99:.0f} ({b.samples} samples)"
+        )
+    if obs.acceptance:
+        a = obs.acceptance
+        rates = ", ".join(
+            f"{p:.2f} [{lo:.2f}-{hi:.2f}]"
+            for p, lo, hi in zip(
+                a.per_position, a.per_position_low, a.per_position_high, strict=True
+            )
+        )
+        trust = "" if a.sufficient else f" ({a.note})"
+        console.print(
+            f"  acceptance per position: {rates}; tau {a.tau:.2f} over {a.drafts:.0f} drafts{trust}"
+        )
+    else:
+        console.print("  speculation off (no spec-decode series)")
+    for label, value, unit in (
+        ("step time", obs.step_time_s and obs.step_time_s * 1e3, "ms"),
+        (
+            "time per output token",
+            obs.time_per_output_token_s and obs.time_per_output_token_s * 1e3,
+            "ms",
+        ),
+        ("generation", obs.generation_tokens_per_s, "tokens/s"),
+        ("mean context", obs.mean_context_tokens, "tokens"),
+        ("waiting", obs.waiting_mean, "requests"),
+        ("KV cache usage", obs.kv_cache_usage_mean, ""),
+        ("preemptions", obs.preemptions, ""),
+    ):
+        if value is not None:
+            console.print(f"  {label}: {value:,.3f} {unit}".rstrip())
+    if obs.live_setup:
+        live = obs.live_setup
+        console.print(
+            f"  live setup: {live.setup.label} (replay {live.replay}, window "
+            f"{live.replay_window}, ssm dtype {live.mamba_ssm_cache_dtype}, cache mode "
+            f"{live.mamba_cache_mode})"
+        )
 
 
 def main() -> None:

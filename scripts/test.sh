@@ -9,6 +9,7 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]' 2> >(grep -v 'is ignored: it is neither' >&2)
+./scripts/ensure-tools.sh
 "$venv/bin/ruff" check .
 "$venv/bin/mypy"
 exec "$venv/bin/python" -m pytest "$@"

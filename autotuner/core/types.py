@@ -189,3 +189,102 @@ class Prediction(BaseModel):
     bytes: dict[str, float] = {}
     time_s: dict[str, float] = {}
     flops: dict[str, float] = {}
+
+
+class UnusableReason(str, Enum):
+    """Why a window yields no Observation (DESIGN.md rule 1: never act on bad data)."""
+
+    EMPTY = "empty"  # no vLLM series at all
+    STALE = "stale"  # the newest sample is older than allowed
+    INVALID_VALUE = "invalid_value"  # NaN, Inf or a negative counter/gauge
+    RESET = "reset"  # too little left of the window after cutting at a counter reset
+    TOO_FEW_SAMPLES = "too_few_samples"
+    MALFORMED = "malformed"  # the exposition text could not be parsed
+    DUPLICATE_SERIES = "duplicate_series"
+    NOT_METRICS = "not_metrics"  # e.g. an HTML error page
+    TOO_LARGE = "too_large"
+    TIMEOUT = "timeout"
+    HTTP_ERROR = "http_error"
+    SERVER_DOWN = "server_down"
+    QUERY_ERROR = "query_error"
+    EMPTY_RESULT = "empty_result"
+
+
+class BatchStats(BaseModel):
+    """Running requests per engine, sampled every scrape over the window."""
+
+    model_config = ConfigDict(frozen=True)
+
+    samples: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    values: tuple[float, ...] = ()
+
+
+class AcceptanceStats(BaseModel):
+    """Speculative-decoding counter deltas over the window, with what follows from them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    drafts: float
+    draft_tokens: float
+    accepted: float
+    accepted_per_position: tuple[float, ...]
+    per_position: tuple[float, ...]  # conditional rate p_i
+    per_position_low: tuple[float, ...]
+    per_position_high: tuple[float, ...]
+    tau: float  # mean tokens kept per verify step at the deployed K
+    acceptance_rate: float  # accepted / draft tokens (vLLM's definition)
+    mean_acceptance_length: float  # 1 + accepted / drafts (vLLM's definition)
+    sufficient: bool
+    note: str | None = None
+
+
+class LiveSetup(BaseModel):
+    """What the running engine does, read back from its own metrics."""
+
+    model_config = ConfigDict(frozen=True)
+
+    speculation: bool
+    spec_tokens: int  # number of per-position acceptance series (0 when speculation is off)
+    replay: bool | None  # None: this vLLM build does not export use_replayssm
+    replay_window: int | None
+    mamba_ssm_cache_dtype: str | None
+    mamba_cache_mode: str | None
+
+    @property
+    def setup(self) -> Setup:
+        window = self.replay_window if self.replay and self.replay_window else 0
+        return Setup(spec_tokens=self.spec_tokens, replay_window=window)
+
+
+class Observation(BaseModel):
+    """One evaluation window of a vLLM deployment, or the reason it cannot be used."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str
+    window_start: float
+    window_end: float
+    usable: bool
+    reason: UnusableReason | None = None
+    detail: str | None = None
+    series: int = 0  # engine series (replicas x data-parallel engines) in the window
+    batch: BatchStats | None = None
+    acceptance: AcceptanceStats | None = None
+    step_time_s: float | None = None  # per decode step (inter-token latency, VLLM.md)
+    time_per_output_token_s: float | None = None
+    generation_tokens_per_s: float | None = None
+    prompt_tokens_per_s: float | None = None
+    mean_context_tokens: float | None = None
+    mean_iteration_tokens: float | None = None
+    waiting_mean: float | None = None
+    kv_cache_usage_mean: float | None = None
+    preemptions: float | None = None
+    live_setup: LiveSetup | None = None
+
+    @property
+    def duration_s(self) -> float:
+        return self.window_end - self.window_start

@@ -1,0 +1,328 @@
+"""Counters of a simulated vLLM engine that evolve with a load trace and the running setup.
+
+Everything advances by expectation (no randomness): over dt seconds at batch B and step time t,
+an engine runs dt/t steps, each carrying one draft per running request when speculation is on.
+The exposition is produced by prometheus_client, as vLLM's own is, so names, label order,
+`_total`/`_created` suffixes and histogram layout match (cf. fixtures/).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+@dataclass
+class SimSetup:
+    """What the simulated engine runs; `acceptance` holds conditional rates per position."""
+
+    spec_tokens: int = 3
+    acceptance: Sequence[float] = (0.8, 0.7, 0.6)
+    replay: bool = False
+    replay_window: int = 16
+    mamba_ssm_cache_dtype: str = "float32"
+    mamba_cache_mode: str = "none"
+
+
+@dataclass
+class EngineCounters:
+    created: float
+    running: float = 0.0
+    waiting: float = 0.0
+    kv_usage: float = 0.0
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted_per_position: list[float] = field(default_factory=list)
+    generation_tokens: float = 0.0
+    prompt_tokens: float = 0.0
+    preemptions: float = 0.0
+    finished: float = 0.0
+    itl_sum: float = 0.0
+    itl_buckets: list[float] = field(default_factory=lambda: [0.0] * (len(ITL_BUCKETS) + 1))
+    tpot_sum: float = 0.0
+    iteration_sum: float = 0.0
+    iteration_count: float = 0.0
+    prompt_length_sum: float = 0.0
+    generation_length_sum: float = 0.0
+
+
+class SimulatedVllm:
+    """One vLLM server (one or more data-parallel engines) under a load trace.
+
+    `load(t)` gives running requests per engine at time t; `step_time(batch, setup)` the seconds
+    per decode step. Both are plain callables so tests and the demo can script them.
+    """
+
+    def __init__(
+        self,
+        *,
+        setup: SimSetup | None = None,
+        load: Callable[[float], float] = lambda t: 8.0,
+        step_time: Callable[[float, SimSetup], float] = lambda batch, setup: 0.02,
+        engines: int = 1,
+        model_name: str = "sim-model",
+        prompt_tokens: float = 512,
+        output_tokens: float = 256,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.setup = setup or SimSetup()
+        self.load = load
+        self.step_time = step_time
+        self.model_name = model_name
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.clock = clock
+        self.engine_count = engines
+        self.now = clock()
+        self.engines = [EngineCounters(created=self.now) for _ in range(engines)]
+        self._reset_engines()
+
+    def _reset_engines(self) -> None:
+        for engine in self.engines:
+            engine.accepted_per_position = [0.0] * self.setup.spec_tokens
+            engine.running = max(float(self.load(self.now)), 0.0)
+
+    def restart(self, setup: SimSetup | None = None) -> None:
+        """A restarted server: new setup, counters from zero, new `_created` stamps."""
+        self.advance_to(self.clock())
+        if setup is not None:
+            self.setup = setup
+        self.engines = [EngineCounters(created=self.now) for _ in range(self.engine_count)]
+        self._reset_engines()
+
+    def advance_to(self, t: float) -> None:
+        dt = t - self.now
+        if dt <= 0:
+            return
+        batch = max(float(self.load(t)), 0.0)
+        setup = self.setup
+        step = self.step_time(batch, setup) if batch > 0 else 0.0
+        steps = dt / step if step > 0 else 0.0
+        reach = 1.0
+        kept_per_draft = 0.0
+        reaches = []
+        for rate in setup.acceptance[: setup.spec_tokens]:
+            reach *= rate
+            reaches.append(reach)
+            kept_per_draft += reach
+        tokens_per_request_step = 1.0 + (kept_per_draft if setup.spec_tokens else 0.0)
+        for engine in self.engines:
+            engine.running = batch
+            engine.waiting = 0.0
+            engine.kv_usage = min(1.0, batch / 1024)
+            request_steps = batch * steps
+            if setup.spec_tokens:
+                engine.drafts += request_steps
+                engine.draft_tokens += request_steps * setup.spec_tokens
+                for i, value in enumerate(reaches):
+                    engine.accepted_per_position[i] += request_steps * value
+            generated = request_steps * tokens_per_request_step
+            engine.generation_tokens += generated
+            finished = generated / self.output_tokens
+            engine.finished += finished
+            engine.prompt_tokens += finished * self.prompt_tokens
+            engine.prompt_length_sum += finished * self.prompt_tokens
+            engine.generation_length_sum += finished * self.output_tokens
+            engine.itl_sum += request_steps * step
+            bucket = next((i for i, le in enumerate(ITL_BUCKETS) if step <= le), len(ITL_BUCKETS))
+            engine.itl_buckets[bucket] += request_steps
+            engine.tpot_sum += finished * step / tokens_per_request_step
+            engine.iteration_sum += steps * batch * (1 + setup.spec_tokens)
+            engine.iteration_count += steps
+        self.now = t
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["engine", "model_name"]
+        families: dict[str, Metric] = {}
+
+        def counter(name: str, doc: str, extra: Sequence[str] = ()) -> CounterMetricFamily:
+            family = families.setdefault(
+                name, CounterMetricFamily(name, doc, labels=[*sorted([*labels, *extra])])
+            )
+            assert isinstance(family, CounterMetricFamily)
+            return family
+
+        for index, engine in enumerate(self.engines):
+            values = [str(index), self.model_name]
+            for name, doc, value in (
+                ("vllm:num_preemptions", "Cumulative number of preemption.", engine.preemptions),
+                ("vllm:prompt_tokens", "Number of prefill tokens processed.", engine.prompt_tokens),
+                (
+                    "vllm:generation_tokens",
+                    "Number of generation tokens processed.",
+                    engine.generation_tokens,
+                ),
+            ):
+                counter(name, doc).add_metric(values, value, created=engine.created)
+            if self.setup.spec_tokens:
+                for name, doc, value in (
+                    (
+                        "vllm:spec_decode_num_drafts",
+                        "Number of spec decoding drafts.",
+                        engine.drafts,
+                    ),
+                    (
+                        "vllm:spec_decode_num_draft_tokens",
+                        "Number of draft tokens.",
+                        engine.draft_tokens,
+                    ),
+                    (
+                        "vllm:spec_decode_num_accepted_tokens",
+                        "Number of accepted tokens.",
+                        sum(engine.accepted_per_position),
+                    ),
+                ):
+                    counter(name, doc).add_metric(values, value, created=engine.created)
+                per_pos = counter(
+                    "vllm:spec_decode_num_accepted_tokens_per_pos",
+                    "Accepted tokens per draft position.",
+                    ["position"],
+                )
+                for position, value in enumerate(engine.accepted_per_position):
+                    per_pos.add_metric(
+                        [str(index), self.model_name, str(position)], value, created=engine.created
+                    )
+            for name, doc, value in (
+                (
+                    "vllm:num_requests_running",
+                    "Number of requests in model execution batches.",
+                    engine.running,
+                ),
+                (
+                    "vllm:num_requests_waiting",
+                    "Number of requests waiting to be processed.",
+                    engine.waiting,
+                ),
+                (
+                    "vllm:kv_cache_usage_perc",
+                    "KV-cache usage. 1 means 100 percent usage.",
+                    engine.kv_usage,
+                ),
+            ):
+                gauge = families.setdefault(name, GaugeMetricFamily(name, doc, labels=labels))
+                assert isinstance(gauge, GaugeMetricFamily)
+                gauge.add_metric(values, value)
+            self._histograms(families, values, engine)
+            info_labels = self._cache_config(index)
+            info = families.setdefault(
+                "vllm:cache_config_info",
+                GaugeMetricFamily(
+                    "vllm:cache_config_info",
+                    "Information of the LLMEngine CacheConfig",
+                    labels=sorted(info_labels),
+                ),
+            )
+            assert isinstance(info, GaugeMetricFamily)
+            info.add_metric([info_labels[k] for k in sorted(info_labels)], 1.0)
+        yield from families.values()
+
+    def _histograms(
+        self, families: dict[str, Metric], values: list[str], engine: EngineCounters
+    ) -> None:
+        labels = ["engine", "model_name"]
+        itl_count = engine.itl_buckets
+        cumulative, running_total = [], 0.0
+        for le, count in zip([*map(str, ITL_BUCKETS), "+Inf"], itl_count, strict=True):
+            running_total += count
+            cumulative.append((le, running_total))
+        rows: list[tuple[str, str, list[tuple[str, float]], float]] = [
+            (
+                "vllm:inter_token_latency_seconds",
+                "Histogram of inter-token latency in seconds.",
+                cumulative,
+                engine.itl_sum,
+            ),
+            (
+                "vllm:request_time_per_output_token_seconds",
+                "Histogram of time_per_output_token_seconds per request.",
+                _single(engine.finished),
+                engine.tpot_sum,
+            ),
+            (
+                "vllm:iteration_tokens_total",
+                "Histogram of number of tokens per engine_step.",
+                _single(engine.iteration_count),
+                engine.iteration_sum,
+            ),
+            (
+                "vllm:request_prompt_tokens",
+                "Number of prefill tokens processed.",
+                _single(engine.finished),
+                engine.prompt_length_sum,
+            ),
+            (
+                "vllm:request_generation_tokens",
+                "Number of generation tokens processed.",
+                _single(engine.finished),
+                engine.generation_length_sum,
+            ),
+        ]
+        for name, doc, buckets, total in rows:
+            family = families.setdefault(name, HistogramMetricFamily(name, doc, labels=labels))
+            assert isinstance(family, HistogramMetricFamily)
+            family.add_metric(values, buckets, total)
+
+    def _cache_config(self, index: int) -> dict[str, str]:
+        return {
+            "engine": str(index),
+            "mamba_cache_dtype": "auto",
+            "mamba_cache_mode": self.setup.mamba_cache_mode,
+            "mamba_ssm_cache_dtype": self.setup.mamba_ssm_cache_dtype,
+            "use_replayssm": str(self.setup.replay),
+            "replayssm_buffer_len": str(self.setup.replay_window),
+            "enable_prefix_caching": "True",
+            "num_gpu_blocks": "16384",
+        }
+
+    def render(self) -> bytes:
+        """The `/metrics` body at the current clock."""
+        self.advance_to(self.clock())
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector(self))
+        return generate_latest(registry)
+
+
+def _single(count: float) -> list[tuple[str, float]]:
+    """All observations in the +Inf bucket: only sum and count are meaningful here."""
+    return [("+Inf", count if math.isfinite(count) else 0.0)]
+
+
+class _Collector:
+    def __init__(self, sim: SimulatedVllm) -> None:
+        self.sim = sim
+
+    def collect(self) -> Iterator[Metric]:
+        return self.sim.collect()

@@ -1,0 +1,1 @@
+"""Adapters that turn vLLM metrics (a direct scrape or a Prometheus server) into Observations."""

@@ -1,0 +1,211 @@
+"""vLLM's metric names (both spellings across versions) and the snapshot arithmetic of a
+direct scrape: per-engine samples, counter-reset detection, and deltas over a window."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from autotuner.core.observation import Ratio, WindowTotals
+from autotuner.core.types import UnusableReason
+from autotuner.sources.errors import SourceError
+from autotuner.sources.promtext import Exposition, LabelKey
+
+COUNTERS = {
+    "drafts": "vllm:spec_decode_num_drafts_total",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+    "generation_tokens": "vllm:generation_tokens_total",
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "preemptions": "vllm:num_preemptions_total",
+}
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+# Histograms read as sum/count; each entry lists the spellings, newest first (VLLM.md renames).
+HISTOGRAMS = {
+    "step_time": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "time_per_output_token": ("vllm:request_time_per_output_token_seconds",),
+    "iteration_tokens": ("vllm:iteration_tokens_total",),
+    "prompt_length": ("vllm:request_prompt_tokens",),
+    "generation_length": ("vllm:request_generation_tokens",),
+}
+GAUGES = {
+    "running": ("vllm:num_requests_running",),
+    "waiting": ("vllm:num_requests_waiting",),
+    "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+}
+CACHE_CONFIG = "vllm:cache_config_info"
+# A restarted engine starts its counters again at 0 and stamps a new `_created`.
+RESET_MARKERS = ("vllm:generation_tokens_created", "vllm:prompt_tokens_created")
+
+
+def wanted_names() -> frozenset[str]:
+    names = set(COUNTERS.values()) | {PER_POSITION, CACHE_CONFIG, *RESET_MARKERS}
+    for spellings in HISTOGRAMS.values():
+        names.update(f"{base}_{part}" for base in spellings for part in ("sum", "count"))
+    for spellings in GAUGES.values():
+        names.update(spellings)
+    return frozenset(names)
+
+
+SeriesKey = tuple[str, str]  # endpoint, engine (cache_config_info has no model_name label)
+
+
+@dataclass
+class EngineSample:
+    """One engine's numbers from one scrape."""
+
+    counters: dict[str, float] = field(default_factory=dict)
+    per_position: dict[int, float] = field(default_factory=dict)
+    histograms: dict[str, tuple[float, float]] = field(default_factory=dict)
+    gauges: dict[str, float] = field(default_factory=dict)
+    created: dict[str, float] = field(default_factory=dict)
+    cache_config: dict[str, str] = field(default_factory=dict)
+    model_name: str = ""
+
+    @property
+    def speculation(self) -> bool:
+        return "drafts" in self.counters
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    at: float
+    engines: dict[SeriesKey, EngineSample]
+
+
+def engine_samples(endpoint: str, exposition: Exposition) -> dict[SeriesKey, EngineSample]:
+    """Split one endpoint's exposition into per-engine samples (engine and model_name labels)."""
+    engines: dict[SeriesKey, EngineSample] = {}
+
+    def sample_for(labels: LabelKey) -> EngineSample:
+        found = dict(labels)
+        sample = engines.setdefault((endpoint, found.get("engine", "")), EngineSample())
+        if "model_name" in found:
+            sample.model_name = found["model_name"]
+        return sample
+
+    def each(name: str) -> Iterable[tuple[LabelKey, float]]:
+        return exposition.get(name, {}).items()
+
+    for field_name, metric in COUNTERS.items():
+        for labels, value in each(metric):
+            target = sample_for(labels)
+            target.counters[field_name] = target.counters.get(field_name, 0.0) + value
+    for labels, value in each(PER_POSITION):
+        position = dict(labels).get("position", "")
+        if position.isdigit():
+            target = sample_for(labels)
+            slot = int(position)
+            target.per_position[slot] = target.per_position.get(slot, 0.0) + value
+    for field_name, spellings in HISTOGRAMS.items():
+        for base in spellings:
+            sums, counts = exposition.get(f"{base}_sum", {}), exposition.get(f"{base}_count", {})
+            if not sums:
+                continue
+            for labels, total in sums.items():
+                sample_for(labels).histograms[field_name] = (total, counts.get(labels, 0.0))
+            break
+    for field_name, spellings in GAUGES.items():
+        for name in spellings:
+            if name in exposition:
+                for labels, value in each(name):
+                    target = sample_for(labels)
+                    target.gauges[field_name] = target.gauges.get(field_name, 0.0) + value
+                break
+    for marker in RESET_MARKERS:
+        for labels, value in each(marker):
+            sample_for(labels).created[marker] = value
+    for labels, _ in each(CACHE_CONFIG):
+        found = dict(labels)
+        target = sample_for(labels)
+        target.cache_config = {k: v for k, v in found.items() if k not in ("engine", "model_name")}
+    return engines
+
+
+def is_reset(before: EngineSample, after: EngineSample) -> bool:
+    """A counter went backwards or a `_created` stamp changed: the engine restarted."""
+    if any(after.created.get(k, v) != v for k, v in before.created.items()):
+        return True
+    for name, value in before.counters.items():
+        if after.counters.get(name, value) < value:
+            return True
+    return any(after.histograms.get(n, h)[1] < h[1] for n, h in before.histograms.items())
+
+
+def window_totals(snapshots: Sequence[Snapshot]) -> WindowTotals:
+    """Deltas and samples over the snapshots, each engine cut at its last reset.
+
+    Raises SourceError(EMPTY) without vLLM series and SourceError(RESET) when no engine keeps
+    two samples after its last restart.
+    """
+    if not snapshots or not any(s.engines for s in snapshots):
+        raise SourceError(UnusableReason.EMPTY, "no vLLM series in the scraped payloads")
+    keys = sorted({key for s in snapshots for key in s.engines})
+    totals = WindowTotals(
+        start=snapshots[0].at,
+        end=snapshots[-1].at,
+        last_sample_at=snapshots[-1].at,
+        series=len(keys),
+    )
+    kept = 0
+    per_position: dict[int, float] = {}
+    rates: dict[str, float] = {}
+    ratios = {name: Ratio() for name in HISTOGRAMS}
+    for key in keys:
+        timeline = [(s.at, s.engines[key]) for s in snapshots if key in s.engines]
+        cut = 0
+        for i in range(1, len(timeline)):
+            if is_reset(timeline[i - 1][1], timeline[i][1]):
+                cut = i
+        timeline = timeline[cut:]
+        if len(timeline) < 2:
+            continue
+        kept += 1
+        (t0, first), (t1, last) = timeline[0], timeline[-1]
+        for _, sample in timeline:
+            if "running" in sample.gauges:
+                totals.batch_samples.append(sample.gauges["running"])
+            if "waiting" in sample.gauges:
+                totals.waiting_samples.append(sample.gauges["waiting"])
+            if "kv_usage" in sample.gauges:
+                totals.kv_usage_samples.append(sample.gauges["kv_usage"])
+        span = t1 - t0
+        delta = {n: last.counters[n] - first.counters.get(n, 0.0) for n in last.counters}
+        if last.speculation:
+            totals.speculation = True
+            totals.drafts += delta.get("drafts", 0.0)
+            totals.draft_tokens += delta.get("draft_tokens", 0.0)
+            totals.accepted += delta.get("accepted", 0.0)
+            for position, value in last.per_position.items():
+                per_position[position] = (
+                    per_position.get(position, 0.0)
+                    + value
+                    - (first.per_position.get(position, 0.0))
+                )
+        for name in ("generation_tokens", "prompt_tokens"):
+            if name in delta and span > 0:
+                rates[name] = rates.get(name, 0.0) + delta[name] / span
+        if "preemptions" in delta:
+            totals.preemptions = (totals.preemptions or 0.0) + delta["preemptions"]
+        for name, ratio in ratios.items():
+            if name in last.histograms:
+                total_before, count_before = first.histograms.get(name, (0.0, 0.0))
+                total_after, count_after = last.histograms[name]
+                ratio.total += total_after - total_before
+                ratio.count += count_after - count_before
+        if last.cache_config and not totals.cache_config:
+            totals.cache_config = dict(last.cache_config)
+    if kept == 0:
+        raise SourceError(
+            UnusableReason.RESET,
+            "every engine restarted inside the window: too little left after the reset",
+        )
+    totals.accepted_per_position = [per_position.get(i, 0.0) for i in range(len(per_position))]
+    totals.generation_tokens_per_s = rates.get("generation_tokens")
+    totals.prompt_tokens_per_s = rates.get("prompt_tokens")
+    totals.step_time = ratios["step_time"]
+    totals.time_per_output_token = ratios["time_per_output_token"]
+    totals.iteration_tokens = ratios["iteration_tokens"]
+    totals.prompt_length = ratios["prompt_length"]
+    totals.generation_length = ratios["generation_length"]
+    return totals

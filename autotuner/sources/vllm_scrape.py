@@ -1,0 +1,127 @@
+"""Direct scrape of one or more vLLM `/metrics` endpoints into Observations."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import httpx
+
+from autotuner.core.observation import ObservationLimits, build_observation, unusable
+from autotuner.core.types import Observation, UnusableReason
+from autotuner.sources.errors import SourceError
+from autotuner.sources.promtext import parse
+from autotuner.sources.vllm_metrics import Snapshot, engine_samples, wanted_names, window_totals
+
+DEFAULT_MAX_BYTES = 16 * 2**20
+_WANTED = wanted_names()
+
+
+class VllmScraper:
+    """Scrapes vLLM endpoints and keeps the recent snapshots of a rolling window.
+
+    The HTTP client is injected (tests pass a transport); without one, a keep-alive client with
+    the given timeout is made. Every failure becomes a SourceError with a typed reason.
+    """
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        client: httpx.Client | None = None,
+        timeout_s: float = 5.0,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not urls:
+            raise ValueError("at least one /metrics URL is needed")
+        self.urls = list(urls)
+        self.client = client or httpx.Client(timeout=timeout_s)
+        self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+        self.clock = clock
+        self.history: deque[Snapshot] = deque()
+
+    def fetch(self, url: str) -> str:
+        try:
+            with self.client.stream("GET", url, timeout=self.timeout_s) as response:
+                if response.status_code >= 400:
+                    raise SourceError(
+                        UnusableReason.HTTP_ERROR, f"{url}: HTTP {response.status_code}"
+                    )
+                if "html" in response.headers.get("content-type", ""):
+                    raise SourceError(UnusableReason.NOT_METRICS, f"{url}: got an HTML page")
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > self.max_bytes:
+                        raise SourceError(
+                            UnusableReason.TOO_LARGE,
+                            f"{url}: body exceeds {self.max_bytes} bytes; refused",
+                        )
+        except httpx.TimeoutException:
+            raise SourceError(
+                UnusableReason.TIMEOUT, f"{url}: no answer within {self.timeout_s:g}s"
+            ) from None
+        except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
+            raise SourceError(UnusableReason.SERVER_DOWN, f"{url}: {exc}") from None
+        except httpx.HTTPError as exc:
+            raise SourceError(UnusableReason.HTTP_ERROR, f"{url}: {exc}") from None
+        text = body.decode("utf-8", errors="replace")
+        if text.lstrip().startswith("<"):
+            raise SourceError(UnusableReason.NOT_METRICS, f"{url}: body is HTML, not metrics")
+        return text
+
+    def scrape(self) -> Snapshot:
+        """One scrape of every endpoint (all must answer), timestamped by the clock."""
+        engines = {}
+        for url in self.urls:
+            found = engine_samples(url, parse(self.fetch(url), _WANTED))
+            if not found:
+                raise SourceError(
+                    UnusableReason.NOT_METRICS, f"{url}: no vLLM series (is this vLLM /metrics?)"
+                )
+            engines.update(found)
+        return Snapshot(at=self.clock(), engines=engines)
+
+    def record(self, snapshot: Snapshot, keep_s: float) -> None:
+        self.history.append(snapshot)
+        while self.history and self.history[0].at < snapshot.at - keep_s:
+            self.history.popleft()
+
+    def observation(self, window_s: float, limits: ObservationLimits) -> Observation:
+        """The Observation of the snapshots recorded over the last `window_s`."""
+        now = self.clock()
+        recent = [s for s in self.history if s.at >= now - window_s - 1e-9]
+        try:
+            totals = window_totals(recent)
+        except SourceError as exc:
+            return unusable("vllm", exc.reason, exc.detail, start=now - window_s, end=now)
+        return build_observation("vllm", totals, now=now, limits=limits)
+
+    def observe(
+        self,
+        window_s: float,
+        interval_s: float,
+        *,
+        limits: ObservationLimits | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> Observation:
+        """Scrape every `interval_s` for `window_s`, then summarise (the CLI's one-shot mode)."""
+        limits = limits or ObservationLimits()
+        self.history.clear()
+        deadline = self.clock() + window_s
+        while True:
+            try:
+                self.record(self.scrape(), keep_s=window_s)
+            except SourceError as exc:
+                now = self.clock()
+                return unusable("vllm", exc.reason, exc.detail, start=now - window_s, end=now)
+            if self.clock() >= deadline - 1e-9:
+                break
+            sleep(min(interval_s, max(deadline - self.clock(), 0.0)))
+        return self.observation(window_s, limits)
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,93 @@
+"""A real Prometheus server on 127.0.0.1, started per test with a temporary config and data
+directory and stopped after. scripts/test.sh installs Debian's `prometheus` when missing."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+StartPrometheus = Callable[[list[str], str], str]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is not installed: ./scripts/test.sh installs it")
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start(targets: list[str], scrape_interval: str = "200ms") -> str:
+        port = free_port()
+        config = tmp_path / "prometheus.yml"
+        hosts = ", ".join(f'"{t}"' for t in targets)
+        config.write_text(
+            "global:\n"
+            f"  scrape_interval: {scrape_interval}\n"
+            f"  evaluation_interval: {scrape_interval}\n"
+            "scrape_configs:\n"
+            "  - job_name: vllm\n"
+            f"    static_configs: [{{targets: [{hosts}]}}]\n"
+        )
+        log = (tmp_path / "prometheus.log").open("wb")
+        process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--web.enable-lifecycle",
+                "--storage.tsdb.retention.time=1h",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        processes.append(process)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                pytest.fail(f"prometheus exited: {(tmp_path / 'prometheus.log').read_text()}")
+            try:
+                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        pytest.fail("prometheus did not become ready within 30 s")
+
+    yield start
+    for process in processes:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def wait_for_samples(prometheus: str, query: str, count: int, timeout_s: float = 20) -> None:
+    """Block until `query` has at least `count` samples in Prometheus (scrapes happened)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = httpx.get(
+            f"{prometheus}/api/v1/query", params={"query": f"count_over_time({query}[1m])"}
+        ).json()
+        values = result["data"]["result"]
+        if values and float(values[0]["value"][1]) >= count:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"prometheus did not collect {count} samples of {query}")

@@ -1,0 +1,88 @@
+"""The Prometheus source against a real Prometheus scraping the simulated vLLM on loopback:
+it must agree with a direct scrape of the same endpoint."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from autotuner.core.observation import ObservationLimits
+from autotuner.core.types import Observation, UnusableReason
+from autotuner.sim.engine import SimSetup, SimulatedVllm
+from autotuner.sim.server import SimServer
+from autotuner.sources.prometheus_api import PrometheusSource
+from autotuner.sources.vllm_scrape import VllmScraper
+from tests.integration.conftest import StartPrometheus, free_port, wait_for_samples
+
+LIMITS = ObservationLimits(min_batch_samples=3, min_drafts=100, max_age_s=10)
+RUNNING = "vllm:num_requests_running"
+
+
+def test_prometheus_agrees_with_the_direct_scrape(start_prometheus: StartPrometheus) -> None:
+    setup = SimSetup(spec_tokens=3, acceptance=(0.85, 0.6, 0.4))
+    sim = SimulatedVllm(setup=setup, load=lambda t: 24, step_time=lambda b, s: 0.025, engines=2)
+    with SimServer(sim) as server:
+        prometheus = start_prometheus([server.url.removeprefix("http://")], "200ms")
+        wait_for_samples(prometheus, RUNNING, 10)
+        direct: dict[str, Observation] = {}
+
+        def scrape() -> None:
+            scraper = VllmScraper([f"{server.url}/metrics"])
+            direct["obs"] = scraper.observe(4.0, 0.2, limits=LIMITS)
+
+        thread = threading.Thread(target=scrape)
+        thread.start()
+        thread.join()
+        time.sleep(0.5)  # let Prometheus take its last scrape of the same period
+        source = PrometheusSource(prometheus, 'job="vllm"', scrape_interval_s=0.2)
+        via_prometheus = source.observe(4.0, limits=LIMITS)
+    ours, theirs = direct["obs"], via_prometheus
+    assert ours.usable, ours.detail
+    assert theirs.usable, theirs.detail
+    assert theirs.series == ours.series == 2
+    assert ours.acceptance is not None
+    assert theirs.acceptance is not None
+    # Stated tolerance: rates within 10% (increase() extrapolates to the window's edges),
+    # conditional acceptance within 0.02, step time within 2%, batch exact (constant load).
+    assert theirs.generation_tokens_per_s == pytest.approx(ours.generation_tokens_per_s, rel=0.10)
+    assert theirs.acceptance.per_position == pytest.approx(ours.acceptance.per_position, abs=0.02)
+    assert theirs.acceptance.tau == pytest.approx(ours.acceptance.tau, rel=0.02)
+    assert theirs.step_time_s == pytest.approx(ours.step_time_s, rel=0.02)
+    assert theirs.step_time_s == pytest.approx(0.025, rel=0.02)
+    assert theirs.batch is not None
+    assert ours.batch is not None
+    assert theirs.batch.mean == ours.batch.mean == 24
+    assert theirs.live_setup == ours.live_setup
+    assert theirs.live_setup is not None
+    assert theirs.live_setup.setup.label == "spec:3"
+
+
+def test_prometheus_failure_modes_are_named(start_prometheus: StartPrometheus) -> None:
+    sim = SimulatedVllm(load=lambda t: 4)
+    with SimServer(sim) as server:
+        prometheus = start_prometheus([server.url.removeprefix("http://")], "200ms")
+        wait_for_samples(prometheus, RUNNING, 5)
+        bad_query = PrometheusSource(prometheus, 'job="vllm",,', scrape_interval_s=0.2)
+        assert bad_query.observe(2.0, limits=LIMITS).reason is UnusableReason.QUERY_ERROR
+        nothing = PrometheusSource(prometheus, 'job="other"', scrape_interval_s=0.2)
+        assert nothing.observe(2.0, limits=LIMITS).reason is UnusableReason.EMPTY_RESULT
+        sim.restart()
+        time.sleep(1.0)
+        after_restart = PrometheusSource(prometheus, 'job="vllm"', scrape_interval_s=0.2)
+        assert after_restart.observe(3.0, limits=LIMITS).reason is UnusableReason.RESET
+    down = PrometheusSource(f"http://127.0.0.1:{free_port()}", timeout_s=1)
+    assert down.observe(2.0, limits=LIMITS).reason is UnusableReason.SERVER_DOWN
+
+
+def test_speculation_off_through_prometheus(start_prometheus: StartPrometheus) -> None:
+    sim = SimulatedVllm(setup=SimSetup(spec_tokens=0), load=lambda t: 6)
+    with SimServer(sim) as server:
+        prometheus = start_prometheus([server.url.removeprefix("http://")], "200ms")
+        wait_for_samples(prometheus, RUNNING, 10)
+        obs = PrometheusSource(prometheus, scrape_interval_s=0.2).observe(2.0, limits=LIMITS)
+    assert obs.usable, obs.detail
+    assert obs.acceptance is None
+    assert obs.live_setup is not None
+    assert not obs.live_setup.speculation

@@ -1,0 +1,30 @@
+"""The benchmarks stay runnable (a tiny run; the figures come from running them by hand)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_observe_parse_benchmark_runs() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.observe_parse",
+            "--replicas",
+            "1",
+            "--engines",
+            "1",
+            "--repeats",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ratio ours / prometheus_client parser" in result.stdout
