@@ -288,3 +288,45 @@ class Observation(BaseModel):
     @property
     def duration_s(self) -> float:
         return self.window_end - self.window_start
+
+
+class Action(str, Enum):
+    KEEP = "keep"  # the current setup is the best one
+    SWITCH = "switch"  # change to `target`
+    HOLD = "hold"  # a better setup exists, but `blocked_by` stops the change
+    REVERT = "revert"  # verification failed: back to the last known good setup
+
+
+class BlockReason(str, Enum):
+    """The first rule that stopped a switch (DESIGN.md rules 2, 3, 6, 7)."""
+
+    BELOW_MIN_GAIN = "below_min_gain"
+    LOW_CONFIDENCE = "low_confidence"
+    DWELL = "dwell"
+    RESTART_COST = "restart_cost"
+    BUDGET = "budget"
+    COOLDOWN = "cooldown"
+    STALE_DATA = "stale_data"
+    INSUFFICIENT_DATA = "insufficient_data"
+    ROLLOUT = "rollout_in_progress"
+    VERIFYING = "verifying"
+    PAUSED = "paused"
+    NOT_LEADER = "not_leader"
+
+
+class Decision(BaseModel):
+    """One decision with every number behind it (DESIGN.md rule 8)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    at: float
+    action: Action
+    current: Setup
+    target: Setup | None = None  # the recommendation (also when held)
+    blocked_by: BlockReason | None = None
+    gain: float = 0.0  # predicted fractional tokens/s gain of target over current
+    confidence: float = 0.0
+    predicted_tokens_per_s: dict[str, float] = {}  # candidate label -> objective value
+    sentence: str
+    notes: tuple[str, ...] = ()

@@ -1,0 +1,208 @@
+"""Estimates carried across windows: acceptance memory, batch distribution, calibration.
+
+All decay exponentially with a half-life and take time as an input; all are plain pydantic
+values, so they persist in the TunerState annotation unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict
+
+from autotuner.core.acceptance import AcceptanceEstimate, from_counts
+from autotuner.core.types import AcceptanceStats
+
+# Batch bins: edges are powers of two up to 8192; a bin is represented by its geometric middle.
+BATCH_EDGES: tuple[int, ...] = (
+    1,
+    2,
+    3,
+    4,
+    6,
+    8,
+    12,
+    16,
+    24,
+    32,
+    48,
+    64,
+    96,
+    128,
+    192,
+    256,
+    384,
+    512,
+    768,
+    1024,
+    1536,
+    2048,
+    4096,
+    8192,
+)
+
+
+def decay(age_s: float, half_life_s: float) -> float:
+    return 0.5 ** (max(age_s, 0.0) / half_life_s) if half_life_s > 0 else 0.0
+
+
+class AcceptanceMemory(BaseModel):
+    """Per-position counts pooled with decay. When speculation is off nothing new arrives: the
+    rates are kept, and their weight (so their confidence) shrinks with age."""
+
+    model_config = ConfigDict(frozen=True)
+
+    drafts: float = 0.0
+    accepted_per_position: tuple[float, ...] = ()
+    updated_at: float | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.drafts > 0 and bool(self.accepted_per_position)
+
+    @property
+    def max_spec_tokens(self) -> int:
+        return len(self.accepted_per_position)
+
+    def add(self, stats: AcceptanceStats, now: float, half_life_s: float) -> AcceptanceMemory:
+        keep = decay(now - self.updated_at, half_life_s) if self.updated_at is not None else 0.0
+        # A longer deployed K observes more positions; positions the window lacks keep memory.
+        width = max(len(stats.accepted_per_position), self.max_spec_tokens)
+        old = list(self.accepted_per_position) + [0.0] * (width - self.max_spec_tokens)
+        new = list(stats.accepted_per_position) + [0.0] * (width - len(stats.accepted_per_position))
+        if len(stats.accepted_per_position) < self.max_spec_tokens and self.drafts > 0:
+            # Positions beyond the deployed K: carry the remembered conditional rates forward.
+            for i in range(len(stats.accepted_per_position), width):
+                previous = old[i - 1] if i else self.drafts
+                rate = old[i] / previous if previous > 0 else 0.0
+                new[i] = (new[i - 1] if i else stats.drafts) * rate
+        return AcceptanceMemory(
+            drafts=self.drafts * keep + stats.drafts,
+            accepted_per_position=tuple(o * keep + n for o, n in zip(old, new, strict=True)),
+            updated_at=now,
+        )
+
+    def age_s(self, now: float) -> float | None:
+        return None if self.updated_at is None else now - self.updated_at
+
+    def estimate(self, now: float, memory_half_life_s: float) -> AcceptanceEstimate | None:
+        """Rates from the pooled counts; their interval widens as the memory ages."""
+        if not self.known:
+            return None
+        weight = decay(now - (self.updated_at or now), memory_half_life_s)
+        weight = max(weight, 1e-6)
+        return from_counts(self.drafts * weight, [a * weight for a in self.accepted_per_position])
+
+
+class BatchHistogram(BaseModel):
+    """A decayed histogram of running requests per engine over hours."""
+
+    model_config = ConfigDict(frozen=True)
+
+    weights: tuple[float, ...] = (0.0,) * (len(BATCH_EDGES) - 1)
+    updated_at: float | None = None
+
+    def add(self, samples: Sequence[float], now: float, half_life_s: float) -> BatchHistogram:
+        keep = decay(now - self.updated_at, half_life_s) if self.updated_at is not None else 1.0
+        weights = np.asarray(self.weights) * keep
+        values = np.clip(np.asarray(samples, dtype=np.float64), 1, BATCH_EDGES[-1] - 1)
+        index = np.searchsorted(BATCH_EDGES, values, side="right") - 1
+        np.add.at(weights, index, 1.0)
+        return BatchHistogram(weights=tuple(float(w) for w in weights), updated_at=now)
+
+    @property
+    def total(self) -> float:
+        return float(sum(self.weights))
+
+    def distribution(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        """(representative batch of each non-empty bin, its probability)."""
+        weights = np.asarray(self.weights)
+        keep = weights > 0
+        lows = np.asarray(BATCH_EDGES[:-1])[keep]
+        highs = np.asarray(BATCH_EDGES[1:])[keep]
+        middles = np.maximum(np.round(np.sqrt(lows * (highs - 1))), lows).astype(np.int64)
+        probabilities = weights[keep] / weights[keep].sum() if keep.any() else weights[keep]
+        return middles, probabilities
+
+    def quantile(self, q: float) -> float:
+        middles, probabilities = self.distribution()
+        if len(middles) == 0:
+            return 0.0
+        cumulative = np.cumsum(probabilities)
+        return float(middles[min(int(np.searchsorted(cumulative, q)), len(middles) - 1)])
+
+
+CALIBRATION_BANDS = (1, 4, 16, 64, 256, 1 << 20)
+
+
+def band_of(batch: float) -> int:
+    for index, upper in enumerate(CALIBRATION_BANDS[1:]):
+        if batch < upper:
+            return index
+    return len(CALIBRATION_BANDS) - 2
+
+
+class CalibrationEntry(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    log_factor: float
+    weight: float
+    updated_at: float
+
+
+class Calibration(BaseModel):
+    """measured / predicted step time per (setup, batch band), bounded and decayed to 1."""
+
+    model_config = ConfigDict(frozen=True)
+
+    entries: dict[str, CalibrationEntry] = {}
+
+    @staticmethod
+    def key(label: str, band: int) -> str:
+        return f"{label}|{band}"
+
+    def add(
+        self,
+        label: str,
+        batch: float,
+        measured_s: float,
+        predicted_s: float,
+        now: float,
+        *,
+        half_life_s: float,
+        bounds: tuple[float, float],
+    ) -> Calibration:
+        if not (measured_s > 0 and predicted_s > 0 and math.isfinite(measured_s)):
+            return self
+        sample = math.log(min(max(measured_s / predicted_s, bounds[0]), bounds[1]))
+        key = self.key(label, band_of(batch))
+        old = self.entries.get(key)
+        weight = old.weight * decay(now - old.updated_at, half_life_s) if old else 0.0
+        log_factor = ((old.log_factor * weight) if old else 0.0) + sample
+        entries = dict(self.entries)
+        entries[key] = CalibrationEntry(
+            log_factor=log_factor / (weight + 1.0), weight=weight + 1.0, updated_at=now
+        )
+        return Calibration(entries=entries)
+
+    def factor(self, label: str, batch: float, now: float, half_life_s: float) -> float:
+        """The correction for a setup at a batch: its own band, else the band's mean over
+        setups (a model error shared by all setups), else 1. Old entries fade towards 1."""
+        band = band_of(batch)
+        own = self.entries.get(self.key(label, band))
+        if own is not None:
+            return math.exp(own.log_factor * decay(now - own.updated_at, half_life_s))
+        same_band = [e for k, e in self.entries.items() if k.endswith(f"|{band}")]
+        if not same_band:
+            return 1.0
+        logs = [e.log_factor * decay(now - e.updated_at, half_life_s) for e in same_band]
+        return math.exp(sum(logs) / len(logs))
+
+    def factors(self, now: float, half_life_s: float) -> dict[str, float]:
+        return {
+            k: math.exp(e.log_factor * decay(now - e.updated_at, half_life_s))
+            for k, e in self.entries.items()
+        }

@@ -1,0 +1,710 @@
+"""The policy: which setup to run, and whether a change pays for its restart.
+
+Pure and deterministic: time, leadership, pause and rollout state come in through `Context`;
+the carried estimates come in and go out as `TunerState`. DESIGN.md rules 1-3 and 6-8 live
+here; actuators only carry out the Decision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotuner.core.acceptance import AcceptanceEstimate, from_conditional
+from autotuner.core.capabilities import EngineCapabilities
+from autotuner.core.costmodel import Workload, predict
+from autotuner.core.estimates import BATCH_EDGES, AcceptanceMemory, BatchHistogram, Calibration
+from autotuner.core.hardware import HardwareProfile
+from autotuner.core.model import ModelSpec
+from autotuner.core.types import (
+    PLAIN,
+    Action,
+    BlockReason,
+    Decision,
+    Observation,
+    ScheduleBand,
+    Setup,
+    UnusableReason,
+)
+
+HOUR, DAY = 3600.0, 86400.0
+SCHEDULE_END = BATCH_EDGES[-1] - 1
+
+
+class PolicySettings(BaseModel):
+    """How cautious the policy is. Every duration is in seconds and may be fractional."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_gain: float = Field(0.05, ge=0, description="Smallest predicted gain (fraction) to act on.")
+    min_confidence: float = Field(
+        0.6, ge=0, le=1, description="Share of acceptance scenarios (low/point/high) agreeing."
+    )
+    dwell_s: float = Field(900, ge=0, description="How long a recommendation must hold first.")
+    horizon_s: float = Field(
+        4 * HOUR, gt=0, description="How long a new setup is expected to stay: gain x horizon."
+    )
+    restart_downtime_s: float = Field(
+        180, ge=0, description="Downtime of one restart (default until measured)."
+    )
+    restart_share: float = Field(
+        1.0, gt=0, le=1, description="Share of replicas restarting at once (rollout strategy)."
+    )
+    restart_margin: float = Field(2.0, ge=1, description="Gain must beat the restart cost x this.")
+    cooldown_s: float = Field(1800, ge=0, description="Quiet time after any change.")
+    max_changes_per_hour: int = Field(2, ge=0)
+    max_changes_per_day: int = Field(6, ge=0)
+    acceptance_half_life_s: float = Field(
+        1800, gt=0, description="Half-life of pooled acceptance counts while speculation runs."
+    )
+    acceptance_memory_half_life_s: float = Field(
+        6 * HOUR, gt=0, description="How fast remembered acceptance loses confidence when off."
+    )
+    batch_half_life_s: float = Field(2 * HOUR, gt=0, description="Half-life of batch history.")
+    calibration_half_life_s: float = Field(6 * HOUR, gt=0)
+    calibration_bounds: tuple[float, float] = (0.5, 2.0)
+    min_batch_weight: float = Field(
+        5, ge=0, description="Batch samples (decayed) needed before deciding."
+    )
+    spec_tokens: tuple[int, ...] = Field((1, 2, 3, 4), description="Draft lengths allowed.")
+    replay_windows: tuple[int, ...] = Field((8, 16, 32), description="Replay windows allowed.")
+    use_schedule: bool = Field(True, description="Use per-batch K schedules when the engine can.")
+    objective: Literal["throughput", "latency_slo"] = "throughput"
+    latency_slo_s: float | None = Field(None, gt=0, description="Time per output token limit.")
+    latency_percentile: float = Field(0.9, gt=0, lt=1)
+    verify_settle_s: float = Field(300, ge=0, description="Warm-up after a change before judging.")
+    regression_tolerance: float = Field(0.10, ge=0, lt=1)
+    quarantine_s: float = Field(6 * HOUR, ge=0, description="A reverted setup is not retried.")
+    allow_low_precision_replay: bool = Field(
+        False, description="Allow replay with a non-fp32 SSM state (it drifts)."
+    )
+
+
+class Pending(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    target: Setup
+    since: float
+
+
+class Verification(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    target: Setup
+    previous: Setup
+    switched_at: float
+    predicted_gain: float
+    baseline_rate: float | None = None  # tokens/s per engine before the change
+    baseline_batch: float | None = None  # demand (running + waiting per engine) then
+
+
+class TunerState(BaseModel):
+    """Everything that must survive a restart of the sidecar (persisted as one annotation)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    current: Setup | None = None
+    last_known_good: Setup | None = None
+    acceptance: AcceptanceMemory = AcceptanceMemory()
+    batch: BatchHistogram = BatchHistogram()
+    calibration: Calibration = Calibration()
+    pending: Pending | None = None
+    verification: Verification | None = None
+    changes: tuple[float, ...] = ()
+    quarantine: dict[str, float] = {}
+    last_rate: float | None = None  # tokens/s per engine, last usable window
+    last_batch: float | None = None  # its demand per engine (running + waiting)
+    last_decision_id: int = 0
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the policy is told about the world at this step."""
+
+    now: float
+    model: ModelSpec
+    hardware: HardwareProfile
+    engine: EngineCapabilities
+    workload: Workload = field(default_factory=Workload)
+    deployed: Setup | None = None  # read back from the target's args, when known
+    drafter_available: bool = True  # the operator configured a drafter (never invented)
+    leader: bool = True
+    paused: bool = False
+    rollout_in_progress: bool = False
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    values: dict[str, float]  # label -> expected tokens/s
+    setups: dict[str, Setup]
+    best: Setup
+    current_value: float
+    best_value: float
+    gain: float
+    confidence: float
+    notes: tuple[str, ...]
+
+
+def decide(
+    state: TunerState, observation: Observation, ctx: Context, settings: PolicySettings
+) -> tuple[Decision, TunerState]:
+    """One step: absorb the window, verify a change in flight, then keep, switch or hold."""
+    state = absorb(state, observation, ctx, settings)
+    current = state.current or PLAIN
+    decision_id = state.last_decision_id + 1
+    state = state.model_copy(update={"last_decision_id": decision_id})
+
+    def make(action: Action, sentence: str, **fields: object) -> Decision:
+        return Decision.model_validate(
+            {
+                "id": decision_id,
+                "at": ctx.now,
+                "action": action,
+                "current": current,
+                "sentence": sentence,
+                **fields,
+            }
+        )
+
+    if state.verification is not None:
+        verdict = _verify(state, observation, ctx, settings, make)
+        if verdict is not None:
+            return verdict
+    evaluation = evaluate(state, ctx, settings, current)
+    if evaluation is None:
+        reason = BlockReason.STALE_DATA if not observation.usable else BlockReason.INSUFFICIENT_DATA
+        return make(
+            Action.HOLD,
+            f"hold {current.label}: not enough batch history to compare "
+            f"setups ({_why_unusable(observation)})",
+            blocked_by=reason,
+        ), state
+    numbers = {
+        "target": evaluation.best,
+        "gain": evaluation.gain,
+        "confidence": evaluation.confidence,
+        "predicted_tokens_per_s": evaluation.values,
+        "notes": evaluation.notes,
+    }
+    best, gain = evaluation.best, evaluation.gain
+    state = _track_dwell(state, observation, ctx, settings, current)
+    if best == current or gain <= 0:
+        return make(
+            Action.KEEP,
+            f"keep {current.label}: best of {len(evaluation.values)} "
+            f"candidates ({evaluation.current_value:,.0f} tokens/s expected over the "
+            f"batch distribution, p50 batch {state.batch.quantile(0.5):.0f})",
+            **numbers,
+        ), state
+    blocked = _first_block(state, observation, ctx, settings, evaluation)
+    if blocked is not None:
+        reason, why = blocked
+        return make(
+            Action.HOLD,
+            f"hold {current.label}: {best.label} would gain {gain:+.1%} but {why}",
+            blocked_by=reason,
+            **numbers,
+        ), state
+    verification = Verification(
+        target=best,
+        previous=current,
+        switched_at=ctx.now,
+        predicted_gain=gain,
+        baseline_rate=state.last_rate,
+        baseline_batch=state.last_batch,
+    )
+    state = state.model_copy(
+        update={
+            "current": best,
+            "last_known_good": current,
+            "pending": None,
+            "verification": verification,
+            "changes": (*_recent(state.changes, ctx.now), ctx.now),
+        }
+    )
+    payback = (
+        settings.restart_downtime_s
+        * evaluation.current_value
+        * settings.restart_share
+        / max(evaluation.best_value - evaluation.current_value, 1e-9)
+    )
+    return make(
+        Action.SWITCH,
+        f"switch {current.label} -> {best.label}: {gain:+.1%} "
+        f"({evaluation.best_value:,.0f} vs {evaluation.current_value:,.0f} tokens/s "
+        f"expected, p50 batch {state.batch.quantile(0.5):.0f}); the restart pays back in "
+        f"{payback / 60:.0f} min; confidence {evaluation.confidence:.2f}",
+        **numbers,
+    ), state
+
+
+def _track_dwell(
+    state: TunerState,
+    observation: Observation,
+    ctx: Context,
+    settings: PolicySettings,
+    current: Setup,
+) -> TunerState:
+    """The dwell clock: since when the latest windows alone have pointed at one setup.
+
+    The batch history moves slowly on purpose; the dwell asks the complementary question,
+    whether the recent load has stayed on the same side of the crossover, so a sustained shift
+    is acted on one dwell after it began, while noise around the crossover keeps resetting it.
+    """
+    if not observation.usable or observation.batch is None:
+        return state
+    recent = BatchHistogram().add(demand(observation), ctx.now, settings.batch_half_life_s)
+    instant = evaluate(
+        state.model_copy(update={"batch": recent}),
+        ctx,
+        settings.model_copy(update={"min_batch_weight": 0}),
+        current,
+    )
+    if instant is None:
+        return state
+    target = instant.best
+    pending = state.pending
+    if pending is None or pending.target != target:
+        pending = Pending(target=target, since=ctx.now)
+    return state.model_copy(update={"pending": pending})
+
+
+def absorb(
+    state: TunerState, observation: Observation, ctx: Context, settings: PolicySettings
+) -> TunerState:
+    """Fold a window into the carried estimates and calibration (unusable windows change
+    nothing but the believed current setup)."""
+    current = ctx.deployed or state.current
+    if current is None and observation.live_setup is not None:
+        current = observation.live_setup.setup
+    update: dict[str, object] = {"current": current or PLAIN}
+    if not observation.usable or observation.batch is None:
+        return state.model_copy(update=update)
+    now = ctx.now
+    if state.verification is None or observation.window_start >= (
+        state.verification.switched_at + settings.verify_settle_s
+    ):
+        update["batch"] = state.batch.add(demand(observation), now, settings.batch_half_life_s)
+    acceptance = state.acceptance
+    stats = observation.acceptance
+    if stats is not None and stats.sufficient and current is not None and current.schedule:
+        # Under a K schedule, drafts of a band with smaller K never reach the later positions:
+        # only positions every observed band drafted are unbiased.
+        k_used = int(
+            current.spec_tokens_at(observation.batch.values or [batch_mean(observation)]).min()
+        )
+        stats = (
+            None
+            if k_used == 0
+            else stats.model_copy(
+                update={"accepted_per_position": stats.accepted_per_position[:k_used]}
+            )
+        )
+    if stats is not None and stats.sufficient:
+        acceptance = acceptance.add(stats, now, settings.acceptance_half_life_s)
+        update["acceptance"] = acceptance
+    live = observation.live_setup.setup if observation.live_setup else None
+    batch = observation.batch.mean
+    estimate = acceptance.estimate(now, settings.acceptance_memory_half_life_s)
+    calibrated_setup = current or live
+    if (
+        observation.step_time_s
+        and batch >= 1
+        and calibrated_setup is not None
+        and (live is None or live.spec_tokens == calibrated_setup.spec_tokens)
+    ):
+        accept = estimate or from_conditional([0.0] * calibrated_setup.spec_tokens)
+        if calibrated_setup.spec_tokens <= accept.max_spec_tokens:
+            curve = predict(
+                ctx.model, ctx.hardware, calibrated_setup, [round(batch)], accept, ctx.workload
+            )
+            update["calibration"] = state.calibration.add(
+                calibrated_setup.label,
+                batch,
+                observation.step_time_s,
+                float(curve.step_time_s[0]),
+                now,
+                half_life_s=settings.calibration_half_life_s,
+                bounds=settings.calibration_bounds,
+            )
+    if observation.generation_tokens_per_s and observation.series:
+        update["last_rate"] = observation.generation_tokens_per_s / observation.series
+        update["last_batch"] = float(np.mean(demand(observation)))
+    return state.model_copy(update=update)
+
+
+def demand(observation: Observation) -> list[float]:
+    """Requests each engine would run if they fit: running plus the mean waiting queue. The
+    running gauge alone stops at the capacity of the current setup and would hide the load a
+    roomier setup could serve."""
+    assert observation.batch is not None
+    waiting = observation.waiting_mean or 0.0
+    return [value + waiting for value in observation.batch.values]
+
+
+def batch_mean(observation: Observation) -> float:
+    return observation.batch.mean if observation.batch else 0.0
+
+
+def candidates(
+    state: TunerState, ctx: Context, settings: PolicySettings, acceptance: AcceptanceEstimate | None
+) -> tuple[list[Setup], list[str]]:
+    """Setups this engine accepts, within the settings, never beyond observed acceptance."""
+    notes: list[str] = []
+    engine = ctx.engine
+    windows: tuple[int, ...] = ()
+    if ctx.model.is_hybrid and engine.replay and settings.replay_windows:
+        if ctx.model.ssm_state_dtype in ("float32", "fp32") or settings.allow_low_precision_replay:
+            windows = settings.replay_windows
+        else:
+            notes.append(
+                f"replay not proposed: the SSM state is {ctx.model.ssm_state_dtype}, and a "
+                "low-precision state drifts under replay (allow_low_precision_replay overrides)"
+            )
+    ks: tuple[int, ...] = ()
+    if engine.speculation and ctx.drafter_available:
+        if acceptance is None:
+            notes.append("speculation not proposed: no acceptance observed yet")
+        else:
+            limit = min(acceptance.max_spec_tokens, engine.max_spec_tokens)
+            ks = tuple(k for k in settings.spec_tokens if 1 <= k <= limit)
+    setups = [PLAIN, *(Setup(replay_window=w) for w in windows)]
+    setups += [Setup(spec_tokens=k) for k in ks]
+    if engine.replay_with_speculation:
+        setups += [Setup(spec_tokens=k, replay_window=w) for k in ks for w in windows if w > k + 1]
+    quarantined = {k for k, until in state.quarantine.items() if until > ctx.now}
+    kept = [s for s in setups if s.label not in quarantined and engine.accepts(s)]
+    if len(kept) < len(setups):
+        notes.append(f"quarantined: {', '.join(sorted(quarantined))}")
+    return kept, notes
+
+
+def evaluate(
+    state: TunerState, ctx: Context, settings: PolicySettings, current: Setup
+) -> Evaluation | None:
+    """Expected tokens/s of every candidate over the batch distribution, and the best one."""
+    if state.batch.total < settings.min_batch_weight:
+        return None
+    batches, weights = state.batch.distribution()
+    point = state.acceptance.estimate(ctx.now, settings.acceptance_memory_half_life_s)
+    setups, notes = candidates(state, ctx, settings, point)
+    if ctx.engine.spec_schedule and settings.use_schedule and point is not None:
+        setups += _schedules(state, ctx, settings, setups, point)
+    if current not in setups:
+        setups.append(current)
+    scenarios = [point]
+    if point is not None:
+        scenarios += [
+            from_conditional(point.conditional_low),
+            from_conditional(point.conditional_high),
+        ]
+    tables: list[dict[str, float]] = []
+    for acceptance in scenarios:
+        tables.append(
+            {
+                s.label: objective(s, batches, weights, state, ctx, settings, acceptance)
+                for s in setups
+            }
+        )
+    values = tables[0]
+    by_label = {s.label: s for s in setups}
+    runnable = {k: v for k, v in values.items() if k != current.label or current in setups}
+    best_label = max(runnable, key=lambda k: runnable[k])
+    if settings.objective == "latency_slo" and not math.isfinite(values[best_label]):
+        notes.append("no setup meets the latency SLO: falling back to throughput")
+    current_value = values[current.label]
+    best_value = values[best_label]
+    gain = (best_value / current_value - 1.0) if current_value > 0 else math.inf
+    agreeing = sum(
+        1
+        for table in tables
+        if table[current.label] > 0
+        and table[best_label] / table[current.label] - 1.0 >= settings.min_gain
+    )
+    confidence = agreeing / len(tables) if gain >= settings.min_gain else 0.0
+    if point is not None:
+        age = state.acceptance.age_s(ctx.now)
+        if age is not None and age > settings.acceptance_half_life_s:
+            notes.append(
+                f"acceptance is remembered from {age / 60:.0f} min ago (speculation "
+                "off since); its interval widens with age"
+            )
+    return Evaluation(
+        values={k: v for k, v in values.items() if math.isfinite(v)},
+        setups=by_label,
+        best=by_label[best_label],
+        current_value=current_value,
+        best_value=best_value,
+        gain=gain,
+        confidence=confidence,
+        notes=tuple(notes),
+    )
+
+
+def objective(
+    setup: Setup,
+    batches: npt.NDArray[np.int64],
+    weights: npt.NDArray[np.float64],
+    state: TunerState,
+    ctx: Context,
+    settings: PolicySettings,
+    acceptance: AcceptanceEstimate | None,
+) -> float:
+    """Expected tokens/s over the batch distribution, calibrated; -inf when infeasible."""
+    if setup.spec_tokens and (acceptance is None or setup.spec_tokens > acceptance.max_spec_tokens):
+        return -math.inf
+    accept = acceptance or from_conditional([])
+    tokens, step = calibrated(setup, batches, state, ctx, settings, accept)
+    if settings.objective == "latency_slo" and settings.latency_slo_s:
+        quantile = state.batch.quantile(settings.latency_percentile)
+        at = int(np.argmin(np.abs(batches - quantile)))
+        curve_tau = tokens[at] * step[at] / max(batches[at], 1)
+        if step[at] / max(curve_tau, 1e-9) > settings.latency_slo_s:
+            return -math.inf
+    return float(np.dot(weights, tokens))
+
+
+def calibrated(
+    setup: Setup,
+    batches: npt.NDArray[np.int64],
+    state: TunerState,
+    ctx: Context,
+    settings: PolicySettings,
+    acceptance: AcceptanceEstimate,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Predicted tokens/s and step time per batch, corrected by measured/predicted factors."""
+    curve = predict(ctx.model, ctx.hardware, setup, batches, acceptance, ctx.workload)
+    factors = np.array(
+        [
+            state.calibration.factor(setup.label, b, ctx.now, settings.calibration_half_life_s)
+            for b in batches
+        ]
+    )
+    return curve.tokens_per_s / factors, curve.step_time_s * factors
+
+
+def _schedules(
+    state: TunerState,
+    ctx: Context,
+    settings: PolicySettings,
+    setups: Sequence[Setup],
+    acceptance: AcceptanceEstimate,
+) -> list[Setup]:
+    """For each replay option and each largest K, the best K per batch band (neighbours with
+    equal K merged). vLLM reserves state slots for the largest K at every batch, so each K is
+    evaluated with the capacity of the schedule's largest K."""
+    edges = np.asarray(BATCH_EDGES)
+    points = np.maximum(np.round(np.sqrt(edges[:-1] * (edges[1:] - 1))), edges[:-1]).astype(
+        np.int64
+    )
+    schedules = []
+    for window in sorted({s.replay_window for s in setups}):
+        ks = sorted({s.spec_tokens for s in setups if s.replay_window == window} - {0})
+        for top in ks:
+            options = list(range(top + 1))
+            table = np.vstack(
+                [
+                    calibrated(_flat(top, k, window), points, state, ctx, settings, acceptance)[0]
+                    for k in options
+                ]
+            )
+            best_k = [options[i] for i in np.argmax(table, axis=0)]
+            bands: list[ScheduleBand] = []
+            for i, k in enumerate(best_k):
+                start, end = int(edges[i]), int(edges[i + 1] - 1)
+                if bands and bands[-1].spec_tokens == k:
+                    bands[-1] = bands[-1].model_copy(update={"end_batch": end})
+                else:
+                    bands.append(ScheduleBand(start_batch=start, end_batch=end, spec_tokens=k))
+            if len(bands) > 1 and max(best_k) == top:
+                schedules.append(
+                    Setup(spec_tokens=top, replay_window=window, schedule=tuple(bands))
+                )
+    return schedules
+
+
+def _flat(top: int, k: int, window: int) -> Setup:
+    """K drafts at every batch, with the state slots of a schedule whose largest K is `top`."""
+    if k == top:
+        return Setup(spec_tokens=top, replay_window=window)
+    band = ScheduleBand(start_batch=1, end_batch=SCHEDULE_END, spec_tokens=k)
+    return Setup(spec_tokens=top, replay_window=window, schedule=(band,))
+
+
+def _first_block(
+    state: TunerState,
+    observation: Observation,
+    ctx: Context,
+    settings: PolicySettings,
+    evaluation: Evaluation,
+) -> tuple[BlockReason, str] | None:
+    now = ctx.now
+    pending = state.pending
+    dwelt = (now - pending.since) if pending and pending.target == evaluation.best else 0.0
+    gain_tokens = evaluation.best_value - evaluation.current_value
+    restart_tokens = settings.restart_downtime_s * evaluation.current_value * settings.restart_share
+    recent = _recent(state.changes, now)
+    last_hour = sum(1 for t in recent if t > now - HOUR)
+    last_change = max(recent) if recent else None
+    checks: list[tuple[bool, BlockReason, str]] = [
+        (
+            evaluation.gain < settings.min_gain,
+            BlockReason.BELOW_MIN_GAIN,
+            f"that is below the {settings.min_gain:.0%} minimum",
+        ),
+        (
+            evaluation.confidence < settings.min_confidence,
+            BlockReason.LOW_CONFIDENCE,
+            f"only {evaluation.confidence:.0%} of acceptance scenarios agree",
+        ),
+        (
+            dwelt < settings.dwell_s,
+            BlockReason.DWELL,
+            f"recent load has pointed at it for {dwelt:.0f}s of the {settings.dwell_s:.0f}s dwell",
+        ),
+        (
+            gain_tokens * settings.horizon_s <= restart_tokens * settings.restart_margin,
+            BlockReason.RESTART_COST,
+            f"{gain_tokens * settings.horizon_s:,.0f} tokens over the {settings.horizon_s:.0f}s "
+            f"horizon do not pay {settings.restart_margin:g} x the restart's "
+            f"{restart_tokens:,.0f}",
+        ),
+        (
+            last_hour >= settings.max_changes_per_hour
+            or len(recent) >= settings.max_changes_per_day,
+            BlockReason.BUDGET,
+            f"the change budget is spent ({last_hour}/h, {len(recent)}/day)",
+        ),
+        (
+            last_change is not None and now - last_change < settings.cooldown_s,
+            BlockReason.COOLDOWN,
+            f"the last change was {now - (last_change or now):.0f}s ago (cooldown "
+            f"{settings.cooldown_s:.0f}s)",
+        ),
+        (
+            not observation.usable,
+            BlockReason.STALE_DATA,
+            f"this window is unusable ({_why_unusable(observation)})",
+        ),
+        (
+            observation.usable and _insufficient(observation, evaluation.best),
+            BlockReason.INSUFFICIENT_DATA,
+            "this window has too few drafts to trust acceptance",
+        ),
+        (ctx.rollout_in_progress, BlockReason.ROLLOUT, "a rollout is in progress"),
+        (ctx.paused, BlockReason.PAUSED, "tuning is paused"),
+        (not ctx.leader, BlockReason.NOT_LEADER, "this instance is not the leader"),
+    ]
+    for failed, reason, why in checks:
+        if failed:
+            return reason, why
+    return None
+
+
+def _insufficient(observation: Observation, target: Setup) -> bool:
+    return bool(
+        target.spec_tokens
+        and observation.acceptance is not None
+        and not observation.acceptance.sufficient
+    )
+
+
+def _verify(
+    state: TunerState,
+    observation: Observation,
+    ctx: Context,
+    settings: PolicySettings,
+    make: Callable[..., Decision],
+) -> tuple[Decision, TunerState] | None:
+    """Judge a change once the rollout settled: revert it when it measures worse."""
+    verification = state.verification
+    assert verification is not None
+    target, previous = verification.target, verification.previous
+    settled_at = verification.switched_at + settings.verify_settle_s
+    live = observation.live_setup.setup if observation.live_setup else None
+    waiting = (
+        ctx.rollout_in_progress
+        or not observation.usable
+        or observation.window_start < settled_at
+        or (live is not None and live.spec_tokens != target.spec_tokens)
+        or not observation.generation_tokens_per_s
+        or observation.batch is None
+    )
+    if waiting:
+        decision = make(
+            Action.HOLD,
+            f"verifying {previous.label} -> {target.label}: waiting for a settled "
+            "window after the rollout",
+            target=target,
+            blocked_by=BlockReason.VERIFYING,
+        )
+        return decision, state
+    assert observation.generation_tokens_per_s is not None
+    # Compare engines' throughput at the same demand: per-request rates would mislead when
+    # the two setups fit different numbers of requests.
+    batch = float(np.mean(demand(observation)))
+    measured = observation.generation_tokens_per_s / max(observation.series, 1)
+    accept = state.acceptance.estimate(ctx.now, settings.acceptance_memory_half_life_s)
+    accept = accept or from_conditional([])
+    sizes = np.asarray([max(round(batch), 1)])
+    expected_previous = float("nan")
+    if previous.spec_tokens <= accept.max_spec_tokens:
+        tokens, _ = calibrated(previous, sizes, state, ctx, settings, accept)
+        expected_previous = float(tokens[0])
+    baseline = verification.baseline_rate
+    same_band = (
+        verification.baseline_batch is not None
+        and abs(math.log2(max(batch, 1) / max(verification.baseline_batch, 1))) < 0.5
+    )
+    reference = baseline if same_band and baseline else expected_previous
+    if math.isfinite(reference) and measured < reference * (1 - settings.regression_tolerance):
+        quarantine = dict(state.quarantine)
+        quarantine[target.label] = ctx.now + settings.quarantine_s
+        state = state.model_copy(
+            update={
+                "current": previous,
+                "verification": None,
+                "pending": None,
+                "quarantine": quarantine,
+                "changes": (*_recent(state.changes, ctx.now), ctx.now),
+            }
+        )
+        decision = make(
+            Action.REVERT,
+            f"revert {target.label} -> {previous.label}: measured "
+            f"{measured:,.0f} tokens/s per engine at demand {batch:.0f}, "
+            f"{1 - measured / reference:.0%} below the {reference:,.0f} the previous setup gives; "
+            f"{target.label} quarantined for {settings.quarantine_s / 3600:.1f} h",
+            target=previous,
+            gain=measured / reference - 1,
+            notes=(f"predicted gain was {verification.predicted_gain:+.1%}",),
+        )
+        decision = decision.model_copy(update={"current": target})
+        return decision, state
+    state = state.model_copy(update={"verification": None, "last_known_good": target})
+    decision = make(
+        Action.KEEP,
+        f"verified {target.label}: {measured:,.0f} tokens/s per engine at demand "
+        f"{batch:.0f} vs {reference:,.0f} for {previous.label} "
+        f"({measured / reference - 1:+.1%}; predicted {verification.predicted_gain:+.1%})",
+        target=target,
+        gain=measured / reference - 1 if reference else 0.0,
+    )
+    return decision, state
+
+
+def _recent(changes: Sequence[float], now: float) -> tuple[float, ...]:
+    return tuple(t for t in changes if t > now - DAY)
+
+
+def _why_unusable(observation: Observation) -> str:
+    if observation.usable:
+        return "usable"
+    reason = observation.reason or UnusableReason.EMPTY
+    return f"{reason.value}: {observation.detail}"

@@ -1,0 +1,122 @@
+"""A simulated engine whose true step times differ from the cost model by a hidden error, and
+Observations built from it exactly as a scrape window would be. Used by the policy tests, the
+decision-quality benchmark and the demo."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autotuner.core.acceptance import from_conditional
+from autotuner.core.costmodel import Workload, predict
+from autotuner.core.hardware import HardwareProfile
+from autotuner.core.model import ModelSpec
+from autotuner.core.observation import ObservationLimits, Ratio, WindowTotals, build_observation
+from autotuner.core.types import Observation, Setup
+
+StepError = Callable[[Setup, float], float]
+
+
+def no_error(setup: Setup, batch: float) -> float:
+    return 1.0
+
+
+def realistic_error(setup: Setup, batch: float) -> float:
+    """A plausible model error: state copies run slower than the SSM kernel estimate at large
+    batch, replay kernels a little faster, everything a bit slower at tiny batch."""
+    factor = 1.0 + 0.08 * np.exp(-batch / 8)
+    if setup.spec_tokens and not setup.replay_window:
+        factor *= 1.0 + 0.10 * min(batch / 256, 1.0)
+    if setup.replay_window:
+        factor *= 0.95
+    return float(factor)
+
+
+@dataclass
+class TruthEngine:
+    model: ModelSpec
+    hardware: HardwareProfile
+    workload: Workload = field(default_factory=Workload)
+    error: StepError = no_error
+
+    def step_time(self, setup: Setup, batch: float, rates: Sequence[float]) -> float:
+        k = int(setup.spec_tokens_at([max(round(batch), 1)])[0])
+        curve = predict(
+            self.model,
+            self.hardware,
+            setup,
+            [max(round(batch), 1)],
+            from_conditional(list(rates)[: max(setup.spec_tokens, k)] or []),
+            self.workload,
+        )
+        return float(curve.step_time_s[0]) * self.error(setup, batch)
+
+    def tokens_per_s(self, setup: Setup, batch: float, rates: Sequence[float]) -> float:
+        """What one engine really serves at this batch (queueing past capacity)."""
+        size = max(round(batch), 1)
+        accept = from_conditional(list(rates)[: setup.spec_tokens])
+        curve = predict(self.model, self.hardware, setup, [size], accept, self.workload)
+        return float(curve.tokens_per_s[0]) / self.error(setup, batch)
+
+    def observation(
+        self,
+        *,
+        now: float,
+        window_s: float,
+        setup: Setup,
+        batch: float | Sequence[float],
+        rates: Sequence[float],
+        engines: int = 1,
+        ssm_dtype: str = "float32",
+        limits: ObservationLimits | None = None,
+    ) -> Observation:
+        samples = list(batch) if isinstance(batch, Sequence) else [float(batch)] * 5
+        mean = float(np.mean(samples))
+        size = max(round(mean), 1)
+        k = int(setup.spec_tokens_at([size])[0])
+        used = list(rates)[:k]
+        reach = np.cumprod(used) if used else np.zeros(0)
+        tau = 1.0 + float(reach.sum())
+        step = self.step_time(setup, mean, rates)
+        capacity = predict(
+            self.model,
+            self.hardware,
+            setup,
+            [size],
+            from_conditional(list(rates)[: setup.spec_tokens]),
+            self.workload,
+        ).max_batch
+        running = min(mean, max(capacity, 1))
+        steps = window_s / step
+        request_steps = running * steps * engines
+        totals = WindowTotals(
+            start=now - window_s,
+            end=now,
+            last_sample_at=now,
+            series=engines,
+            batch_samples=[min(s, running) for s in samples] * engines,
+            waiting_samples=[max(s - running, 0.0) for s in samples] * engines,
+            generation_tokens_per_s=engines * running * tau / step,
+            step_time=Ratio(request_steps * step, request_steps),
+            time_per_output_token=Ratio(step / tau, 1.0),
+            prompt_length=Ratio(1024.0, 1.0),
+            generation_length=Ratio(512.0, 1.0),
+            cache_config={
+                "use_replayssm": str(bool(setup.replay_window)),
+                "replayssm_buffer_len": str(setup.replay_window or 16),
+                "mamba_ssm_cache_dtype": ssm_dtype,
+                "mamba_cache_mode": "none",
+            },
+        )
+        if setup.spec_tokens:
+            totals.speculation = True
+            drafts = request_steps if k else 0.0
+            totals.drafts = drafts
+            totals.draft_tokens = drafts * k
+            per_position = [drafts * float(r) for r in reach]
+            per_position += [0.0] * (setup.spec_tokens - len(per_position))
+            totals.accepted_per_position = per_position
+            totals.accepted = float(sum(per_position))
+        return build_observation("truth", totals, now=now, limits=limits or ObservationLimits())

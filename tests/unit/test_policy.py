@@ -1,0 +1,334 @@
+"""Scripted observation sequences through the policy; each behaviour of issue #10 is a test."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import pytest
+
+from autotuner.core.capabilities import UPSTREAM, EngineCapabilities
+from autotuner.core.costmodel import Workload
+from autotuner.core.hardware import HardwareProfile, datasheet
+from autotuner.core.model import ModelSpec
+from autotuner.core.observation import ObservationLimits
+from autotuner.core.policy import Context, PolicySettings, TunerState, decide
+from autotuner.core.registry import load_model
+from autotuner.core.types import Action, BlockReason, Decision, Observation, Setup, UnusableReason
+from autotuner.sim.truth import TruthEngine, realistic_error
+
+MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
+H200 = datasheet("H200")
+STATIC = EngineCapabilities(name="static-k", spec_schedule=False)
+SETTINGS = PolicySettings(
+    dwell_s=600,
+    cooldown_s=1800,
+    verify_settle_s=120,
+    restart_downtime_s=120,
+    min_batch_weight=5,
+    spec_tokens=(1, 2, 3),
+    replay_windows=(16,),
+    batch_half_life_s=300,
+)
+INTERVAL = 60.0
+LIMITS = ObservationLimits(min_drafts=100)
+WORKLOAD = Workload()
+
+
+@dataclass
+class Run:
+    """Drives the policy over a trace, applying every switch at once (restart not modelled)."""
+
+    engine: EngineCapabilities = STATIC
+    settings: PolicySettings = SETTINGS
+    model: ModelSpec = MODEL
+    start: Setup = field(default_factory=lambda: Setup(spec_tokens=3))
+    truth: TruthEngine = field(
+        default_factory=lambda: TruthEngine(MODEL, H200, WORKLOAD, realistic_error)
+    )
+    hardware: HardwareProfile = H200
+    workload: Workload = WORKLOAD
+    decisions: list[Decision] = field(default_factory=list)
+    state: TunerState = field(default_factory=TunerState)
+    deployed: Setup | None = None
+    now: float = 0.0
+
+    def step(
+        self,
+        batch: float | Sequence[float],
+        rates: Sequence[float],
+        *,
+        observation: Observation | None = None,
+        leader: bool = True,
+        paused: bool = False,
+        rollout_in_progress: bool = False,
+    ) -> Decision:
+        self.deployed = self.deployed or self.start
+        self.now += INTERVAL
+        obs = observation or self.truth.observation(
+            now=self.now,
+            window_s=INTERVAL,
+            setup=self.deployed,
+            batch=batch,
+            rates=rates,
+            limits=LIMITS,
+            ssm_dtype=self.model.ssm_state_dtype,
+        )
+        context = Context(
+            now=self.now,
+            model=self.model,
+            hardware=self.hardware,
+            engine=self.engine,
+            workload=self.workload,
+            deployed=self.deployed,
+            leader=leader,
+            paused=paused,
+            rollout_in_progress=rollout_in_progress,
+        )
+        decision, self.state = decide(self.state, obs, context, self.settings)
+        if decision.action in (Action.SWITCH, Action.REVERT):
+            self.deployed = decision.target
+        self.decisions.append(decision)
+        return decision
+
+    def run(self, minutes: int, batch: Callable[[int], float], rates: Sequence[float]) -> None:
+        for minute in range(minutes):
+            self.step(batch(minute), rates)
+
+    def changes(self) -> list[Decision]:
+        return [d for d in self.decisions if d.action in (Action.SWITCH, Action.REVERT)]
+
+
+HIGH = (0.8, 0.7, 0.6)
+
+
+def test_noise_around_the_crossover_changes_at_most_once() -> None:
+    run = Run()
+    # Find the crossover the policy itself sees, then hover around it for 6 hours.
+    run.run(20, lambda m: 64, HIGH)
+    crossover = 180.0
+    wobble = [0.7, 1.3, 0.9, 1.2, 0.8, 1.1]
+    run.run(360, lambda m: crossover * wobble[m % len(wobble)], HIGH)
+    assert len(run.changes()) <= 1
+
+
+def test_sustained_shift_switches_once_within_dwell_plus_two_intervals() -> None:
+    run = Run()
+    run.run(60, lambda m: 32, HIGH)
+    assert run.changes() == []
+    assert run.deployed is not None
+    assert run.deployed.spec_tokens > 0
+    shift_at = len(run.decisions)
+    run.run(90, lambda m: 512, HIGH)
+    changes = run.changes()
+    assert len(changes) == 1
+    switch = changes[0]
+    assert switch.target is not None
+    assert switch.target.spec_tokens == 0  # speculation with copies loses at 512 here
+    assert switch.target.replay_window
+    intervals_after_shift = run.decisions.index(switch) - shift_at + 1
+    assert intervals_after_shift * INTERVAL <= SETTINGS.dwell_s + 2 * INTERVAL
+
+
+def test_acceptance_drop_at_high_batch_drops_speculation() -> None:
+    run = Run(start=Setup(spec_tokens=3))
+    run.run(60, lambda m: 96, (0.85, 0.8, 0.75))
+    assert run.deployed is not None
+    assert run.deployed.spec_tokens > 0
+    run.run(120, lambda m: 96, (0.5, 0.5, 0.5))
+    assert run.deployed is not None
+    assert run.deployed.spec_tokens < 3
+
+
+def test_speculation_comes_back_from_memory_when_load_falls() -> None:
+    run = Run(start=Setup(spec_tokens=3))
+    run.run(40, lambda m: 16, HIGH)  # learn acceptance
+    run.run(120, lambda m: 512, HIGH)  # speculation switched off
+    assert run.deployed is not None
+    assert run.deployed.spec_tokens == 0
+    off_since = len(run.decisions)
+    run.run(150, lambda m: 4, HIGH)  # no new acceptance arrives while off
+    assert run.deployed is not None
+    assert run.deployed.spec_tokens > 0
+    back = [d for d in run.changes() if run.decisions.index(d) >= off_since]
+    assert back
+    assert any("remembered" in note for note in back[0].notes)
+
+
+def _warm(run: Run, batch: float = 512) -> None:
+    run.run(30, lambda m: batch, HIGH)
+
+
+def test_each_blocking_rule_is_named() -> None:
+    base = Run(start=Setup(spec_tokens=3), settings=SETTINGS.model_copy(update={"dwell_s": 0}))
+    base.run(10, lambda m: 32, HIGH)
+    for reason, leader, paused, rollout in (
+        (BlockReason.PAUSED, True, True, False),
+        (BlockReason.NOT_LEADER, False, False, False),
+        (BlockReason.ROLLOUT, True, False, True),
+    ):
+        run = replace(base, decisions=[])
+        for _ in range(20):
+            decision = run.step(
+                512, HIGH, leader=leader, paused=paused, rollout_in_progress=rollout
+            )
+            if decision.blocked_by == reason:
+                break
+        assert decision.action is Action.HOLD
+        assert decision.blocked_by is reason, decision.sentence
+
+
+def test_stale_and_insufficient_data_hold() -> None:
+    run = Run(settings=SETTINGS.model_copy(update={"dwell_s": 0}))
+    run.run(10, lambda m: 32, HIGH)
+    for _ in range(15):
+        run.step(512, HIGH)
+        if run.changes():
+            break
+    fresh = Run(settings=SETTINGS.model_copy(update={"dwell_s": 0}))
+    fresh.run(10, lambda m: 32, HIGH)
+    stale = Observation(
+        source="truth",
+        window_start=fresh.now,
+        window_end=fresh.now + 60,
+        usable=False,
+        reason=UnusableReason.STALE,
+        detail="old",
+    )
+    decision = fresh.step(32, HIGH, observation=stale)
+    assert decision.blocked_by in (BlockReason.STALE_DATA, None)
+    # With a recommendation pending, the stale window is what blocks it.
+    fresh.run(12, lambda m: 512, HIGH)
+    if not fresh.changes():
+        decision = fresh.step(512, HIGH, observation=stale)
+        assert decision.blocked_by is BlockReason.STALE_DATA
+    empty = Run()
+    first = empty.step(32, HIGH, observation=stale)
+    assert first.action is Action.HOLD
+    assert first.blocked_by is BlockReason.STALE_DATA
+
+
+def test_cooldown_holds_after_a_change() -> None:
+    settings = SETTINGS.model_copy(
+        update={"dwell_s": 0, "cooldown_s": 7200, "max_changes_per_hour": 5, "verify_settle_s": 0}
+    )
+    run = Run(settings=settings)
+    run.run(10, lambda m: 32, HIGH)
+    run.run(30, lambda m: 512, HIGH)
+    run.run(30, lambda m: 4, HIGH)
+    assert len(run.changes()) == 1
+    first = run.decisions.index(run.changes()[0])
+    later = [d.blocked_by for d in run.decisions[first + 1 :]]
+    assert BlockReason.COOLDOWN in later
+
+
+def test_budget_holds_when_spent() -> None:
+    settings = SETTINGS.model_copy(
+        update={"dwell_s": 0, "cooldown_s": 0, "verify_settle_s": 0, "max_changes_per_day": 1}
+    )
+    run = Run(settings=settings)
+    run.run(10, lambda m: 32, HIGH)
+    run.run(30, lambda m: 512, HIGH)
+    run.run(30, lambda m: 4, HIGH)
+    assert len(run.changes()) == 1
+    assert any(d.blocked_by is BlockReason.BUDGET for d in run.decisions)
+
+
+def test_a_change_that_measures_worse_is_reverted_and_quarantined() -> None:
+    def lying(setup: Setup, batch: float) -> float:
+        # Every setup but the starting one really runs 40% slower than predicted.
+        return 1.0 if setup == Setup(spec_tokens=3) else 1.4
+
+    run = Run(
+        truth=TruthEngine(MODEL, H200, WORKLOAD, lying),
+        settings=SETTINGS.model_copy(update={"dwell_s": 0}),
+    )
+    run.run(10, lambda m: 32, HIGH)
+    run.run(30, lambda m: 512, HIGH)
+    changes = run.changes()
+    assert [c.action for c in changes[:2]] == [Action.SWITCH, Action.REVERT]
+    tried = changes[0].target
+    assert tried is not None
+    revert = changes[1]
+    assert revert.target == Setup(spec_tokens=3)
+    assert "quarantined" in revert.sentence
+    assert tried.label in run.state.quarantine
+    # While quarantined it is not proposed again.
+    run.run(60, lambda m: 512, HIGH)
+    assert all(c.target != tried for c in run.changes()[2:])
+
+
+def test_restart_cost_larger_than_the_gain_holds() -> None:
+    settings = SETTINGS.model_copy(
+        update={"dwell_s": 0, "horizon_s": 60, "restart_downtime_s": 600}
+    )
+    run = Run(settings=settings)
+    run.run(10, lambda m: 32, HIGH)
+    run.run(10, lambda m: 512, HIGH)
+    assert run.changes() == []
+    assert run.decisions[-1].blocked_by is BlockReason.RESTART_COST
+
+
+def test_replay_with_a_bf16_state_is_not_proposed() -> None:
+    bf16 = MODEL.model_copy(update={"ssm_state_dtype": "bfloat16"})
+    run = Run(
+        model=bf16,
+        truth=TruthEngine(bf16, H200, WORKLOAD),
+        settings=SETTINGS.model_copy(update={"dwell_s": 0}),
+    )
+    run.run(40, lambda m: 512, HIGH)
+    assert all(not (d.target and d.target.replay_window) for d in run.decisions)
+    assert any("bfloat16" in note for d in run.decisions for note in d.notes)
+
+
+def test_schedule_turns_speculation_off_above_the_crossover() -> None:
+    # Two B200s at low acceptance: K=1 beats plain between batch 14 and 273 and loses above,
+    # where a K=1 schedule still fits every request: the schedule turns drafting off there.
+    b200, tp2 = datasheet("B200"), Workload(tensor_parallel=2)
+    run = Run(
+        engine=UPSTREAM,
+        hardware=b200,
+        workload=tp2,
+        truth=TruthEngine(MODEL, b200, tp2),
+        settings=SETTINGS.model_copy(update={"dwell_s": 0, "replay_windows": (), "min_gain": 0.02}),
+    )
+    mixed = [32, 64, 128, 300, 320, 300]
+    run.run(60, lambda m: mixed[m % len(mixed)], (0.3, 0.3, 0.3))
+    scheduled = [d for d in run.changes() if d.target and d.target.schedule]
+    assert scheduled, [d.sentence for d in run.decisions[-3:]]
+    target = scheduled[0].target
+    assert target is not None
+    assert target.spec_tokens_at([64])[0] > 0
+    assert target.spec_tokens_at([320])[0] == 0
+
+
+def test_decisions_are_deterministic_and_explained() -> None:
+    def trace() -> list[Decision]:
+        run = Run()
+        run.run(30, lambda m: 32 if m < 10 else 512, HIGH)
+        return run.decisions
+
+    first, second = trace(), trace()
+    assert first == second
+    assert all(d.sentence for d in first)
+    switch = next(d for d in first if d.action is Action.SWITCH)
+    assert "%" in switch.sentence
+    assert switch.predicted_tokens_per_s
+    assert switch.confidence > 0
+
+
+def test_state_round_trips_through_json() -> None:
+    run = Run()
+    run.run(40, lambda m: 32 if m < 10 else 512, HIGH)
+    restored = TunerState.model_validate_json(run.state.model_dump_json())
+    assert restored == run.state
+
+
+@pytest.mark.parametrize("objective", ["throughput", "latency_slo"])
+def test_latency_slo_objective_is_respected(objective: str) -> None:
+    settings = SETTINGS.model_copy(
+        update={"dwell_s": 0, "objective": objective, "latency_slo_s": 0.02}
+    )
+    run = Run(settings=settings)
+    run.run(30, lambda m: 128, HIGH)
+    assert run.decisions[-1].sentence
