@@ -66,7 +66,9 @@ class PolicySettings(BaseModel):
     acceptance_memory_half_life_s: float = Field(
         6 * HOUR, gt=0, description="How fast remembered acceptance loses confidence when off."
     )
-    batch_half_life_s: float = Field(2 * HOUR, gt=0, description="Half-life of batch history.")
+    batch_half_life_s: float = Field(
+        900, gt=0, description="Half-life of the batch history the expected gain is taken over."
+    )
     calibration_half_life_s: float = Field(6 * HOUR, gt=0)
     calibration_bounds: tuple[float, float] = (0.5, 2.0)
     min_batch_weight: float = Field(
@@ -193,7 +195,7 @@ def decide(
         "notes": evaluation.notes,
     }
     best, gain = evaluation.best, evaluation.gain
-    state = _track_dwell(state, observation, ctx, settings, current)
+    state = _track_dwell(state, observation, ctx, settings, current, best)
     if best == current or gain <= 0:
         return make(
             Action.KEEP,
@@ -250,29 +252,29 @@ def _track_dwell(
     ctx: Context,
     settings: PolicySettings,
     current: Setup,
+    best: Setup,
 ) -> TunerState:
-    """The dwell clock: since when the latest windows alone have pointed at one setup.
+    """The dwell clock: since when the latest windows alone have favoured leaving `current`.
 
     The batch history moves slowly on purpose; the dwell asks the complementary question,
-    whether the recent load has stayed on the same side of the crossover, so a sustained shift
-    is acted on one dwell after it began, while noise around the crossover keeps resetting it.
+    whether recent load has kept favouring the recommended change by at least `min_gain`. A
+    sustained shift is acted on one dwell after it began; noise around the crossover keeps
+    resetting the clock.
     """
     if not observation.usable or observation.batch is None:
         return state
+    if best == current:
+        return state.model_copy(update={"pending": None})
     recent = BatchHistogram().add(demand(observation), ctx.now, settings.batch_half_life_s)
-    instant = evaluate(
-        state.model_copy(update={"batch": recent}),
-        ctx,
-        settings.model_copy(update={"min_batch_weight": 0}),
-        current,
-    )
-    if instant is None:
-        return state
-    target = instant.best
-    pending = state.pending
-    if pending is None or pending.target != target:
-        pending = Pending(target=target, since=ctx.now)
-    return state.model_copy(update={"pending": pending})
+    batches, weights = recent.distribution()
+    accept = state.acceptance.estimate(ctx.now, settings.acceptance_memory_half_life_s)
+    now_best = objective(best, batches, weights, state, ctx, settings, accept)
+    now_current = objective(current, batches, weights, state, ctx, settings, accept)
+    favoured = now_current > 0 and now_best / now_current - 1 >= settings.min_gain
+    if not favoured:
+        return state.model_copy(update={"pending": None})
+    since = state.pending.since if state.pending is not None else ctx.now
+    return state.model_copy(update={"pending": Pending(target=best, since=since)})
 
 
 def absorb(
@@ -546,7 +548,7 @@ def _first_block(
 ) -> tuple[BlockReason, str] | None:
     now = ctx.now
     pending = state.pending
-    dwelt = (now - pending.since) if pending and pending.target == evaluation.best else 0.0
+    dwelt = (now - pending.since) if pending is not None else 0.0
     gain_tokens = evaluation.best_value - evaluation.current_value
     restart_tokens = settings.restart_downtime_s * evaluation.current_value * settings.restart_share
     recent = _recent(state.changes, now)

@@ -28,3 +28,27 @@ def test_observe_parse_benchmark_runs() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "ratio ours / prometheus_client parser" in result.stdout
+
+
+def test_decision_quality_benchmark_runs() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.decision_quality",
+            "--hours",
+            "2",
+            "--interval",
+            "600",
+            "--traces",
+            "step",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "oracle" in result.stdout
+    assert result.stdout.count("targets:") == 2
