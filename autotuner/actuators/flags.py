@@ -1,0 +1,311 @@
+"""Render a Setup into vLLM args and parse args back into a Setup (pure).
+
+Only the managed flags change; every other argument keeps its bytes and its position. Values
+written come from the Setup (typed settings and the policy), never from outside text: the
+operator's own `--speculative-config` fields (method, draft model, ...) are kept as they are.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from autotuner.core.types import ScheduleBand, Setup
+from autotuner.errors import InputError
+
+
+class FlagNames(BaseModel):
+    """The spelling of each managed flag in one vLLM version range (overridable in settings)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    speculative_config: str = "--speculative-config"
+    use_replayssm: str = "--use-replayssm"
+    replayssm_buffer_len: str = "--replayssm-buffer-len"
+    mamba_ssm_cache_dtype: str = "--mamba-ssm-cache-dtype"
+
+
+# Version range -> flag names. ReplaySSM flags exist from the build that merged PR #48018.
+FLAG_TABLE: dict[str, FlagNames] = {"default": FlagNames()}
+
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+K_KEY = "num_speculative_tokens"
+DEFAULT_REPLAY_WINDOW = 16
+
+
+class ArgsError(InputError):
+    """The args cannot be read or written safely; nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One occurrence of a flag: its index, and where its value sits."""
+
+    index: int
+    joined: bool  # --flag=value (True) or --flag value (False) or a bare switch
+    value: str | None
+    value_index: int | None
+
+
+def find(args: Sequence[str], name: str) -> Flag | None:
+    """The last occurrence of `name` (argparse keeps the last), as `--x v` or `--x=v`."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == name:
+            has_value = i + 1 < len(args) and not args[i + 1].startswith("--")
+            found = Flag(i, False, args[i + 1] if has_value else None, i + 1 if has_value else None)
+        elif arg.startswith(name + "="):
+            found = Flag(i, True, arg[len(name) + 1 :], i)
+    return found
+
+
+def read_json(text: str, flag: str) -> dict[str, Any]:
+    """A JSON object, in double quotes or (as operators write in YAML) single quotes."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise ArgsError(f"{flag}: value is not a JSON object: {text[:80]!r}") from None
+    if not isinstance(value, dict):
+        raise ArgsError(f"{flag}: value is not a JSON object: {text[:80]!r}")
+    return value
+
+
+def parse_setup(args: Sequence[str], names: FlagNames | None = None) -> Setup:
+    """The Setup the args configure."""
+    names = names or FlagNames()
+    spec = find(args, names.speculative_config)
+    k, schedule = 0, tuple[ScheduleBand, ...]()
+    if spec is not None:
+        if spec.value is None:
+            raise ArgsError(f"{names.speculative_config} has no value")
+        config = read_json(spec.value, names.speculative_config)
+        k = int(config.get(K_KEY, 0) or 0)
+        bands = config.get(SCHEDULE_KEY) or []
+        try:
+            schedule = tuple(
+                ScheduleBand(start_batch=int(a), end_batch=int(b), spec_tokens=int(c))
+                for a, b, c in bands
+            )
+        except (TypeError, ValueError) as exc:
+            raise ArgsError(f"{SCHEDULE_KEY}: cannot read {bands!r} ({exc})") from None
+    window = 0
+    replay = find(args, names.use_replayssm)
+    if replay is not None and _truthy(replay):
+        length = find(args, names.replayssm_buffer_len)
+        window = int(length.value) if length and length.value else DEFAULT_REPLAY_WINDOW
+    try:
+        return Setup(spec_tokens=k, schedule=schedule, replay_window=window)
+    except ValueError as exc:
+        raise ArgsError(f"the args configure an invalid setup: {exc}") from None
+
+
+def _truthy(flag: Flag) -> bool:
+    if not flag.joined:
+        return True  # a bare switch (a following value would belong to another flag)
+    return (flag.value or "").lower() not in ("false", "0", "no")
+
+
+def speculative_config(
+    args: Sequence[str], names: FlagNames | None = None
+) -> dict[str, Any] | None:
+    """The operator's speculative config in the args, if any (kept to turn speculation back on)."""
+    names = names or FlagNames()
+    spec = find(args, names.speculative_config)
+    return read_json(spec.value, names.speculative_config) if spec and spec.value else None
+
+
+def render(
+    args: Sequence[str],
+    setup: Setup,
+    *,
+    names: FlagNames | None = None,
+    saved_speculative_config: dict[str, Any] | None = None,
+    allow_low_precision_replay: bool = False,
+) -> list[str]:
+    """New args that configure `setup`; untouched args keep their bytes and order.
+
+    Turning speculation on needs the operator's drafter: the config in the args, or the one
+    saved when the tuner turned speculation off. The tuner never invents a drafter.
+    """
+    names = names or FlagNames()
+    out = list(args)
+    if setup == parse_setup(out, names):
+        return out
+    if setup.replay_window and not allow_low_precision_replay:
+        dtype = find(out, names.mamba_ssm_cache_dtype)
+        if dtype and dtype.value and dtype.value not in ("float32", "auto"):
+            raise ArgsError(
+                f"refusing replay with {names.mamba_ssm_cache_dtype} {dtype.value}: a "
+                "low-precision SSM state drifts under replay"
+            )
+    out = _render_spec(out, setup, names, saved_speculative_config)
+    return _render_replay(out, setup, names)
+
+
+def _render_spec(
+    args: list[str], setup: Setup, names: FlagNames, saved: dict[str, Any] | None
+) -> list[str]:
+    spec = find(args, names.speculative_config)
+    if setup.spec_tokens == 0:
+        return _remove(args, spec) if spec else args
+    current = read_json(spec.value, names.speculative_config) if spec and spec.value else None
+    base = current or saved
+    if not base or not (base.get("method") or base.get("model")):
+        raise ArgsError(
+            "speculation needs the operator's drafter (a --speculative-config with a method); "
+            "none is in the args or saved: the tuner never invents one"
+        )
+    config = dict(base)
+    config[K_KEY] = setup.spec_tokens
+    if setup.schedule:
+        config[SCHEDULE_KEY] = [[b.start_batch, b.end_batch, b.spec_tokens] for b in setup.schedule]
+    else:
+        config.pop(SCHEDULE_KEY, None)
+    value = json.dumps(config, separators=(",", ":"))
+    if spec is None:
+        return [*args, names.speculative_config, value]
+    out = list(args)
+    if spec.joined:
+        out[spec.index] = f"{names.speculative_config}={value}"
+    elif spec.value_index is not None:
+        out[spec.value_index] = value
+    return out
+
+
+def _render_replay(args: list[str], setup: Setup, names: FlagNames) -> list[str]:
+    out = args
+    switch = find(out, names.use_replayssm)
+    if not setup.replay_window:
+        if switch:
+            out = _remove(out, switch, bare=not switch.joined)
+        length = find(out, names.replayssm_buffer_len)
+        return _remove(out, length) if length else out
+    if switch is None:
+        out = [*out, names.use_replayssm]
+    elif switch.joined and not _truthy(switch):
+        out = list(out)
+        out[switch.index] = names.use_replayssm
+    length = find(out, names.replayssm_buffer_len)
+    value = str(setup.replay_window)
+    if length is None:
+        return [*out, names.replayssm_buffer_len, value]
+    out = list(out)
+    if length.joined:
+        out[length.index] = f"{names.replayssm_buffer_len}={value}"
+    elif length.value_index is not None:
+        out[length.value_index] = value
+    else:
+        out.insert(length.index + 1, value)
+    return out
+
+
+def _remove(args: Sequence[str], flag: Flag, *, bare: bool = False) -> list[str]:
+    drop = {flag.index}
+    if not bare and not flag.joined and flag.value_index is not None:
+        drop.add(flag.value_index)
+    return [a for i, a in enumerate(args) if i not in drop]
+
+
+# --------------------------------------------------------------------------- shell strings
+
+_SHELL_SYNTAX = re.compile(r"[;&|<>`$()\n]|\{\s")
+
+
+@dataclass(frozen=True)
+class Token:
+    value: str
+    start: int
+    end: int
+
+
+def shell_tokens(line: str) -> list[Token]:
+    """Split a plain command line like a POSIX shell, keeping each token's span.
+
+    Refuses anything beyond words and quotes (pipes, &&, redirections, substitutions): the
+    tuner edits only command lines it fully understands.
+    """
+    tokens: list[Token] = []
+    i, n = 0, len(line)
+    while i < n:
+        while i < n and line[i] in " \t":
+            i += 1
+        if i >= n:
+            break
+        start, value = i, []
+        while i < n and line[i] not in " \t":
+            char = line[i]
+            if char == "'":
+                end = line.find("'", i + 1)
+                if end < 0:
+                    raise ArgsError("unterminated single quote in the command line")
+                value.append(line[i + 1 : end])
+                i = end + 1
+            elif char == '"':
+                i += 1
+                while i < n and line[i] != '"':
+                    if line[i] == "\\" and i + 1 < n and line[i + 1] in '"\\$`':
+                        i += 1
+                    elif line[i] in "$`":
+                        raise ArgsError("shell substitution in the command line: refused")
+                    value.append(line[i])
+                    i += 1
+                if i >= n:
+                    raise ArgsError("unterminated double quote in the command line")
+                i += 1
+            elif char == "\\" and i + 1 < n:
+                value.append(line[i + 1])
+                i += 2
+            elif _SHELL_SYNTAX.match(char):
+                raise ArgsError(
+                    f"the command line uses shell syntax ({char!r}): only a plain command line "
+                    "can be edited safely"
+                )
+            else:
+                value.append(char)
+                i += 1
+        tokens.append(Token("".join(value), start, i))
+    return tokens
+
+
+def quote(value: str) -> str:
+    """Single-quote a value for a shell unless it is a plain word."""
+    if value and re.fullmatch(r"[A-Za-z0-9_@%+=:,./-]+", value):
+        return value
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+def render_shell(line: str, setup: Setup, **options: Any) -> str:
+    """Edit a plain command line: managed tokens are rewritten in place, the rest of the string
+    (spacing, quoting, other flags) keeps its bytes."""
+    tokens = shell_tokens(line)
+    words = [t.value for t in tokens]
+    new = render(words, setup, **options)
+    if new == words:
+        return line
+    pieces: list[str] = []
+    cursor = 0
+    for tag, i1, i2, j1, j2 in SequenceMatcher(a=words, b=new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            end = tokens[i2 - 1].end
+            pieces.append(line[cursor:end])
+            cursor = end
+            continue
+        if i2 > i1:  # dropped or replaced words go, with the blank before them
+            cursor = tokens[i2 - 1].end
+        pieces.extend(" " + quote(word) for word in new[j1:j2])
+    pieces.append(line[cursor:])
+    return "".join(pieces)
+
+
+def parse_shell(line: str, names: FlagNames | None = None) -> Setup:
+    return parse_setup([t.value for t in shell_tokens(line)], names)
