@@ -84,7 +84,8 @@ def parse_setup(args: Sequence[str], names: FlagNames | None = None) -> Setup:
     """The Setup the args configure."""
     names = names or FlagNames()
     spec = find(args, names.speculative_config)
-    k, schedule = 0, tuple[ScheduleBand, ...]()
+    k = 0
+    schedule: tuple[ScheduleBand, ...] = ()
     if spec is not None:
         if spec.value is None:
             raise ArgsError(f"{names.speculative_config} has no value")
@@ -309,3 +310,75 @@ def render_shell(line: str, setup: Setup, **options: Any) -> str:
 
 def parse_shell(line: str, names: FlagNames | None = None) -> Setup:
     return parse_setup([t.value for t in shell_tokens(line)], names)
+
+
+# --------------------------------------------------------------------------- containers
+
+
+def _shell_index(values: Sequence[str]) -> int | None:
+    """Index of a `sh -c "<command line>"` string in a command/args list, if any."""
+    for i in range(2, len(values)):
+        if values[i - 1] == "-c" and values[i - 2].rsplit("/", 1)[-1] in ("sh", "bash", "dash"):
+            return i
+    return None
+
+
+def _managed(values: Sequence[str], names: FlagNames) -> bool:
+    flags = (names.speculative_config, names.use_replayssm, names.replayssm_buffer_len)
+    return any(v.split("=", 1)[0] in flags for v in values)
+
+
+def _where(command: Sequence[str], args: Sequence[str], names: FlagNames) -> str:
+    """Which list holds the vLLM command line: 'command', 'args' or a shell string in one."""
+    for label, values in (("command", command), ("args", args)):
+        shell = _shell_index(values)
+        if shell is not None:
+            return f"{label}-shell"
+    in_command, in_args = _managed(command, names), _managed(args, names)
+    if in_command and in_args:
+        raise ArgsError("managed flags appear in both command and args: refusing to guess")
+    return "command" if in_command or (not args and command) else "args"
+
+
+def container_setup(
+    command: Sequence[str], args: Sequence[str], names: FlagNames | None = None
+) -> Setup:
+    """The Setup a container's command and args configure."""
+    names = names or FlagNames()
+    where = _where(command, args, names)
+    values = command if where.startswith("command") else args
+    if where.endswith("shell"):
+        index = _shell_index(values)
+        assert index is not None
+        return parse_shell(values[index], names)
+    return parse_setup(values, names)
+
+
+def container_speculative_config(
+    command: Sequence[str], args: Sequence[str], names: FlagNames | None = None
+) -> dict[str, Any] | None:
+    names = names or FlagNames()
+    where = _where(command, args, names)
+    values = command if where.startswith("command") else args
+    if where.endswith("shell"):
+        index = _shell_index(values)
+        assert index is not None
+        values = [t.value for t in shell_tokens(values[index])]
+    return speculative_config(values, names)
+
+
+def render_container(
+    command: Sequence[str], args: Sequence[str], setup: Setup, **options: Any
+) -> tuple[list[str], list[str]]:
+    """New (command, args) for `setup`; the list without vLLM flags is returned unchanged."""
+    names = options.get("names") or FlagNames()
+    where = _where(command, args, names)
+    new_command, new_args = list(command), list(args)
+    target = new_command if where.startswith("command") else new_args
+    if where.endswith("shell"):
+        index = _shell_index(target)
+        assert index is not None
+        target[index] = render_shell(target[index], setup, **options)
+    else:
+        target[:] = render(target, setup, **options)
+    return new_command, new_args

@@ -1,0 +1,86 @@
+"""What every actuator reports and returns, and the one error family they raise."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from autotuner.core.types import Setup
+from autotuner.errors import AutotunerError
+
+
+class ActuatorError(AutotunerError):
+    """A change could not be read or written; nothing was changed unless `partial` says so."""
+
+
+class ConflictError(ActuatorError):
+    """The target changed since it was read (HTTP 409): re-read and re-decide, never retry."""
+
+
+class ForbiddenError(ActuatorError):
+    """RBAC refused the verb (HTTP 403)."""
+
+
+@dataclass(frozen=True)
+class RolloutStatus:
+    done: bool
+    stuck: str | None = None  # e.g. "ProgressDeadlineExceeded: 0/1 nodes ... nvidia.com/gpu"
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class LiveTarget:
+    """The target as it is now: the vLLM command line, what it configures, and our state."""
+
+    description: str
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    setup: Setup
+    speculative_config: dict[str, Any] | None
+    state: str | None  # the persisted TunerState JSON, if any
+    paused: bool
+    version: str | None  # resourceVersion (Kubernetes) or a content hash
+    rollout: RolloutStatus
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    changed: bool
+    dry_run: bool
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+    diff: str
+    version: str | None = None
+
+
+def args_diff(before: Sequence[str], after: Sequence[str], label: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            [f"{a}\n" for a in before],
+            [f"{a}\n" for a in after],
+            fromfile=f"{label} (before)",
+            tofile=f"{label} (after)",
+        )
+    )
+
+
+class Actuator(Protocol):
+    """Reads the live vLLM setup and carries out changes. It never decides."""
+
+    def read(self) -> LiveTarget: ...
+
+    def apply(
+        self,
+        setup: Setup,
+        *,
+        state: str | None,
+        expected_version: str | None,
+        saved_speculative_config: dict[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> ApplyResult: ...
+
+    def save_state(self, state: str, *, expected_version: str | None) -> str | None: ...
+
+    def event(self, reason: str, message: str, *, warning: bool = False) -> None: ...

@@ -1,0 +1,364 @@
+"""The Kubernetes actuator: the vLLM Deployment (or StatefulSet) through the official client.
+
+Every write is one strategic-merge patch of the container's args and the state annotation,
+guarded by the resourceVersion that was read (a 409 means re-read and re-decide), and
+preceded by a server-side dry run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from autotuner.actuators.base import (
+    ActuatorError,
+    ApplyResult,
+    ConflictError,
+    ForbiddenError,
+    LiveTarget,
+    RolloutStatus,
+    args_diff,
+)
+from autotuner.actuators.flags import (
+    ArgsError,
+    FlagNames,
+    container_setup,
+    container_speculative_config,
+    render_container,
+)
+from autotuner.core.types import Setup
+from autotuner.errors import InputError
+
+STATE_ANNOTATION = "spec-autotuner.io/state"
+PAUSE_ANNOTATION = "spec-autotuner.io/paused"
+SMP = "application/strategic-merge-patch+json"
+
+
+@dataclass(frozen=True)
+class K8sTarget:
+    """k8s://NAMESPACE/deployment|statefulset/NAME[/CONTAINER]"""
+
+    namespace: str
+    kind: str
+    name: str
+    container: str | None = None
+
+    @classmethod
+    def parse(cls, uri: str) -> K8sTarget:
+        match = re.fullmatch(
+            r"k8s://([a-z0-9-]+)/(deployment|statefulset)/([a-z0-9.-]+)(?:/([a-z0-9-]+))?", uri
+        )
+        if match is None:
+            raise InputError(
+                f"cannot read target {uri!r}: use k8s://NAMESPACE/deployment/NAME[/CONTAINER]"
+            )
+        namespace, kind, name, container = match.groups()
+        return cls(namespace, kind, name, container)
+
+    def __str__(self) -> str:
+        suffix = f"/{self.container}" if self.container else ""
+        return f"k8s://{self.namespace}/{self.kind}/{self.name}{suffix}"
+
+
+def api_client(host: str | None = None, *, timeout_s: float = 10.0) -> k8s.ApiClient:
+    """In-cluster config when running in a pod, else kubeconfig; `host` for tests."""
+    from kubernetes import config
+
+    if host is not None:
+        configuration = k8s.Configuration()
+        configuration.host = host
+    else:
+        try:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        configuration = k8s.Configuration.get_default_copy()
+    configuration.retries = False
+    api = k8s.ApiClient(configuration)
+    api.rest_client.pool_manager.connection_pool_kw["timeout"] = urllib3.Timeout(
+        connect=timeout_s, read=timeout_s
+    )
+    return api
+
+
+def discover_target(
+    api: k8s.ApiClient, namespace: str, pod: str, container: str | None = None
+) -> K8sTarget:
+    """Walk the pod's owner chain (Pod -> ReplicaSet -> Deployment, or Pod -> StatefulSet)."""
+    core, apps = k8s.CoreV1Api(api), k8s.AppsV1Api(api)
+    try:
+        meta = core.read_namespaced_pod(pod, namespace).metadata
+        for owner in (meta.owner_references if meta else None) or []:
+            if owner.kind == "StatefulSet":
+                return K8sTarget(namespace, "statefulset", owner.name, container)
+            if owner.kind == "ReplicaSet":
+                rs_meta = apps.read_namespaced_replica_set(owner.name, namespace).metadata
+                for parent in (rs_meta.owner_references if rs_meta else None) or []:
+                    if parent.kind == "Deployment":
+                        return K8sTarget(namespace, "deployment", parent.name, container)
+    except ApiException as exc:
+        raise _error(exc, f"pod {namespace}/{pod}") from None
+    raise ActuatorError(f"pod {namespace}/{pod} is not owned by a Deployment or StatefulSet")
+
+
+class KubernetesActuator:
+    def __init__(
+        self,
+        target: K8sTarget,
+        api: k8s.ApiClient,
+        *,
+        names: FlagNames | None = None,
+        field_manager: str = "spec-autotuner",
+        identity: str = "spec-autotuner",
+        allow_surge: bool = False,
+        allow_low_precision_replay: bool = False,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.target = target
+        self.apps = k8s.AppsV1Api(api)
+        self.core = k8s.CoreV1Api(api)
+        self.names = names or FlagNames()
+        self.field_manager = field_manager
+        self.identity = identity
+        self.allow_surge = allow_surge
+        self.allow_low_precision_replay = allow_low_precision_replay
+        self.timeout_s = timeout_s
+        self._uid: str | None = None
+
+    # ----------------------------------------------------------------- reading
+
+    def _get(self) -> dict[str, Any]:
+        t = self.target
+        obj: Any
+        try:
+            if t.kind == "deployment":
+                obj = self.apps.read_namespaced_deployment(
+                    t.name, t.namespace, _request_timeout=self.timeout_s
+                )
+            else:
+                obj = self.apps.read_namespaced_stateful_set(
+                    t.name, t.namespace, _request_timeout=self.timeout_s
+                )
+        except ApiException as exc:
+            raise _error(exc, str(t)) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ActuatorError(f"{t}: API server unreachable or slow ({exc})") from None
+        raw: dict[str, Any] = self.apps.api_client.sanitize_for_serialization(obj)
+        return raw
+
+    def _container(self, raw: dict[str, Any]) -> dict[str, Any]:
+        containers = raw["spec"]["template"]["spec"]["containers"]
+        wanted = self.target.container
+        if wanted is None:
+            if len(containers) == 1:
+                return containers[0]  # type: ignore[no-any-return]
+            vllm = [c for c in containers if "vllm" in c["name"]]
+            if len(vllm) == 1:
+                return vllm[0]  # type: ignore[no-any-return]
+            raise ActuatorError(
+                f"{self.target}: several containers ({', '.join(c['name'] for c in containers)})"
+                "; name the vLLM one in the target"
+            )
+        for container in containers:
+            if container["name"] == wanted:
+                return container  # type: ignore[no-any-return]
+        raise ActuatorError(f"{self.target}: no container named {wanted!r}")
+
+    def read(self) -> LiveTarget:
+        raw = self._get()
+        self._uid = raw["metadata"].get("uid")
+        container = self._container(raw)
+        command, args = container.get("command") or [], container.get("args") or []
+        annotations = raw["metadata"].get("annotations") or {}
+        try:
+            setup = container_setup(command, args, self.names)
+            drafter = container_speculative_config(command, args, self.names)
+        except ArgsError as exc:
+            raise ActuatorError(f"{self.target}: {exc}") from None
+        return LiveTarget(
+            description=f"{self.target} container {container['name']}",
+            command=tuple(command),
+            args=tuple(args),
+            setup=setup,
+            speculative_config=drafter,
+            state=annotations.get(STATE_ANNOTATION),
+            paused=annotations.get(PAUSE_ANNOTATION, "").lower() in ("true", "1", "yes"),
+            version=raw["metadata"].get("resourceVersion"),
+            rollout=_rollout(raw),
+        )
+
+    def surge_risk(self) -> str | None:
+        """A reason the rollout can deadlock on GPUs (maxSurge >= 1), or None."""
+        raw = self._get()
+        if self.target.kind != "deployment":
+            return None
+        strategy = raw["spec"].get("strategy") or {}
+        if strategy.get("type") == "Recreate":
+            return None
+        surge = (strategy.get("rollingUpdate") or {}).get("maxSurge", "25%")
+        replicas = raw["spec"].get("replicas", 1)
+        if isinstance(surge, str) and surge.endswith("%"):
+            surge_pods = -(-int(surge[:-1]) * replicas // 100)
+        else:
+            surge_pods = int(surge)
+        if surge_pods >= 1:
+            return (
+                f"{self.target}: maxSurge {surge} starts a new GPU pod before an old one "
+                "stops; without a spare GPU it stays Pending forever (set maxSurge 0, or "
+                "allow_surge)"
+            )
+        return None
+
+    # ----------------------------------------------------------------- writing
+
+    def apply(
+        self,
+        setup: Setup,
+        *,
+        state: str | None,
+        expected_version: str | None,
+        saved_speculative_config: dict[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> ApplyResult:
+        live = self.read()
+        if expected_version is not None and live.version != expected_version:
+            raise ConflictError(
+                f"{self.target} changed since it was read ({expected_version} -> {live.version})"
+            )
+        risk = self.surge_risk()
+        if risk and not self.allow_surge:
+            raise ActuatorError(f"refused: {risk}")
+        try:
+            command, args = render_container(
+                live.command,
+                live.args,
+                setup,
+                names=self.names,
+                saved_speculative_config=saved_speculative_config or live.speculative_config,
+                allow_low_precision_replay=self.allow_low_precision_replay,
+            )
+        except ArgsError as exc:
+            raise ActuatorError(f"{self.target}: {exc}") from None
+        before = (*live.command, *live.args)
+        after = (*command, *args)
+        diff = args_diff(before, after, str(self.target))
+        if after == before and (state is None or state == live.state):
+            return ApplyResult(False, dry_run, before, after, "", live.version)
+        container = self._container(self._get())["name"]
+        body: dict[str, Any] = {
+            "metadata": {"resourceVersion": live.version},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {"name": container, "command": command or None, "args": args or None}
+                        ]
+                    }
+                }
+            },
+        }
+        if state is not None:
+            body["metadata"]["annotations"] = {STATE_ANNOTATION: state}
+        self._patch(body, dry_run=True)  # the server validates first, changes nothing
+        if dry_run:
+            return ApplyResult(after != before, True, before, after, diff, live.version)
+        patched = self._patch(body, dry_run=False)
+        return ApplyResult(
+            after != before, False, before, after, diff, patched["metadata"].get("resourceVersion")
+        )
+
+    def save_state(self, state: str, *, expected_version: str | None) -> str | None:
+        """Persist the state annotation alone (no rollout: the pod template is untouched)."""
+        body = {
+            "metadata": {
+                "annotations": {STATE_ANNOTATION: state},
+                "resourceVersion": expected_version,
+            }
+        }
+        version = self._patch(body, dry_run=False)["metadata"].get("resourceVersion")
+        return str(version) if version is not None else None
+
+    def _patch(self, body: dict[str, Any], *, dry_run: bool) -> dict[str, Any]:
+        t = self.target
+        options: dict[str, Any] = {
+            "field_manager": self.field_manager,
+            "_content_type": SMP,
+            "_request_timeout": self.timeout_s,
+        }
+        if dry_run:
+            options["dry_run"] = "All"
+        result: Any
+        try:
+            if t.kind == "deployment":
+                result = self.apps.patch_namespaced_deployment(t.name, t.namespace, body, **options)
+            else:
+                result = self.apps.patch_namespaced_stateful_set(
+                    t.name, t.namespace, body, **options
+                )
+        except ApiException as exc:
+            raise _error(exc, str(t)) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ActuatorError(f"{t}: API server unreachable or slow ({exc})") from None
+        raw: dict[str, Any] = self.apps.api_client.sanitize_for_serialization(result)
+        return raw
+
+    def event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        """A Kubernetes Event on the target, with the decision's sentence."""
+        t = self.target
+        now = datetime.datetime.now(datetime.timezone.utc)
+        body = k8s.CoreV1Event(
+            metadata=k8s.V1ObjectMeta(
+                generate_name=f"{t.name}.spec-autotuner.", namespace=t.namespace
+            ),
+            involved_object=k8s.V1ObjectReference(
+                api_version="apps/v1",
+                kind="Deployment" if t.kind == "deployment" else "StatefulSet",
+                name=t.name,
+                namespace=t.namespace,
+                uid=self._uid,
+            ),
+            reason=reason,
+            message=message[:1024],
+            type="Warning" if warning else "Normal",
+            source=k8s.V1EventSource(component="spec-autotuner"),
+            reporting_component="spec-autotuner",
+            reporting_instance=self.identity,
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        try:
+            self.core.create_namespaced_event(t.namespace, body, _request_timeout=self.timeout_s)
+        except ApiException as exc:
+            raise _error(exc, f"event on {t}") from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ActuatorError(f"event on {t}: {exc}") from None
+
+
+def _rollout(raw: dict[str, Any]) -> RolloutStatus:
+    status = raw.get("status") or {}
+    replicas = raw["spec"].get("replicas", 1)
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Progressing" and condition.get("status") == "False":
+            return RolloutStatus(False, f"{condition.get('reason')}: {condition.get('message')}")
+    observed = status.get("observedGeneration", 0) >= raw["metadata"].get("generation", 0)
+    updated = status.get("updatedReplicas", status.get("updatedReplicas", 0)) or 0
+    available = status.get("availableReplicas", status.get("readyReplicas", 0)) or 0
+    done = observed and updated >= replicas and available >= replicas
+    return RolloutStatus(done, None, f"{updated}/{replicas} updated, {available} available")
+
+
+def _error(exc: ApiException, what: str) -> ActuatorError:
+    if exc.status == 409:
+        return ConflictError(f"{what}: changed by someone else (409); re-read and re-decide")
+    if exc.status == 403:
+        return ForbiddenError(f"{what}: forbidden by RBAC (403): {exc.reason}")
+    if exc.status == 404:
+        return ActuatorError(f"{what}: not found (404)")
+    return ActuatorError(f"{what}: API error {exc.status} {exc.reason}")

@@ -1,0 +1,298 @@
+"""The Kubernetes actuator and Lease election: the official client over real HTTP against the
+loopback test API server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from autotuner.actuators.base import ActuatorError, ConflictError, ForbiddenError
+from autotuner.actuators.flags import parse_setup
+from autotuner.actuators.kubernetes import (
+    STATE_ANNOTATION,
+    K8sTarget,
+    KubernetesActuator,
+    api_client,
+    discover_target,
+)
+from autotuner.actuators.lease import LeaseElector
+from autotuner.core.types import Setup
+from autotuner.errors import InputError
+from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver
+
+MTP = '{"method":"mtp","num_speculative_tokens":3}'
+ARGS = [
+    "--model",
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4",
+    "--port",
+    "8000",
+    "--speculative-config",
+    MTP,
+    "--max-num-seqs",
+    "256",
+]
+TARGET = K8sTarget("llm", "deployment", "vllm", "vllm")
+
+
+@pytest.fixture
+def server() -> Iterator[FakeApiServer]:
+    with fake_apiserver() as fake:
+        fake.put("Deployment", deployment(args=ARGS))
+        yield fake
+
+
+def actuator(server: FakeApiServer, **options: object) -> KubernetesActuator:
+    return KubernetesActuator(TARGET, api_client(server.url, timeout_s=2), **options)  # type: ignore[arg-type]
+
+
+def test_target_uri() -> None:
+    assert K8sTarget.parse("k8s://llm/deployment/vllm/vllm") == TARGET
+    assert K8sTarget.parse("k8s://llm/statefulset/v").container is None
+    with pytest.raises(InputError):
+        K8sTarget.parse("k8s://llm/pod/x")
+
+
+def test_read_reports_setup_state_and_rollout(server: FakeApiServer) -> None:
+    live = actuator(server).read()
+    assert live.setup == Setup(spec_tokens=3)
+    assert live.speculative_config == {"method": "mtp", "num_speculative_tokens": 3}
+    assert live.state is None
+    assert not live.paused
+    assert live.rollout.done
+    assert live.version
+
+
+def test_apply_patches_args_and_state_in_one_guarded_patch(server: FakeApiServer) -> None:
+    act = actuator(server)
+    live = act.read()
+    result = act.apply(Setup(replay_window=16), state='{"v":1}', expected_version=live.version)
+    assert result.changed
+    assert "--use-replayssm" in result.diff
+    obj = server.get("Deployment", "llm", "vllm")
+    containers = obj["spec"]["template"]["spec"]["containers"]
+    assert containers[0]["args"] == [
+        "--model",
+        ARGS[1],
+        "--port",
+        "8000",
+        "--max-num-seqs",
+        "256",
+        "--use-replayssm",
+        "--replayssm-buffer-len",
+        "16",
+    ]
+    assert containers[1] == {"name": "autotuner", "image": "spec-autotuner:0.1.0"}
+    assert obj["metadata"]["annotations"][STATE_ANNOTATION] == '{"v":1}'
+    patches = [r for r in server.requests if r[0] == "PATCH"]
+    assert len(patches) == 2  # the dry run, then the real one
+    assert all("strategic-merge-patch" in r[2] for r in patches)
+    assert obj["metadata"]["generation"] == 2
+
+
+def test_dry_run_changes_nothing(server: FakeApiServer) -> None:
+    before = server.get("Deployment", "llm", "vllm")
+    act = actuator(server)
+    result = act.apply(Setup(spec_tokens=1), state=None, expected_version=None, dry_run=True)
+    assert result.dry_run
+    assert result.changed
+    assert '"num_speculative_tokens":1' in result.diff
+    assert server.get("Deployment", "llm", "vllm") == before
+
+
+def test_conflict_is_reported_never_retried(server: FakeApiServer) -> None:
+    act = actuator(server)
+    stale = act.read().version
+    server.put("Deployment", server.get("Deployment", "llm", "vllm"))  # someone else wrote
+    with pytest.raises(ConflictError):
+        act.apply(Setup(replay_window=16), state=None, expected_version=stale)
+    assert [r for r in server.requests if r[0] == "PATCH"] == []
+
+
+def test_409_from_the_server_is_a_conflict(server: FakeApiServer) -> None:
+    act = actuator(server)
+    live = act.read()
+    original = act._get
+
+    def racing() -> dict[str, object]:
+        raw = original()
+        server.put("Deployment", server.get("Deployment", "llm", "vllm"))  # lands in between
+        return raw
+
+    act._get = racing  # type: ignore[method-assign]
+    with pytest.raises(ConflictError):
+        act.apply(Setup(replay_window=16), state=None, expected_version=live.version)
+    assert parse_setup(
+        server.get("Deployment", "llm", "vllm")["spec"]["template"]["spec"]["containers"][0]["args"]
+    ) == Setup(spec_tokens=3)
+
+
+def test_forbidden_and_unknown_container_and_timeouts(server: FakeApiServer) -> None:
+    server.forbidden.add(("patch", "deployments"))
+    with pytest.raises(ForbiddenError):
+        actuator(server).apply(Setup(replay_window=16), state=None, expected_version=None)
+    server.forbidden.clear()
+    wrong = KubernetesActuator(
+        K8sTarget("llm", "deployment", "vllm", "nope"), api_client(server.url)
+    )
+    with pytest.raises(ActuatorError, match="no container named"):
+        wrong.read()
+    server.delay_s = 1.5
+    slow = KubernetesActuator(TARGET, api_client(server.url, timeout_s=0.3), timeout_s=0.3)
+    with pytest.raises(ActuatorError, match="unreachable or slow"):
+        slow.read()
+    server.delay_s = 0
+    server.fail_next = [500]
+    with pytest.raises(ActuatorError, match="500"):
+        actuator(server).read()
+    assert server.get("Deployment", "llm", "vllm")["metadata"]["generation"] == 1
+
+
+def test_surge_deployments_are_refused_by_default(server: FakeApiServer) -> None:
+    server.put("Deployment", deployment(args=ARGS, max_surge=1))
+    with pytest.raises(ActuatorError, match="maxSurge"):
+        actuator(server).apply(Setup(replay_window=16), state=None, expected_version=None)
+    allowed = actuator(server, allow_surge=True)
+    assert allowed.apply(Setup(replay_window=16), state=None, expected_version=None).changed
+
+
+def test_unparseable_args_are_refused_and_nothing_written(server: FakeApiServer) -> None:
+    server.put(
+        "Deployment", deployment(args=[], command=["sh", "-c", "vllm serve m | tee /tmp/log"])
+    )
+    with pytest.raises(ActuatorError, match="shell syntax"):
+        actuator(server).read()
+    assert [r for r in server.requests if r[0] == "PATCH"] == []
+
+
+def test_shell_command_line_is_edited(server: FakeApiServer) -> None:
+    line = f"vllm serve m --port 8000 --speculative-config '{MTP}'"
+    server.put("Deployment", deployment(args=[], command=["/bin/sh", "-c", line]))
+    act = actuator(server)
+    assert act.read().setup == Setup(spec_tokens=3)
+    act.apply(Setup(replay_window=8), state=None, expected_version=None)
+    command = server.get("Deployment", "llm", "vllm")["spec"]["template"]["spec"]["containers"][0][
+        "command"
+    ]
+    assert command[:2] == ["/bin/sh", "-c"]
+    assert command[2] == "vllm serve m --port 8000 --use-replayssm --replayssm-buffer-len 8"
+
+
+def test_rollout_stuck_is_reported(server: FakeApiServer) -> None:
+    server.stall_rollout(
+        "Deployment", "llm", "vllm", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    )
+    rollout = actuator(server).read().rollout
+    assert not rollout.done
+    assert rollout.stuck is not None
+    assert "ProgressDeadlineExceeded" in rollout.stuck
+
+
+def test_events_carry_the_reason_sentence(server: FakeApiServer) -> None:
+    act = actuator(server)
+    act.read()
+    act.event("SetupSwitched", "switch spec:3 -> replay:16: +29%")
+    act.event("SwitchReverted", "revert", warning=True)
+    assert [e["reason"] for e in server.events] == ["SetupSwitched", "SwitchReverted"]
+    assert server.events[0]["involvedObject"]["name"] == "vllm"
+    assert server.events[1]["type"] == "Warning"
+
+
+def test_pause_annotation_and_saved_state(server: FakeApiServer) -> None:
+    obj = server.get("Deployment", "llm", "vllm")
+    obj["metadata"]["annotations"]["spec-autotuner.io/paused"] = "true"
+    server.put("Deployment", obj)
+    act = actuator(server)
+    live = act.read()
+    assert live.paused
+    version = act.save_state(json.dumps({"decision": 7}), expected_version=live.version)
+    assert version != live.version
+    assert act.read().state == '{"decision": 7}'
+
+
+def test_owner_chain_discovery(server: FakeApiServer) -> None:
+    server.put(
+        "ReplicaSet",
+        {
+            "metadata": {
+                "name": "vllm-abc",
+                "namespace": "llm",
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm", "uid": "u-1"}
+                ],
+            }
+        },
+    )
+    server.put(
+        "Pod",
+        {
+            "metadata": {
+                "name": "vllm-abc-1",
+                "namespace": "llm",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "ReplicaSet",
+                        "name": "vllm-abc",
+                        "uid": "u-2",
+                    }
+                ],
+            }
+        },
+    )
+    found = discover_target(api_client(server.url), "llm", "vllm-abc-1", "vllm")
+    assert found == TARGET
+
+
+def test_exactly_one_of_two_sidecars_leads_and_release_hands_over(server: FakeApiServer) -> None:
+    now = [1000.0]
+    first = LeaseElector(
+        api_client(server.url),
+        namespace="llm",
+        name="autotuner",
+        identity="a",
+        lease_duration_s=15,
+        clock=lambda: now[0],
+    )
+    second = LeaseElector(
+        api_client(server.url),
+        namespace="llm",
+        name="autotuner",
+        identity="b",
+        lease_duration_s=15,
+        clock=lambda: now[0],
+    )
+    results = [first.try_acquire_or_renew(), second.try_acquire_or_renew()]
+    assert results == [True, False]
+    for _ in range(5):
+        now[0] += 5
+        assert [second.try_acquire_or_renew(), first.try_acquire_or_renew()] == [False, True]
+    first.release()
+    assert second.try_acquire_or_renew()
+    now[0] += 5
+    assert not first.try_acquire_or_renew()
+
+
+def test_expired_lease_is_taken_over(server: FakeApiServer) -> None:
+    now = [1000.0]
+    first = LeaseElector(
+        api_client(server.url), namespace="llm", name="l", identity="a", clock=lambda: now[0]
+    )
+    second = LeaseElector(
+        api_client(server.url), namespace="llm", name="l", identity="b", clock=lambda: now[0]
+    )
+    assert first.try_acquire_or_renew()
+    now[0] += 30  # first crashed without releasing
+    assert second.try_acquire_or_renew()
+    lease = server.get("Lease", "llm", "l")
+    assert lease["spec"]["holderIdentity"] == "b"
+    assert lease["spec"]["leaseTransitions"] == 1
+
+
+def test_lease_errors_mean_not_leader(server: FakeApiServer) -> None:
+    server.forbidden.add(("get", "leases"))
+    elector = LeaseElector(api_client(server.url), namespace="llm", name="l", identity="a")
+    assert not elector.try_acquire_or_renew()
+    assert elector.last_error is not None
+    assert "403" in elector.last_error
