@@ -221,7 +221,8 @@ def test_owner_chain_discovery(server: FakeApiServer) -> None:
                 "ownerReferences": [
                     {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm", "uid": "u-1"}
                 ],
-            }
+            },
+            "spec": {"selector": {"matchLabels": {"app": "vllm"}}},
         },
     )
     server.put(
@@ -238,7 +239,8 @@ def test_owner_chain_discovery(server: FakeApiServer) -> None:
                         "uid": "u-2",
                     }
                 ],
-            }
+            },
+            "spec": {"containers": [{"name": "vllm"}]},
         },
     )
     found = discover_target(api_client(server.url), "llm", "vllm-abc-1", "vllm")
