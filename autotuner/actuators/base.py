@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import difflib
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from autotuner.core.types import Setup
@@ -84,3 +87,15 @@ class Actuator(Protocol):
     def save_state(self, state: str, *, expected_version: str | None) -> str | None: ...
 
     def event(self, reason: str, message: str, *, warning: bool = False) -> None: ...
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write via a temporary file in the same folder and a rename: readers never see half."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,161 @@
+"""The exec actuator: write the new vLLM args to a file and run a restart command.
+
+For systemd units, docker compose or a local `vllm serve` supervised by the sidecar: the args
+file holds one argument per line (or, with `env_var`, a shell-quoted `VAR=...` line for an env
+file); the restart command runs with a timeout, and a non-zero exit is a failed change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from autotuner.actuators.base import (
+    ActuatorError,
+    ApplyResult,
+    ConflictError,
+    LiveTarget,
+    RolloutStatus,
+    args_diff,
+    atomic_write,
+)
+from autotuner.actuators.flags import ArgsError, FlagNames, parse_setup, render, speculative_config
+from autotuner.core.types import Setup
+
+
+class ExecActuator:
+    def __init__(
+        self,
+        args_file: str | Path,
+        restart_command: list[str],
+        *,
+        state_file: str | Path | None = None,
+        env_var: str | None = None,
+        timeout_s: float = 120.0,
+        names: FlagNames | None = None,
+        allow_low_precision_replay: bool = False,
+    ) -> None:
+        if not restart_command:
+            raise ActuatorError("the exec actuator needs a restart command")
+        self.args_file = Path(args_file)
+        self.restart_command = list(restart_command)
+        self.state_file = (
+            Path(state_file) if state_file else self.args_file.with_suffix(".state.json")
+        )
+        self.env_var = env_var
+        self.timeout_s = timeout_s
+        self.names = names or FlagNames()
+        self.allow_low_precision_replay = allow_low_precision_replay
+        self.events: list[tuple[str, str, bool]] = []
+        self.last_output = ""
+
+    def _args(self) -> tuple[list[str], str]:
+        try:
+            text = self.args_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ActuatorError(f"{self.args_file}: cannot read ({exc.strerror})") from None
+        if self.env_var:
+            prefix = f"{self.env_var}="
+            line = next((ln for ln in text.splitlines() if ln.startswith(prefix)), None)
+            if line is None:
+                raise ActuatorError(f"{self.args_file}: no {self.env_var}= line")
+            return shlex.split(shlex.split(line[len(prefix) :])[0]), text
+        return [ln for ln in text.splitlines() if ln.strip()], text
+
+    def read(self) -> LiveTarget:
+        args, text = self._args()
+        try:
+            setup = parse_setup(args, self.names)
+            drafter = speculative_config(args, self.names)
+        except ArgsError as exc:
+            raise ActuatorError(f"{self.args_file}: {exc}") from None
+        state = self.state_file.read_text(encoding="utf-8") if self.state_file.exists() else None
+        return LiveTarget(
+            description=f"exec://{self.args_file}",
+            command=(),
+            args=tuple(args),
+            setup=setup,
+            speculative_config=drafter,
+            state=state,
+            paused=False,
+            version=hashlib.sha256(text.encode()).hexdigest()[:16],
+            rollout=RolloutStatus(True, None, "restart command returned"),
+        )
+
+    def apply(
+        self,
+        setup: Setup,
+        *,
+        state: str | None,
+        expected_version: str | None,
+        saved_speculative_config: dict[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> ApplyResult:
+        live = self.read()
+        if expected_version is not None and live.version != expected_version:
+            raise ConflictError(f"{self.args_file} changed since it was read")
+        try:
+            new = render(
+                list(live.args),
+                setup,
+                names=self.names,
+                saved_speculative_config=saved_speculative_config or live.speculative_config,
+                allow_low_precision_replay=self.allow_low_precision_replay,
+            )
+        except ArgsError as exc:
+            raise ActuatorError(f"{self.args_file}: {exc}") from None
+        diff = args_diff(live.args, new, str(self.args_file))
+        changed = new != list(live.args)
+        if dry_run:
+            return ApplyResult(changed, True, live.args, tuple(new), diff, live.version)
+        if state is not None:
+            atomic_write(self.state_file, state)
+        if not changed:
+            return ApplyResult(False, False, live.args, tuple(new), "", live.version)
+        text = (
+            f"{self.env_var}={shlex.quote(shlex.join(new))}\n"
+            if self.env_var
+            else "".join(f"{a}\n" for a in new)
+        )
+        atomic_write(self.args_file, text)
+        self._restart()
+        return ApplyResult(
+            True, False, live.args, tuple(new), diff, hashlib.sha256(text.encode()).hexdigest()[:16]
+        )
+
+    def _restart(self) -> None:
+        environment = dict(os.environ, AUTOTUNER_ARGS_FILE=str(self.args_file))
+        try:
+            result = subprocess.run(
+                self.restart_command,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+                env=environment,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise ActuatorError(
+                f"restart command timed out after {self.timeout_s:g}s: "
+                f"{shlex.join(self.restart_command)}"
+            ) from None
+        except OSError as exc:
+            raise ActuatorError(f"restart command failed to start: {exc}") from None
+        self.last_output = (result.stdout + result.stderr)[-4000:]
+        if result.returncode != 0:
+            raise ActuatorError(
+                f"restart command exited {result.returncode}: {self.last_output[-400:]!r}"
+            )
+
+    def save_state(self, state: str, *, expected_version: str | None) -> str | None:
+        atomic_write(self.state_file, state)
+        return self.read().version
+
+    def event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        self.events.append((reason, message, warning))
+        self.last_output = json.dumps({"reason": reason, "message": message})

@@ -1,0 +1,220 @@
+"""The GitOps actuator: the same change applied to a Deployment YAML file on disk.
+
+Round-trip YAML (ruamel.yaml) keeps comments, key order, anchors and formatting of everything
+else; only the managed flags inside the container's args change. The write is atomic (temp
+file + rename) and the diff is returned for review. This is also how the demo acts.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import io
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import YAMLError
+from ruamel.yaml.util import load_yaml_guess_indent
+
+from autotuner.actuators.base import (
+    ActuatorError,
+    ApplyResult,
+    ConflictError,
+    LiveTarget,
+    RolloutStatus,
+    atomic_write,
+)
+from autotuner.actuators.flags import (
+    ArgsError,
+    FlagNames,
+    container_setup,
+    container_speculative_config,
+    render_container,
+)
+from autotuner.actuators.kubernetes import PAUSE_ANNOTATION, STATE_ANNOTATION
+from autotuner.core.types import Setup
+
+WORKLOAD_KINDS = ("Deployment", "StatefulSet")
+
+
+class ManifestActuator:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        name: str | None = None,
+        container: str | None = None,
+        names: FlagNames | None = None,
+        allow_low_precision_replay: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.name = name
+        self.container_name = container
+        self.names = names or FlagNames()
+        self.allow_low_precision_replay = allow_low_precision_replay
+        self.yaml = YAML()
+        self.yaml.preserve_quotes = True
+        self.yaml.width = 4096
+        self.events: list[tuple[str, str, bool]] = []
+
+    def _load(self) -> tuple[str, list[Any]]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ActuatorError(f"{self.path}: cannot read ({exc.strerror})") from None
+        try:
+            _, sequence, offset = load_yaml_guess_indent(text.split("\n---", 1)[-1])
+            # Keep the file's own sequence style ("- x" flush or indented under its key).
+            sequence, offset = sequence or 2, offset or 0
+            self.yaml.indent(mapping=max(sequence - offset, 2), sequence=sequence, offset=offset)
+            documents = list(self.yaml.load_all(text))
+        except YAMLError as exc:
+            raise ActuatorError(f"{self.path}: not valid YAML ({exc})") from None
+        return text, documents
+
+    def _workload(self, documents: list[Any]) -> CommentedMap:
+        found = [
+            d
+            for d in documents
+            if isinstance(d, dict)
+            and d.get("kind") in WORKLOAD_KINDS
+            and (self.name is None or (d.get("metadata") or {}).get("name") == self.name)
+        ]
+        if not found:
+            raise ActuatorError(
+                f"{self.path}: no Deployment or StatefulSet"
+                + (f" named {self.name!r}" if self.name else "")
+            )
+        if len(found) > 1:
+            raise ActuatorError(f"{self.path}: several workloads; name the one to tune")
+        workload = found[0]
+        assert isinstance(workload, CommentedMap)
+        return workload
+
+    def _container(self, workload: CommentedMap) -> CommentedMap:
+        try:
+            containers = workload["spec"]["template"]["spec"]["containers"]
+        except (KeyError, TypeError):
+            raise ActuatorError(f"{self.path}: workload has no pod template containers") from None
+        if self.container_name is None:
+            if len(containers) == 1:
+                return containers[0]  # type: ignore[no-any-return]
+            vllm = [c for c in containers if "vllm" in str(c.get("name"))]
+            if len(vllm) == 1:
+                return vllm[0]  # type: ignore[no-any-return]
+            raise ActuatorError(f"{self.path}: several containers; name the vLLM one")
+        for container in containers:
+            if container.get("name") == self.container_name:
+                return container  # type: ignore[no-any-return]
+        raise ActuatorError(f"{self.path}: no container named {self.container_name!r}")
+
+    def read(self) -> LiveTarget:
+        text, documents = self._load()
+        workload = self._workload(documents)
+        container = self._container(workload)
+        command = [str(v) for v in container.get("command") or []]
+        args = [str(v) for v in container.get("args") or []]
+        annotations = (workload.get("metadata") or {}).get("annotations") or {}
+        try:
+            setup = container_setup(command, args, self.names)
+            drafter = container_speculative_config(command, args, self.names)
+        except ArgsError as exc:
+            raise ActuatorError(f"{self.path}: {exc}") from None
+        return LiveTarget(
+            description=f"file://{self.path} container {container.get('name')}",
+            command=tuple(command),
+            args=tuple(args),
+            setup=setup,
+            speculative_config=drafter,
+            state=annotations.get(STATE_ANNOTATION),
+            paused=str(annotations.get(PAUSE_ANNOTATION, "")).lower() in ("true", "1", "yes"),
+            version=hashlib.sha256(text.encode()).hexdigest()[:16],
+            rollout=RolloutStatus(True, None, "a manifest has no rollout; GitOps applies it"),
+        )
+
+    def apply(
+        self,
+        setup: Setup,
+        *,
+        state: str | None,
+        expected_version: str | None,
+        saved_speculative_config: dict[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> ApplyResult:
+        live = self.read()
+        if expected_version is not None and live.version != expected_version:
+            raise ConflictError(f"{self.path} changed since it was read")
+        try:
+            command, args = render_container(
+                live.command,
+                live.args,
+                setup,
+                names=self.names,
+                saved_speculative_config=saved_speculative_config or live.speculative_config,
+                allow_low_precision_replay=self.allow_low_precision_replay,
+            )
+        except ArgsError as exc:
+            raise ActuatorError(f"{self.path}: {exc}") from None
+        text, documents = self._load()
+        workload = self._workload(documents)
+        container = self._container(workload)
+        for key, values in (("command", command), ("args", args)):
+            if key in container or values:
+                _edit_sequence(container, key, values)
+        if state is not None:
+            metadata = workload.setdefault("metadata", CommentedMap())
+            annotations = metadata.get("annotations")
+            if annotations is None:
+                annotations = CommentedMap()
+                metadata["annotations"] = annotations
+            annotations[STATE_ANNOTATION] = state
+        buffer = io.StringIO()
+        self.yaml.dump_all(documents, buffer)
+        new_text = buffer.getvalue()
+        diff = "".join(
+            difflib.unified_diff(
+                text.splitlines(keepends=True),
+                new_text.splitlines(keepends=True),
+                fromfile=str(self.path),
+                tofile=f"{self.path} (new)",
+            )
+        )
+        before, after = (*live.command, *live.args), (*command, *args)
+        if dry_run or new_text == text:
+            return ApplyResult(after != before, dry_run, before, after, diff, live.version)
+        atomic_write(self.path, new_text)
+        return ApplyResult(
+            after != before,
+            False,
+            before,
+            after,
+            diff,
+            hashlib.sha256(new_text.encode()).hexdigest()[:16],
+        )
+
+    def save_state(self, state: str, *, expected_version: str | None) -> str | None:
+        live = self.read()
+        return self.apply(live.setup, state=state, expected_version=expected_version).version
+
+    def event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        """No cluster to post to: events are kept (the controller logs them too)."""
+        self.events.append((reason, message, warning))
+
+
+def _edit_sequence(container: CommentedMap, key: str, values: list[str]) -> None:
+    """Make container[key] equal `values`, editing the existing sequence item by item so
+    untouched items keep their comments and quoting."""
+    existing = container.get(key)
+    if not isinstance(existing, CommentedSeq):
+        container[key] = CommentedSeq(values)
+        return
+    matcher = difflib.SequenceMatcher(a=[str(v) for v in existing], b=values, autojunk=False)
+    for tag, i1, i2, j1, j2 in reversed(matcher.get_opcodes()):
+        if tag == "equal":
+            continue
+        for index in range(i2 - 1, i1 - 1, -1):
+            del existing[index]
+        for offset, value in enumerate(values[j1:j2]):
+            existing.insert(i1 + offset, value)
