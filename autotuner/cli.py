@@ -375,6 +375,109 @@ def render_observation(obs: Observation, console: Console | None = None) -> None
         )
 
 
+@app.command()
+def apply(
+    setup: Annotated[str, typer.Option(help="plain | spec:K | replay:L | replay+spec:K:L")],
+    target: Annotated[str, typer.Option(help="k8s://NS/deployment/NAME[/C], file://, exec://")],
+    schedule: Annotated[
+        str | None, typer.Option(help="Per-batch K bands, e.g. 1-64:3,65-128:1,129-512:0.")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option(help="Show the change; write nothing.")] = False,
+    kube_server: Annotated[
+        str | None, typer.Option(help="API server URL (e.g. kubectl proxy); default in-cluster.")
+    ] = None,
+    allow_surge: Annotated[bool, typer.Option(help="Patch even with maxSurge >= 1.")] = False,
+    allow_low_precision_replay: Annotated[bool, typer.Option()] = False,
+) -> None:
+    """Write a setup into the vLLM deployment's args (only the managed flags change)."""
+    from autotuner.actuators.base import ActuatorError
+    from autotuner.actuators.targets import open_target
+    from autotuner.core.types import Setup
+
+    try:
+        wanted = Setup.parse(f"{setup}@{schedule}" if schedule else setup)
+        actuator = open_target(
+            target,
+            kube_server=kube_server,
+            allow_surge=allow_surge,
+            allow_low_precision_replay=allow_low_precision_replay,
+        )
+        live = actuator.read()
+        result = actuator.apply(wanted, state=None, expected_version=live.version, dry_run=dry_run)
+    except ActuatorError as exc:
+        fail(_one_line(exc), code=1)
+    except (AutotunerError, ValueError) as exc:
+        fail(_one_line(exc))
+    if not result.changed:
+        print(f"{live.description}: already {wanted.label}; nothing to change")
+        return
+    print(result.diff, end="")
+    verb = "would change" if dry_run else "changed"
+    print(f"{live.description}: {verb} {live.setup.label} -> {wanted.label}")
+
+
+@app.command()
+def status(
+    target: Annotated[str, typer.Option(help="k8s://NS/deployment/NAME[/C], file://, exec://")],
+    kube_server: Annotated[str | None, typer.Option(help="API server URL.")] = None,
+    lease: Annotated[
+        str | None, typer.Option(help="Lease name to report the leader of (k8s targets).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Show the live args, the setup they configure, the persisted state, pause and leader."""
+    from autotuner.actuators.base import ActuatorError
+    from autotuner.actuators.targets import open_target
+
+    try:
+        live = open_target(target, kube_server=kube_server).read()
+        leader = _lease_holder(target, kube_server, lease) if lease else None
+    except ActuatorError as exc:
+        fail(_one_line(exc), code=1)
+    except (AutotunerError, ValueError) as exc:
+        fail(_one_line(exc))
+    report = {
+        "target": live.description,
+        "setup": live.setup.label,
+        "command": list(live.command),
+        "args": list(live.args),
+        "paused": live.paused,
+        "rollout": {
+            "done": live.rollout.done,
+            "stuck": live.rollout.stuck,
+            "detail": live.rollout.detail,
+        },
+        "state": json.loads(live.state) if live.state else None,
+        "leader": leader,
+    }
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    console = Console()
+    console.print(
+        f"[bold]{live.description}[/]: {live.setup.label}"
+        + (" [yellow](paused)[/]" if live.paused else "")
+    )
+    console.print(f"  args: {' '.join(live.command + live.args)}")
+    console.print(
+        f"  rollout: {'done' if live.rollout.done else 'in progress'} "
+        f"{live.rollout.stuck or live.rollout.detail}"
+    )
+    console.print(f"  state: {'persisted' if live.state else 'none'}; leader: {leader or '-'}")
+
+
+def _lease_holder(target: str, kube_server: str | None, lease: str) -> str | None:
+    from kubernetes import client as k8s
+
+    from autotuner.actuators.kubernetes import K8sTarget, api_client
+
+    parsed = K8sTarget.parse(target)
+    record = k8s.CoordinationV1Api(api_client(kube_server)).read_namespaced_lease(
+        lease, parsed.namespace
+    )
+    return record.spec.holder_identity if record.spec else None
+
+
 def main() -> None:
     app()
 

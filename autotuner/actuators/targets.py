@@ -1,0 +1,62 @@
+"""Target URIs -> actuators: k8s://NAMESPACE/deployment/NAME[/CONTAINER],
+file://PATH[?name=DEPLOYMENT&container=C], exec://ARGS_FILE?restart=COMMAND[&env=VAR]."""
+
+from __future__ import annotations
+
+import shlex
+from urllib.parse import parse_qs, urlsplit
+
+from autotuner.actuators.base import Actuator
+from autotuner.actuators.exec import ExecActuator
+from autotuner.actuators.flags import FlagNames
+from autotuner.actuators.kubernetes import K8sTarget, KubernetesActuator, api_client
+from autotuner.actuators.manifest import ManifestActuator
+from autotuner.errors import InputError
+
+
+def open_target(
+    uri: str,
+    *,
+    kube_server: str | None = None,
+    names: FlagNames | None = None,
+    allow_surge: bool = False,
+    allow_low_precision_replay: bool = False,
+    identity: str = "spec-autotuner",
+    timeout_s: float = 10.0,
+) -> Actuator:
+    if uri.startswith("k8s://"):
+        return KubernetesActuator(
+            K8sTarget.parse(uri),
+            api_client(kube_server, timeout_s=timeout_s),
+            names=names,
+            allow_surge=allow_surge,
+            allow_low_precision_replay=allow_low_precision_replay,
+            identity=identity,
+            timeout_s=timeout_s,
+        )
+    parts = urlsplit(uri)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    path = parts.netloc + parts.path
+    if parts.scheme == "file" and path:
+        return ManifestActuator(
+            path,
+            name=query.get("name"),
+            container=query.get("container"),
+            names=names,
+            allow_low_precision_replay=allow_low_precision_replay,
+        )
+    if parts.scheme == "exec" and path:
+        if "restart" not in query:
+            raise InputError(f"{uri}: exec targets need ?restart=COMMAND")
+        return ExecActuator(
+            path,
+            shlex.split(query["restart"]),
+            env_var=query.get("env"),
+            timeout_s=float(query.get("timeout", timeout_s * 12)),
+            names=names,
+            allow_low_precision_replay=allow_low_precision_replay,
+        )
+    raise InputError(
+        f"cannot read target {uri!r}: use k8s://NAMESPACE/deployment/NAME[/CONTAINER], "
+        "file://PATH[?name=...&container=...] or exec://ARGS_FILE?restart=COMMAND"
+    )
