@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from autotuner import __version__
@@ -476,6 +479,181 @@ def _lease_holder(target: str, kube_server: str | None, lease: str) -> str | Non
         lease, parsed.namespace
     )
     return record.spec.holder_identity if record.spec else None
+
+
+config_app = typer.Typer(help="Inspect the settings.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+ConfigFile = Annotated[
+    Path | None, typer.Option("--config", help="YAML settings file (also AUTOTUNER_CONFIG).")
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override one setting: group.field=value (repeatable)."),
+]
+
+
+def _settings(config: Path | None, overrides: list[str] | None, **flags: Any) -> tuple[Any, Any]:
+    from autotuner.settings import cli_overrides, load_settings
+
+    tree = cli_overrides(overrides or [])
+    for dotted, value in flags.items():
+        if value is None:
+            continue
+        node = tree
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    file = config or (
+        Path(os.environ["AUTOTUNER_CONFIG"]) if os.environ.get("AUTOTUNER_CONFIG") else None
+    )
+    return load_settings(file, tree)
+
+
+@config_app.command("show")
+def config_show(
+    config: ConfigFile = None,
+    overrides: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Print the effective settings, where each came from, and what it is for."""
+    from autotuner.settings import describe
+
+    try:
+        settings, sources = _settings(config, overrides)
+    except AutotunerError as exc:
+        fail(_one_line(exc))
+    rows = describe(settings, sources)
+    if as_json:
+        print(
+            json.dumps(
+                [
+                    dict(zip(("field", "value", "source", "description"), r, strict=True))
+                    for r in rows
+                ],
+                indent=2,
+            )
+        )
+        return
+    table = Table(title="Effective settings (cli > env AUTOTUNER_* > file > default)")
+    for column in ("field", "value", "source", "description"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    Console().print(table)
+
+
+@app.command()
+def run(
+    config: ConfigFile = None,
+    overrides: SetOption = None,
+    mode: Annotated[str | None, typer.Option(help="advise (default) or act.")] = None,
+    url: Annotated[list[str] | None, typer.Option(help="vLLM /metrics URL(s).")] = None,
+    target: Annotated[str | None, typer.Option(help="k8s://..., file://... or exec://...")] = None,
+    model: Annotated[str | None, typer.Option(help="Registry id or config.json path.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="Datasheet GPU name.")] = None,
+    profile: Annotated[str | None, typer.Option(help="HardwareProfile JSON.")] = None,
+    port: Annotated[int | None, typer.Option(help="Exporter port.")] = None,
+) -> None:
+    """The sidecar: observe -> decide -> act -> verify every interval until SIGTERM."""
+    import signal
+    import threading
+
+    from autotuner.controller import build_controller
+    from autotuner.exporter import ExporterServer, TunerMetrics
+    from autotuner.logs import configure, event
+
+    try:
+        settings, _ = _settings(
+            config,
+            overrides,
+            **{
+                "mode": mode,
+                "source.urls": url,
+                "target.uri": target,
+                "model.id": model,
+                "model.gpu": gpu,
+                "model.profile": profile,
+                "exporter.port": port,
+            },
+        )
+        logger = configure(settings.log.format, settings.log.level)
+        metrics = TunerMetrics()
+        controller = build_controller(settings, metrics, logger)
+    except (AutotunerError, ValueError) as exc:
+        fail(_one_line(exc))
+    server = ExporterServer(
+        metrics,
+        host=settings.exporter.host,
+        port=settings.exporter.port,
+        alive=controller.alive,
+        ready=controller.ready,
+    )
+    event(
+        logger,
+        "started",
+        mode=settings.mode,
+        target=settings.target.uri or None,
+        model=controller.model.name,
+        gpu=controller.hardware.name,
+        port=server.port,
+    )
+
+    def stop(signum: int, frame: object) -> None:
+        controller.stop_event.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    worker = threading.Thread(target=controller.run, name="controller")
+    worker.start()
+    while worker.is_alive():
+        worker.join(timeout=0.5)
+    server.close()
+
+
+@app.command()
+def demo(
+    model: Annotated[str, typer.Option(help="Registry id of the simulated model.")] = DEFAULT_MODEL,
+    gpu: Annotated[str, typer.Option(help="Datasheet GPU of the simulated server.")] = "H200",
+    duration: Annotated[str, typer.Option(help="Length of the run (a compressed day).")] = "90s",
+    acceptance: Annotated[str, typer.Option(help="Conditional acceptance per position.")] = (
+        "0.8,0.7,0.6"
+    ),
+    out: Annotated[Path, typer.Option(help="Folder for demo.svg and demo.json.")] = Path(
+        "autotuner-demo"
+    ),
+    no_live: Annotated[bool, typer.Option(help="No live view (logs and summary only).")] = False,
+) -> None:
+    """Simulated vLLM + the sidecar in act mode against a manifest, load 4 -> 512 -> 4."""
+    from autotuner.demo import run_demo, summary_table
+
+    try:
+        seconds = parse_duration(duration)
+        rates = tuple(parse_rates(acceptance))
+    except AutotunerError as exc:
+        fail(_one_line(exc))
+    console = Console()
+    console.print(
+        f"[bold]spec-autotuner demo[/]: {model} on a simulated {gpu}, "
+        f"{seconds:.0f}s, load 4 -> 512 -> 4 per engine"
+    )
+    result = run_demo(
+        model_id=model,
+        gpu=gpu,
+        duration_s=seconds,
+        out=out,
+        acceptance=rates,
+        console=console,
+        live=not no_live,
+    )
+    console.print(summary_table(result))
+    switches = [d for d in result.decisions if d.action.value in ("switch", "revert")]
+    for decision in switches:
+        console.print(f"  {decision.action.value}: {decision.sentence}")
+    console.print(
+        f"{result.restarts} restart(s); plot: {result.plot}; details: {out / 'demo.json'}"
+    )
 
 
 def main() -> None:

@@ -40,6 +40,9 @@ WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 
 
 class ManifestActuator:
+    # A GitOps file changes only with a decision: no periodic state commits.
+    periodic_state = False
+
     def __init__(
         self,
         path: str | Path,

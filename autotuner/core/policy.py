@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -123,6 +123,7 @@ class TunerState(BaseModel):
     last_rate: float | None = None  # tokens/s per engine, last usable window
     last_batch: float | None = None  # its demand per engine (running + waiting)
     last_decision_id: int = 0
+    drafter: dict[str, Any] | None = None  # the operator's speculative config, kept while off
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ from prometheus_client.core import (
     Metric,
 )
 
+from autotuner.core.types import ScheduleBand, Setup
+
 ITL_BUCKETS = (
     0.01,
     0.025,
@@ -55,6 +57,29 @@ class SimSetup:
     replay_window: int = 16
     mamba_ssm_cache_dtype: str = "float32"
     mamba_cache_mode: str = "none"
+    schedule: tuple[ScheduleBand, ...] = ()
+
+    @classmethod
+    def of(cls, setup: Setup, acceptance: Sequence[float], **options: str) -> SimSetup:
+        return cls(
+            spec_tokens=setup.spec_tokens,
+            acceptance=tuple(acceptance),
+            replay=bool(setup.replay_window),
+            replay_window=setup.replay_window or 16,
+            schedule=setup.schedule,
+            **options,
+        )
+
+    @property
+    def setup(self) -> Setup:
+        return Setup(
+            spec_tokens=self.spec_tokens,
+            schedule=self.schedule,
+            replay_window=self.replay_window if self.replay else 0,
+        )
+
+    def k_at(self, batch: float) -> int:
+        return int(self.setup.spec_tokens_at([max(round(batch), 1)])[0])
 
 
 @dataclass
@@ -92,6 +117,7 @@ class SimulatedVllm:
         setup: SimSetup | None = None,
         load: Callable[[float], float] = lambda t: 8.0,
         step_time: Callable[[float, SimSetup], float] = lambda batch, setup: 0.02,
+        capacity: Callable[[SimSetup], float] | None = None,
         engines: int = 1,
         model_name: str = "sim-model",
         prompt_tokens: float = 512,
@@ -101,6 +127,8 @@ class SimulatedVllm:
         self.setup = setup or SimSetup()
         self.load = load
         self.step_time = step_time
+        self.capacity = capacity
+        self.total_generated = 0.0  # across restarts (the demo's tokens served)
         self.model_name = model_name
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
@@ -113,7 +141,10 @@ class SimulatedVllm:
     def _reset_engines(self) -> None:
         for engine in self.engines:
             engine.accepted_per_position = [0.0] * self.setup.spec_tokens
-            engine.running = max(float(self.load(self.now)), 0.0)
+            demand = max(float(self.load(self.now)), 0.0)
+            limit = self.capacity(self.setup) if self.capacity else math.inf
+            engine.running = min(demand, max(limit, 1.0))
+            engine.waiting = demand - engine.running
 
     def restart(self, setup: SimSetup | None = None) -> None:
         """A restarted server: new setup, counters from zero, new `_created` stamps."""
@@ -127,30 +158,36 @@ class SimulatedVllm:
         dt = t - self.now
         if dt <= 0:
             return
-        batch = max(float(self.load(t)), 0.0)
+        demand = max(float(self.load(t)), 0.0)
         setup = self.setup
+        limit = self.capacity(setup) if self.capacity else math.inf
+        batch = min(demand, max(limit, 1.0))
+        k = setup.k_at(batch) if setup.spec_tokens else 0
         step = self.step_time(batch, setup) if batch > 0 else 0.0
         steps = dt / step if step > 0 else 0.0
         reach = 1.0
         kept_per_draft = 0.0
         reaches = []
-        for rate in setup.acceptance[: setup.spec_tokens]:
+        for rate in setup.acceptance[:k]:
             reach *= rate
             reaches.append(reach)
             kept_per_draft += reach
-        tokens_per_request_step = 1.0 + (kept_per_draft if setup.spec_tokens else 0.0)
+        tokens_per_request_step = 1.0 + kept_per_draft
         for engine in self.engines:
             engine.running = batch
-            engine.waiting = 0.0
-            engine.kv_usage = min(1.0, batch / 1024)
+            engine.waiting = demand - batch
+            engine.kv_usage = (
+                min(1.0, batch / max(limit, 1.0)) if self.capacity else min(1.0, batch / 1024)
+            )
             request_steps = batch * steps
-            if setup.spec_tokens:
+            if setup.spec_tokens and k:
                 engine.drafts += request_steps
-                engine.draft_tokens += request_steps * setup.spec_tokens
+                engine.draft_tokens += request_steps * k
                 for i, value in enumerate(reaches):
                     engine.accepted_per_position[i] += request_steps * value
             generated = request_steps * tokens_per_request_step
             engine.generation_tokens += generated
+            self.total_generated += generated
             finished = generated / self.output_tokens
             engine.finished += finished
             engine.prompt_tokens += finished * self.prompt_tokens
@@ -160,7 +197,7 @@ class SimulatedVllm:
             bucket = next((i for i, le in enumerate(ITL_BUCKETS) if step <= le), len(ITL_BUCKETS))
             engine.itl_buckets[bucket] += request_steps
             engine.tpot_sum += finished * step / tokens_per_request_step
-            engine.iteration_sum += steps * batch * (1 + setup.spec_tokens)
+            engine.iteration_sum += steps * batch * (1 + k)
             engine.iteration_count += steps
         self.now = t
 

@@ -1,0 +1,523 @@
+"""The observe -> decide -> act -> verify loop: the one place that wires the parts and owns
+time. Everything it knows between steps is in the TunerState, persisted on the target."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autotuner.actuators.base import Actuator, ActuatorError, ConflictError, LiveTarget
+from autotuner.actuators.lease import LeaseElector
+from autotuner.core.acceptance import from_conditional
+from autotuner.core.capabilities import PRESETS, EngineCapabilities
+from autotuner.core.costmodel import Workload, crossover_batches, predict
+from autotuner.core.hardware import HardwareProfile, datasheet, load_profile
+from autotuner.core.model import ModelSpec
+from autotuner.core.observation import unusable
+from autotuner.core.policy import Context, TunerState, decide
+from autotuner.core.registry import load_model
+from autotuner.core.report import equivalent_rate
+from autotuner.core.types import Action, Decision, Observation, Setup
+from autotuner.exporter import Snapshot, TunerMetrics
+from autotuner.logs import event
+from autotuner.settings import Settings
+from autotuner.sources.errors import SourceError
+
+Observer = Callable[[], Observation]
+
+
+class ScrapeObserver:
+    """Direct scrape: one scrape per step into a rolling window."""
+
+    def __init__(self, settings: Settings) -> None:
+        from autotuner.sources.vllm_scrape import VllmScraper
+
+        self.window_s = settings.loop.window_s
+        self.limits = settings.limits
+        self.scraper = VllmScraper(
+            settings.source.urls,
+            timeout_s=settings.source.timeout_s,
+            max_bytes=settings.source.max_bytes,
+        )
+
+    def __call__(self) -> Observation:
+        try:
+            self.scraper.record(self.scraper.scrape(), keep_s=2 * self.window_s)
+        except SourceError as exc:
+            now = time.time()
+            return unusable("vllm", exc.reason, exc.detail, start=now - self.window_s, end=now)
+        return self.scraper.observation(self.window_s, self.limits)
+
+
+class PrometheusObserver:
+    def __init__(self, settings: Settings) -> None:
+        from autotuner.sources.prometheus_api import PrometheusSource
+
+        self.window_s = settings.loop.window_s
+        self.limits = settings.limits
+        self.source = PrometheusSource(
+            settings.source.urls[0],
+            settings.source.selector,
+            timeout_s=settings.source.timeout_s,
+            scrape_interval_s=settings.source.scrape_interval_s,
+        )
+
+    def __call__(self) -> Observation:
+        return self.source.observe(self.window_s, limits=self.limits)
+
+
+@dataclass
+class Controller:
+    settings: Settings
+    model: ModelSpec
+    hardware: HardwareProfile
+    observe: Observer
+    actuator: Actuator | None
+    metrics: TunerMetrics
+    logger: logging.Logger
+    elector: LeaseElector | None = None
+    clock: Callable[[], float] = time.time
+    state: TunerState | None = None
+    last_step_at: float | None = None
+    last_usable_at: float | None = None
+    state_saved_at: float = 0.0
+    stop_event: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def engine(self) -> EngineCapabilities:
+        engine = self.settings.engine
+        return PRESETS[engine.capabilities].model_copy(
+            update={
+                "spec_schedule": engine.spec_schedule,
+                "max_spec_tokens": engine.max_spec_tokens,
+            }
+        )
+
+    @property
+    def workload(self) -> Workload:
+        return Workload(
+            context_tokens=self.settings.model.context_tokens,
+            tensor_parallel=self.settings.model.tensor_parallel,
+        )
+
+    # ----------------------------------------------------------------- one step
+
+    def step(self) -> Decision:
+        now = self.clock()
+        observation = self.observe()
+        if observation.usable:
+            self.last_usable_at = now
+        elif observation.reason is not None:
+            self.metrics.unusable.labels(observation.reason.value).inc()
+        leader = self.elector.try_acquire_or_renew() if self.elector else True
+        if self.elector and self.elector.last_error:
+            self.metrics.errors.labels("lease").inc()
+        live = self._read()
+        state = self._state(live, leader)
+        state, drifted = self._drift(state, live, now)
+        rollout_stuck = bool(live and live.rollout.stuck)
+        in_progress = bool(live and not live.rollout.done)
+        verification = state.verification
+        if (
+            verification is not None
+            and in_progress
+            and now - verification.switched_at > self.settings.target.rollout_deadline_s
+        ):
+            rollout_stuck = True
+        context = Context(
+            now=now,
+            model=self.model,
+            hardware=self.hardware,
+            engine=self.engine,
+            workload=self._workload(observation),
+            deployed=live.setup if live else None,
+            drafter_available=bool(
+                (live and live.speculative_config)
+                or state.drafter
+                or (live is None and observation.live_setup and observation.live_setup.speculation)
+            ),
+            leader=leader,
+            paused=bool(live and live.paused),
+            rollout_in_progress=in_progress and not rollout_stuck,
+        )
+        if rollout_stuck and verification is not None:
+            decision, new_state = self._stuck(state, context, live)
+        else:
+            decision, new_state = decide(state, observation, context, self.settings.policy)
+        decision, new_state = self._carry_out(decision, state, new_state, live, leader, now)
+        self.state = new_state
+        self._export(now, observation, decision, new_state, live, leader, rollout_stuck)
+        self.last_step_at = now
+        if drifted:
+            decision = decision.model_copy(update={"notes": (*decision.notes, drifted)})
+        return decision
+
+    def _read(self) -> LiveTarget | None:
+        if self.actuator is None:
+            return None
+        try:
+            return self.actuator.read()
+        except ActuatorError as exc:
+            self.metrics.errors.labels("read").inc()
+            event(self.logger, f"cannot read the target: {exc}", logging.WARNING)
+            return None
+
+    def _state(self, live: LiveTarget | None, leader: bool) -> TunerState:
+        """Resume from the target's annotation at start, and follow it while not leading
+        (so a new leader continues a verification instead of deciding afresh)."""
+        if (self.state is None or not leader) and live is not None and live.state:
+            try:
+                restored = TunerState.model_validate_json(live.state)
+                if self.state is None:
+                    event(
+                        self.logger,
+                        "resumed from the persisted state",
+                        decision_id=restored.last_decision_id,
+                        verifying=restored.verification is not None,
+                    )
+                return restored
+            except ValueError:
+                self.metrics.errors.labels("state").inc()
+                event(self.logger, "persisted state unreadable; starting fresh", logging.WARNING)
+        state = self.state or TunerState()
+        if live is not None and live.speculative_config:
+            state = state.model_copy(update={"drafter": live.speculative_config})
+        return state
+
+    def _drift(
+        self, state: TunerState, live: LiveTarget | None, now: float
+    ) -> tuple[TunerState, str | None]:
+        """Someone else changed the managed flags: adopt their setup, back off, say so."""
+        if live is None or state.current is None or live.setup == state.current:
+            return state, None
+        message = (
+            f"managed flags changed outside the tuner ({state.current.label} -> "
+            f"{live.setup.label}): adopting it and backing off for the cooldown"
+        )
+        self.metrics.drift.inc()
+        event(self.logger, message, logging.WARNING, drift=True)
+        self._event("DriftDetected", message, warning=True)
+        return state.model_copy(
+            update={
+                "current": live.setup,
+                "verification": None,
+                "pending": None,
+                "changes": (*state.changes, now),
+            }
+        ), message
+
+    def _stuck(
+        self, state: TunerState, context: Context, live: LiveTarget | None
+    ) -> tuple[Decision, TunerState]:
+        """The rollout after our change cannot finish: revert to the previous setup."""
+        assert state.verification is not None
+        verification = state.verification
+        quarantine = dict(state.quarantine)
+        quarantine[verification.target.label] = context.now + self.settings.policy.quarantine_s
+        stuck = live.rollout.stuck if live and live.rollout.stuck else "deadline passed"
+        decision = Decision(
+            id=state.last_decision_id + 1,
+            at=context.now,
+            action=Action.REVERT,
+            current=verification.target,
+            target=verification.previous,
+            sentence=f"revert {verification.target.label} -> {verification.previous.label}: "
+            f"the rollout is stuck ({stuck})",
+        )
+        return decision, state.model_copy(
+            update={
+                "current": verification.previous,
+                "verification": None,
+                "quarantine": quarantine,
+                "last_decision_id": decision.id,
+                "changes": (*state.changes, context.now),
+            }
+        )
+
+    def _carry_out(
+        self,
+        decision: Decision,
+        before: TunerState,
+        after: TunerState,
+        live: LiveTarget | None,
+        leader: bool,
+        now: float,
+    ) -> tuple[Decision, TunerState]:
+        self.metrics.decisions.labels(decision.action.value).inc()
+        acts = decision.action in (Action.SWITCH, Action.REVERT) and decision.target is not None
+        if acts and (self.settings.mode == "advise" or self.actuator is None or not leader):
+            # Advisory (or not leading): explain, never write; keep what was learned.
+            why = "advisory mode" if self.settings.mode == "advise" else "not the leader"
+            after = after.model_copy(
+                update={
+                    "current": before.current,
+                    "last_known_good": before.last_known_good,
+                    "verification": before.verification,
+                    "changes": before.changes,
+                    "quarantine": before.quarantine,
+                }
+            )
+            decision = decision.model_copy(
+                update={"notes": (*decision.notes, f"{why}: not applied")}
+            )
+            self._event("SwitchRecommended", f"{decision.sentence} ({why}: not applied)")
+        elif acts and decision.target is not None and self.actuator is not None:
+            try:
+                self.actuator.apply(
+                    decision.target,
+                    state=after.model_dump_json(),
+                    expected_version=live.version if live else None,
+                    saved_speculative_config=after.drafter,
+                )
+            except ConflictError as exc:
+                self.metrics.errors.labels("conflict").inc()
+                event(
+                    self.logger,
+                    f"target changed meanwhile; re-deciding next step: {exc}",
+                    logging.WARNING,
+                )
+                return decision.model_copy(
+                    update={"notes": (*decision.notes, "conflict: not applied")}
+                ), before
+            except ActuatorError as exc:
+                self.metrics.errors.labels("patch").inc()
+                self._event("PatchFailed", f"{decision.sentence}: {exc}", warning=True)
+                event(self.logger, f"patch failed: {exc}", logging.ERROR)
+                return decision.model_copy(
+                    update={"notes": (*decision.notes, f"patch failed: {exc}")}
+                ), before
+            kind = decision.action.value
+            self.metrics.patches.labels(kind).inc()
+            if decision.action is Action.REVERT:
+                self.metrics.reverts.inc()
+            self._event(
+                "SetupReverted" if decision.action is Action.REVERT else "SetupSwitched",
+                decision.sentence,
+                warning=decision.action is Action.REVERT,
+            )
+            self.state_saved_at = now
+        elif decision.blocked_by is not None and decision.target is not None:
+            operator_visible = {"paused", "budget", "cooldown", "rollout_in_progress"}
+            if decision.blocked_by.value in operator_visible and (
+                before.last_decision_id == 0 or decision.id % 20 == 1
+            ):
+                self._event("SwitchBlocked", decision.sentence)
+        if (
+            leader
+            and self.actuator is not None
+            and not acts
+            and (
+                now - self.state_saved_at >= max(60.0, self.settings.loop.interval_s)
+                and getattr(self.actuator, "periodic_state", True)
+            )
+        ):
+            try:
+                self.actuator.save_state(
+                    after.model_dump_json(), expected_version=live.version if live else None
+                )
+                self.state_saved_at = now
+            except ActuatorError as exc:
+                self.metrics.errors.labels("state").inc()
+                event(self.logger, f"state not saved: {exc}", logging.WARNING)
+        event(
+            self.logger,
+            decision.sentence,
+            decision_id=decision.id,
+            action=decision.action.value,
+            blocked_by=decision.blocked_by.value if decision.blocked_by else None,
+            target=decision.target.label if decision.target else None,
+            gain=round(decision.gain, 4),
+            confidence=round(decision.confidence, 3),
+        )
+        return decision, after
+
+    def _event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        if self.actuator is None:
+            return
+        try:
+            self.actuator.event(reason, message, warning=warning)
+        except ActuatorError as exc:
+            self.metrics.errors.labels("event").inc()
+            event(self.logger, f"event not posted: {exc}", logging.WARNING)
+
+    def _workload(self, observation: Observation) -> Workload:
+        workload = self.workload
+        if observation.usable and observation.mean_context_tokens:
+            workload = workload.model_copy(
+                update={"context_tokens": observation.mean_context_tokens}
+            )
+        return workload
+
+    def _export(
+        self,
+        now: float,
+        observation: Observation,
+        decision: Decision,
+        state: TunerState,
+        live: LiveTarget | None,
+        leader: bool,
+        stuck: bool,
+    ) -> None:
+        setup = (
+            live.setup
+            if live
+            else (observation.live_setup.setup if observation.live_setup else state.current)
+        )
+        rate = None
+        if observation.acceptance is not None and setup is not None and setup.spec_tokens:
+            accept = from_conditional(observation.acceptance.per_position)
+            rate = equivalent_rate(accept, min(setup.spec_tokens, accept.max_spec_tokens))
+        self.metrics.update(
+            Snapshot(
+                at=now,
+                observation=observation,
+                decision=decision,
+                state=state,
+                live=setup,
+                leader=leader,
+                paused=bool(live and live.paused),
+                rollout_stuck=stuck,
+                last_usable_at=self.last_usable_at,
+                crossover=self._crossover(state, decision),
+                calibration=state.calibration.factors(
+                    now, self.settings.policy.calibration_half_life_s
+                ),
+                quick_rule_rate=rate,
+                mode=self.settings.mode,
+            )
+        )
+
+    def _crossover(self, state: TunerState, decision: Decision) -> tuple[str, str, int] | None:
+        current = state.current or decision.current
+        others = [label for label in decision.predicted_tokens_per_s if label != current.label]
+        if not others:
+            return None
+        accept = state.acceptance.estimate(
+            self.clock(), self.settings.policy.acceptance_memory_half_life_s
+        )
+        accept = accept or from_conditional([])
+        rival_label = (
+            decision.target.label
+            if decision.target and decision.target != current
+            else max(others, key=lambda k: decision.predicted_tokens_per_s[k])
+        )
+        try:
+            rival = Setup.parse(rival_label)
+            if max(current.spec_tokens, rival.spec_tokens) > accept.max_spec_tokens:
+                return None
+            grid = np.arange(1, 1025)
+            flips = crossover_batches(
+                predict(self.model, self.hardware, current, grid, accept, self.workload),
+                predict(self.model, self.hardware, rival, grid, accept, self.workload),
+            )
+        except ValueError:
+            return None
+        return (flips[0].loser, flips[0].winner, flips[0].batch) if flips else None
+
+    # ----------------------------------------------------------------- the loop
+
+    def alive(self) -> bool:
+        interval = self.settings.loop.interval_s
+        return self.last_step_at is None or self.clock() - self.last_step_at < 5 * interval + 30
+
+    def ready(self) -> tuple[bool, str]:
+        if self.last_usable_at is None:
+            return False, "no usable observation yet"
+        age = self.clock() - self.last_usable_at
+        limit = 3 * self.settings.loop.interval_s + self.settings.loop.window_s
+        if age > limit:
+            return False, f"data is {age:.0f}s old"
+        return True, "ready"
+
+    def run(self) -> None:
+        """Step every interval until stopped; then release the Lease and flush the state."""
+        interval = self.settings.loop.interval_s
+        while not self.stop_event.is_set():
+            started = time.monotonic()
+            try:
+                self.step()
+            except Exception as exc:  # one bad step must not kill the sidecar
+                self.metrics.errors.labels("step").inc()
+                self.logger.exception("step failed: %s", exc)
+            self.stop_event.wait(max(0.0, interval - (time.monotonic() - started)))
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        if (
+            self.elector is not None
+            and self.elector.is_leader
+            and self.actuator is not None
+            and self.state is not None
+        ):
+            try:
+                self.actuator.save_state(self.state.model_dump_json(), expected_version=None)
+            except ActuatorError as exc:
+                event(self.logger, f"state not flushed at shutdown: {exc}", logging.WARNING)
+        if self.elector is not None:
+            self.elector.release()
+        event(self.logger, "stopped")
+
+
+def build_controller(
+    settings: Settings, metrics: TunerMetrics, logger: logging.Logger
+) -> Controller:
+    """Wire the parts the settings name."""
+    from autotuner.actuators.kubernetes import K8sTarget, api_client, discover_target
+    from autotuner.actuators.targets import open_target
+
+    model = load_model(settings.model.id)
+    hardware = (
+        load_profile(settings.model.profile)
+        if settings.model.profile
+        else datasheet(settings.model.gpu)
+    )
+    observe: Observer = (
+        ScrapeObserver(settings) if settings.source.kind == "vllm" else PrometheusObserver(settings)
+    )
+    target = settings.target
+    identity = target.identity or os.environ.get("POD_NAME") or socket.gethostname()
+    uri = target.uri
+    if not uri and os.environ.get("POD_NAME") and os.environ.get("POD_NAMESPACE"):
+        found = discover_target(
+            api_client(target.kube_server), os.environ["POD_NAMESPACE"], os.environ["POD_NAME"]
+        )
+        uri = str(found)
+    actuator = (
+        open_target(
+            uri,
+            kube_server=target.kube_server,
+            names=settings.engine.flags,
+            allow_surge=target.allow_surge,
+            allow_low_precision_replay=settings.policy.allow_low_precision_replay,
+            identity=identity,
+        )
+        if uri
+        else None
+    )
+    elector = None
+    if uri.startswith("k8s://"):
+        parsed = K8sTarget.parse(uri)
+        elector = LeaseElector(
+            api_client(target.kube_server),
+            namespace=parsed.namespace,
+            name=target.lease_name or f"spec-autotuner-{parsed.name}",
+            identity=identity,
+            lease_duration_s=target.lease_duration_s,
+        )
+    return Controller(
+        settings=settings,
+        model=model,
+        hardware=hardware,
+        observe=observe,
+        actuator=actuator,
+        metrics=metrics,
+        logger=logger,
+        elector=elector,
+    )

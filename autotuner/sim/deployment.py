@@ -1,0 +1,141 @@
+"""A simulated vLLM deployment: the simulated engine behind HTTP, restarted (with a gap and a
+counter reset) whenever the managed flags in its manifest change. The demo and the end-to-end
+tests point `autotuner run` at it; its step times come from a TruthEngine, so they differ from
+the cost model by a hidden error."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from autotuner.actuators.base import ActuatorError
+from autotuner.actuators.manifest import ManifestActuator
+from autotuner.core.acceptance import from_conditional
+from autotuner.core.costmodel import predict
+from autotuner.core.types import Setup
+from autotuner.sim.engine import SimSetup, SimulatedVllm
+from autotuner.sim.server import SimServer
+from autotuner.sim.truth import TruthEngine
+
+
+class SimulatedDeployment:
+    def __init__(
+        self,
+        manifest: Path,
+        truth: TruthEngine,
+        *,
+        load: Callable[[float], float],
+        acceptance: Sequence[float],
+        restart_gap_s: float = 2.0,
+        engines: int = 1,
+        poll_s: float = 0.1,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.manifest = ManifestActuator(manifest)
+        self.truth = truth
+        self.acceptance = tuple(acceptance)
+        self.restart_gap_s = restart_gap_s
+        self.poll_s = poll_s
+        self.restarts = 0
+        self.history: list[tuple[float, str]] = []
+        setup = self.manifest.read().setup
+        self.sim = SimulatedVllm(
+            setup=SimSetup.of(setup, self.acceptance),
+            load=load,
+            step_time=self._step_time,
+            capacity=self._capacity,
+            engines=engines,
+            model_name=truth.model.name,
+            clock=clock,
+        )
+        self.server = SimServer(self.sim)
+        self.clock = clock
+        self.history.append((clock(), setup.label))
+        self.stop_event = threading.Event()
+        self.watcher = threading.Thread(target=self._watch, daemon=True)
+        self.watcher.start()
+
+    @property
+    def url(self) -> str:
+        return f"{self.server.url}/metrics"
+
+    def _step_time(self, batch: float, setup: SimSetup) -> float:
+        return self.truth.step_time(setup.setup, batch, setup.acceptance)
+
+    def _capacity(self, setup: SimSetup) -> float:
+        accept = from_conditional(list(setup.acceptance)[: setup.spec_tokens])
+        curve = predict(
+            self.truth.model, self.truth.hardware, setup.setup, [1], accept, self.truth.workload
+        )
+        return float(curve.max_batch)
+
+    def _watch(self) -> None:
+        current = self.sim.setup.setup
+        while not self.stop_event.wait(self.poll_s):
+            try:
+                wanted = self.manifest.read().setup
+            except ActuatorError:
+                continue  # mid-write; look again
+            if wanted == current:
+                continue
+            with self.server.lock:
+                self.server.up = False
+            if self.stop_event.wait(self.restart_gap_s):
+                return
+            with self.server.lock:
+                self.sim.restart(SimSetup.of(wanted, self.acceptance))
+                self.server.up = True
+            current = wanted
+            self.restarts += 1
+            self.history.append((self.clock(), wanted.label))
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.watcher.join(timeout=5)
+        self.server.close()
+
+    def __enter__(self) -> SimulatedDeployment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def demo_manifest(model_id: str, setup: Setup, drafter: str = "mtp") -> str:
+    """A vLLM Deployment like deploy/ ships, for the demo and the end-to-end tests."""
+    import json
+
+    config = json.dumps({"method": drafter, "num_speculative_tokens": setup.spec_tokens or 3})
+    return f"""\
+# A vLLM Deployment tuned by spec-autotuner (simulated: no cluster, no GPU).
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: vllm
+  namespace: llm
+spec:
+  replicas: 1
+  strategy:
+    type: RollingUpdate
+    rollingUpdate: {{maxSurge: 0, maxUnavailable: 1}}  # never wait for a spare GPU
+  selector:
+    matchLabels: {{app: vllm}}
+  template:
+    metadata:
+      labels: {{app: vllm}}
+    spec:
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.20.0
+          args:
+            - --model
+            - {model_id}
+            - --speculative-config
+            - '{config}'
+            - --max-num-seqs
+            - "1024"
+          resources:
+            limits: {{nvidia.com/gpu: "1"}}
+"""

@@ -1,0 +1,199 @@
+"""`autotuner run` as a subprocess against the simulated deployment, acting on its manifest."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from autotuner.core.hardware import datasheet
+from autotuner.core.registry import load_model
+from autotuner.core.types import Setup
+from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
+from autotuner.sim.truth import TruthEngine, realistic_error
+from tests.integration.conftest import free_port
+
+MODEL = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
+TRUTH = TruthEngine(load_model(MODEL), datasheet("H200"), error=realistic_error)
+ACCEPTANCE = (0.8, 0.7, 0.6)
+
+
+def settings_file(
+    folder: Path, manifest: Path, url: str, port: int, *, mode: str = "act", settle: str = "1s"
+) -> Path:
+    path = folder / "autotuner.yaml"
+    path.write_text(f"""\
+mode: {mode}
+source: {{urls: ["{url}"], timeout_s: 1s}}
+target: {{uri: "file://{manifest}"}}
+model: {{id: {MODEL}, gpu: H200}}
+loop: {{interval_s: 250ms, window_s: 1s}}
+exporter: {{host: 127.0.0.1, port: {port}}}
+limits: {{min_drafts: 20, min_batch_samples: 2, max_age_s: 5s}}
+policy:
+  dwell_s: 1s
+  cooldown_s: 2s
+  verify_settle_s: {settle}
+  batch_half_life_s: 1500ms
+  horizon_s: 60s
+  restart_downtime_s: 500ms
+  min_batch_weight: 2
+  max_changes_per_hour: 8
+  max_changes_per_day: 8
+log: {{format: json}}
+""")
+    return path
+
+
+@contextmanager
+def sidecar(config: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "autotuner.cli", "run", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        wait_until(lambda: _get(port, "/healthz") == 200, 30, "sidecar never answered /healthz")
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _get(port: int, path: str) -> int | None:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=1).status_code
+    except httpx.HTTPError:
+        return None
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, message: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    pytest.fail(message)
+
+
+def decision(port: int) -> dict[str, Any]:
+    body: dict[str, Any] = httpx.get(f"http://127.0.0.1:{port}/decision", timeout=2).json()
+    return body
+
+
+def metrics(port: int) -> dict[str, float]:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return values
+
+
+def shifting_load(start: float) -> Callable[[float], float]:
+    def load(t: float) -> float:
+        elapsed = t - start
+        return 16.0 if elapsed < 5 else 480.0 if elapsed < 16 else 8.0
+
+    return load
+
+
+def test_switches_at_the_crossover_and_back_and_metrics_match_decision(tmp_path: Path) -> None:
+    manifest = tmp_path / "vllm.yaml"
+    manifest.write_text(demo_manifest(MODEL, Setup(spec_tokens=3)))
+    port = free_port()
+    start = time.time()
+    with SimulatedDeployment(
+        manifest, TRUTH, load=shifting_load(start), acceptance=ACCEPTANCE, restart_gap_s=0.5
+    ) as deployment:
+        config = settings_file(tmp_path, manifest, deployment.url, port)
+        with sidecar(config, port):
+            wait_until(lambda: time.time() - start > 28, 40, "run did not finish")
+            for _ in range(20):  # two reads of one step: /decision and /metrics agree
+                before = decision(port)
+                scraped = metrics(port)
+                after = decision(port)
+                if before["decision"] == after["decision"]:
+                    break
+            else:
+                pytest.fail("decision changed during every read")
+        labels = [label for _, label in deployment.history]
+    assert labels[0] == "spec:3"
+    assert any(label.startswith("replay") for label in labels), labels
+    last_replay = max(i for i, label in enumerate(labels) if label.startswith("replay"))
+    assert any(label.startswith("spec") for label in labels[last_replay + 1 :]), labels
+    assert len(labels) - 1 <= 8  # the change budget
+    made = after["decision"]
+    assert isinstance(made, dict)
+    assert scraped["autotuner_last_decision_id"] == made["id"]
+    assert scraped["autotuner_gain"] == pytest.approx(made["gain"])
+    assert scraped["autotuner_confidence"] == pytest.approx(made["confidence"])
+    for label, value in made["predicted_tokens_per_s"].items():
+        assert scraped[f"autotuner_predicted_tokens_per_second{{setup={label}}}"] == (
+            pytest.approx(value)
+        )
+    assert scraped["autotuner_patches_total{kind=switch}"] >= 2
+    assert scraped["autotuner_advisory"] == 0
+
+
+def test_killed_mid_verification_resumes_without_a_second_patch(tmp_path: Path) -> None:
+    manifest = tmp_path / "vllm.yaml"
+    manifest.write_text(demo_manifest(MODEL, Setup(spec_tokens=3)))
+    port = free_port()
+    start = time.time()
+
+    def load(t: float) -> float:
+        return 16.0 if t - start < 4 else 480.0
+
+    with SimulatedDeployment(
+        manifest, TRUTH, load=load, acceptance=ACCEPTANCE, restart_gap_s=0.5
+    ) as deployment:
+        config = settings_file(tmp_path, manifest, deployment.url, port, settle="6s")
+        with sidecar(config, port) as first:
+            wait_until(lambda: len(deployment.history) >= 2, 30, "no switch happened")
+            wait_until(
+                lambda: (decision(port).get("state") or {}).get("verification") is not None,
+                10,
+                "no verification in flight",
+            )
+            last_id = decision(port)["decision"]["id"]
+            first.kill()  # no clean shutdown
+            first.wait()
+        switched = len(deployment.history)
+        written = manifest.read_text()
+        with sidecar(config, port):
+            wait_until(
+                lambda: "verif" in str((decision(port)["decision"] or {}).get("sentence", "")),
+                15,
+                "the restarted sidecar did not resume the verification",
+            )
+            resumed = decision(port)["decision"]
+            wait_until(
+                lambda: "verified" in str((decision(port)["decision"] or {}).get("sentence", "")),
+                20,
+                "the verification never finished",
+            )
+        assert len(deployment.history) == switched  # no second patch
+    persisted = json.loads(
+        written.split("spec-autotuner.io/state: ", 1)[1].splitlines()[0].strip("'")
+    )
+    assert persisted["verification"] is not None
+    # Decisions continue from the persisted one (a manifest is written only with a change).
+    assert persisted["last_decision_id"] < resumed["id"] <= last_id + 1
