@@ -10,11 +10,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autotuner.actuators.base import Actuator, ActuatorError, ConflictError, LiveTarget
-from autotuner.actuators.lease import LeaseElector
 from autotuner.core.acceptance import from_conditional
 from autotuner.core.capabilities import PRESETS, EngineCapabilities
 from autotuner.core.costmodel import Workload, crossover_batches, predict
@@ -29,6 +29,9 @@ from autotuner.exporter import Snapshot, TunerMetrics
 from autotuner.logs import event
 from autotuner.settings import Settings
 from autotuner.sources.errors import SourceError
+
+if TYPE_CHECKING:  # the Kubernetes client is heavy: imported only for k8s targets
+    from autotuner.actuators.lease import LeaseElector
 
 Observer = Callable[[], Observation]
 
@@ -469,7 +472,6 @@ def build_controller(
     settings: Settings, metrics: TunerMetrics, logger: logging.Logger
 ) -> Controller:
     """Wire the parts the settings name."""
-    from autotuner.actuators.kubernetes import K8sTarget, api_client, discover_target
     from autotuner.actuators.targets import open_target
 
     model = load_model(settings.model.id)
@@ -485,6 +487,8 @@ def build_controller(
     identity = target.identity or os.environ.get("POD_NAME") or socket.gethostname()
     uri = target.uri
     if not uri and os.environ.get("POD_NAME") and os.environ.get("POD_NAMESPACE"):
+        from autotuner.actuators.kubernetes import api_client, discover_target
+
         found = discover_target(
             api_client(target.kube_server), os.environ["POD_NAMESPACE"], os.environ["POD_NAME"]
         )
@@ -503,6 +507,9 @@ def build_controller(
     )
     elector = None
     if uri.startswith("k8s://"):
+        from autotuner.actuators.kubernetes import K8sTarget, api_client
+        from autotuner.actuators.lease import LeaseElector
+
         parsed = K8sTarget.parse(uri)
         elector = LeaseElector(
             api_client(target.kube_server),

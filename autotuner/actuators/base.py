@@ -13,6 +13,9 @@ from typing import Any, Protocol
 from autotuner.core.types import Setup
 from autotuner.errors import AutotunerError
 
+STATE_ANNOTATION = "spec-autotuner.io/state"
+PAUSE_ANNOTATION = "spec-autotuner.io/paused"
+
 
 class ActuatorError(AutotunerError):
     """A change could not be read or written; nothing was changed unless `partial` says so."""

@@ -17,6 +17,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from autotuner.actuators.base import (
+    PAUSE_ANNOTATION,
+    STATE_ANNOTATION,
     ActuatorError,
     ApplyResult,
     ConflictError,
@@ -35,8 +37,6 @@ from autotuner.actuators.flags import (
 from autotuner.core.types import Setup
 from autotuner.errors import InputError
 
-STATE_ANNOTATION = "spec-autotuner.io/state"
-PAUSE_ANNOTATION = "spec-autotuner.io/paused"
 SMP = "application/strategic-merge-patch+json"
 
 

@@ -19,6 +19,8 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.util import load_yaml_guess_indent
 
 from autotuner.actuators.base import (
+    PAUSE_ANNOTATION,
+    STATE_ANNOTATION,
     ActuatorError,
     ApplyResult,
     ConflictError,
@@ -33,7 +35,6 @@ from autotuner.actuators.flags import (
     container_speculative_config,
     render_container,
 )
-from autotuner.actuators.kubernetes import PAUSE_ANNOTATION, STATE_ANNOTATION
 from autotuner.core.types import Setup
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")

@@ -8,10 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from autotuner.actuators.base import ActuatorError, ConflictError, ForbiddenError
+from autotuner.actuators.base import (
+    STATE_ANNOTATION,
+    ActuatorError,
+    ConflictError,
+    ForbiddenError,
+)
 from autotuner.actuators.flags import parse_setup
 from autotuner.actuators.kubernetes import (
-    STATE_ANNOTATION,
     K8sTarget,
     KubernetesActuator,
     api_client,

@@ -52,3 +52,26 @@ def test_decision_quality_benchmark_runs() -> None:
     assert result.returncode == 0, result.stderr
     assert "oracle" in result.stdout
     assert result.stdout.count("targets:") == 2
+
+
+def test_sidecar_overhead_benchmark_runs() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.sidecar_overhead",
+            "--duration",
+            "6",
+            "--interval",
+            "1",
+            "--replicas",
+            "2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "peak RSS" in result.stdout
