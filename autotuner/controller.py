@@ -147,7 +147,7 @@ class Controller:
                 or (live is None and observation.live_setup and observation.live_setup.speculation)
             ),
             leader=leader,
-            paused=bool(live and live.paused),
+            paused=self.settings.target.paused or bool(live and live.paused),
             rollout_in_progress=in_progress and not rollout_stuck,
         )
         if rollout_stuck and verification is not None:

@@ -88,6 +88,7 @@ class TargetSettings(BaseModel):
     lease_duration_s: float = Field(15.0, gt=0, description="Lease validity, seconds.")
     identity: str = Field("", description="This instance's name; default the pod name.")
     allow_surge: bool = Field(False, description="Patch even with maxSurge >= 1.")
+    paused: bool = Field(False, description="Stop all patching (as the paused annotation does).")
     rollout_deadline_s: float = Field(
         900.0, gt=0, description="A rollout not done by then is stuck: revert, seconds."
     )
