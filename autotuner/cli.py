@@ -215,7 +215,8 @@ def render_report(report: dict[str, Any], *, detail: bool, console: Console | No
             cell = _cell(top, plain) if top else "-"
             cells.append(f"[dim]{cell} (refused)[/]" if top and top["refused_by_engine"] else cell)
         winner = best[batch_size]
-        cells.append(f"[bold]{winner['setup']}[/] x{winner['ratio_to_plain']:.2f}")
+        ratio = winner["ratio_to_plain"]
+        cells.append(f"[bold]{winner['setup']}[/]" + (f" x{ratio:.2f}" if ratio else ""))
         table.add_row(*cells)
     console.print(table)
     refused = {p["refused_by_engine"] for p in report["predictions"] if p["refused_by_engine"]}
