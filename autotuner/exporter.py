@@ -20,9 +20,17 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from autotuner import __version__
 from autotuner.core.acceptance import copy_rule, copy_rule_break_even
 from autotuner.core.policy import TunerState
-from autotuner.core.types import BlockReason, Decision, Observation, Setup, UnusableReason
+from autotuner.core.types import (
+    Action,
+    BlockReason,
+    Decision,
+    Observation,
+    Setup,
+    UnusableReason,
+)
 
 PREFIX = "autotuner"
+ERROR_KINDS = ("read", "patch", "conflict", "state", "event", "lease", "step")
 
 
 @dataclass
@@ -75,6 +83,15 @@ class TunerMetrics:
         self.drift = Counter(
             f"{PREFIX}_drift", "Managed flags changed by someone else.", registry=self.registry
         )
+        # Every label value exists from the start, so rate() and alerts see a 0, not nothing.
+        for action in Action:
+            self.decisions.labels(action.value)
+        for kind in ("switch", "revert"):
+            self.patches.labels(kind)
+        for kind in ERROR_KINDS:
+            self.errors.labels(kind)
+        for reason in UnusableReason:
+            self.unusable.labels(reason.value)
         self.registry.register(_SnapshotCollector(self))
 
     def update(self, snapshot: Snapshot) -> None:

@@ -1,0 +1,75 @@
+"""Alert rules checked and unit-tested by promtool, the tool operators use."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+RULES = DEPLOY / "prometheus" / "rules.yaml"
+
+
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.fail("promtool is not installed: ./scripts/test.sh installs it")
+    return found
+
+
+def alerts() -> dict[str, dict[str, object]]:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return {rule["alert"]: rule for group in groups for rule in group["rules"]}
+
+
+def test_promtool_check_rules() -> None:
+    result = subprocess.run(
+        [promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(alerts())} rules found" in result.stdout
+
+
+def test_promtool_unit_tests_fire_and_stay_silent(tmp_path: Path) -> None:
+    tests = yaml.safe_load((DEPLOY / "prometheus" / "tests" / "rules_test.yaml").read_text())
+    rules = alerts()
+    tested = set()
+    for case in tests["tests"]:
+        for check in case["alert_rule_test"]:
+            tested.add(check["alertname"])
+            for expected in check["exp_alerts"]:
+                expected["exp_annotations"] = rules[check["alertname"]]["annotations"]
+    assert tested == set(rules), f"alerts without a unit test: {set(rules) - tested}"
+    silent = {
+        c["alertname"]
+        for case in tests["tests"]
+        for c in case["alert_rule_test"]
+        if not c["exp_alerts"]
+    }
+    assert silent, "some alert must be shown staying silent"
+    tests["rule_files"] = [str(RULES)]
+    path = tmp_path / "rules_test.yaml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    result = subprocess.run(
+        [promtool(), "test", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_has_a_runbook_and_a_severity() -> None:
+    for name, rule in alerts().items():
+        annotations = rule["annotations"]
+        assert isinstance(annotations, dict)
+        assert annotations.get("summary") and annotations.get("runbook"), name
+        labels = rule["labels"]
+        assert isinstance(labels, dict)
+        assert labels.get("severity") in ("info", "warning", "critical"), name
+
+
+def test_prometheusrule_carries_the_same_groups() -> None:
+    crd = yaml.safe_load((DEPLOY / "prometheus" / "prometheusrule.yaml").read_text())
+    assert crd["kind"] == "PrometheusRule"
+    assert crd["spec"] == yaml.safe_load(RULES.read_text())
