@@ -63,7 +63,8 @@ def test_every_alert_has_a_runbook_and_a_severity() -> None:
     for name, rule in alerts().items():
         annotations = rule["annotations"]
         assert isinstance(annotations, dict)
-        assert annotations.get("summary") and annotations.get("runbook"), name
+        assert annotations.get("summary"), name
+        assert annotations.get("runbook"), name
         labels = rule["labels"]
         assert isinstance(labels, dict)
         assert labels.get("severity") in ("info", "warning", "critical"), name
