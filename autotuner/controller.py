@@ -398,31 +398,34 @@ class Controller:
         )
 
     def _crossover(self, state: TunerState, decision: Decision) -> tuple[str, str, int] | None:
+        """The batch at which the running setup stops (or starts) being the faster one against
+        its strongest rival of another kind: what the dashboard draws next to the batch."""
         current = state.current or decision.current
-        others = [label for label in decision.predicted_tokens_per_s if label != current.label]
-        if not others:
-            return None
         accept = state.acceptance.estimate(
             self.clock(), self.settings.policy.acceptance_memory_half_life_s
         )
         accept = accept or from_conditional([])
-        rival_label = (
-            decision.target.label
-            if decision.target and decision.target != current
-            else max(others, key=lambda k: decision.predicted_tokens_per_s[k])
+        rivals = sorted(
+            decision.predicted_tokens_per_s, key=lambda k: -decision.predicted_tokens_per_s[k]
         )
-        try:
-            rival = Setup.parse(rival_label)
-            if max(current.spec_tokens, rival.spec_tokens) > accept.max_spec_tokens:
-                return None
-            grid = np.arange(1, 1025)
+        grid = np.arange(1, 1025)
+        mine = None
+        for label in rivals:
+            try:
+                rival = Setup.parse(label)
+            except ValueError:
+                continue
+            if rival.kind is current.kind or max(current.spec_tokens, rival.spec_tokens) > (
+                accept.max_spec_tokens
+            ):
+                continue
+            mine = mine or predict(self.model, self.hardware, current, grid, accept, self.workload)
             flips = crossover_batches(
-                predict(self.model, self.hardware, current, grid, accept, self.workload),
-                predict(self.model, self.hardware, rival, grid, accept, self.workload),
+                mine, predict(self.model, self.hardware, rival, grid, accept, self.workload)
             )
-        except ValueError:
-            return None
-        return (flips[0].loser, flips[0].winner, flips[0].batch) if flips else None
+            if flips:
+                return flips[0].loser, flips[0].winner, flips[0].batch
+        return None
 
     # ----------------------------------------------------------------- the loop
 

@@ -283,9 +283,10 @@ def absorb(
 ) -> TunerState:
     """Fold a window into the carried estimates and calibration (unusable windows change
     nothing but the believed current setup)."""
-    current = ctx.deployed or state.current
-    if current is None and observation.live_setup is not None:
-        current = observation.live_setup.setup
+    # What runs: the target's args when an actuator reads them (they show schedules), else
+    # what the engine reports in its metrics, else what we last believed.
+    live_setup = observation.live_setup.setup if observation.live_setup else None
+    current = ctx.deployed or (live_setup if observation.usable else None) or state.current
     update: dict[str, object] = {"current": current or PLAIN}
     if not observation.usable or observation.batch is None:
         return state.model_copy(update=update)

@@ -40,7 +40,7 @@ def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
             f"  evaluation_interval: {scrape_interval}\n"
             "scrape_configs:\n"
             "  - job_name: vllm\n"
-            f"    static_configs: [{{targets: [{hosts}]}}]\n"
+            f"    static_configs: [{{targets: [{hosts}], labels: {{namespace: llm}}}}]\n"
         )
         log = (tmp_path / "prometheus.log").open("wb")
         process = subprocess.Popen(
