@@ -625,6 +625,10 @@ def demo(
         "autotuner-demo"
     ),
     no_live: Annotated[bool, typer.Option(help="No live view (logs and summary only).")] = False,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per simulated replica.")] = 1,
+    drafter: Annotated[
+        str | None, typer.Option(help="Drafter kind when the model has none (eagle, ngram).")
+    ] = None,
 ) -> None:
     """Simulated vLLM + the sidecar in act mode against a manifest, load 4 -> 512 -> 4."""
     from autotuner.demo import run_demo, summary_table
@@ -645,6 +649,8 @@ def demo(
         duration_s=seconds,
         out=out,
         acceptance=rates,
+        tensor_parallel=tp,
+        drafter=drafter,
         console=console,
         live=not no_live,
     )

@@ -108,6 +108,7 @@ class Controller:
         return Workload(
             context_tokens=self.settings.model.context_tokens,
             tensor_parallel=self.settings.model.tensor_parallel,
+            drafter=self.settings.model.drafter,
         )
 
     # ----------------------------------------------------------------- one step

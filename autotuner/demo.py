@@ -22,7 +22,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from autotuner.controller import build_controller
+from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import datasheet
+from autotuner.core.model import DrafterKind
 from autotuner.core.registry import load_model
 from autotuner.core.types import Decision, Setup
 from autotuner.exporter import TunerMetrics
@@ -69,12 +71,20 @@ def run_demo(
     duration_s: float,
     out: Path,
     acceptance: tuple[float, ...],
+    tensor_parallel: int = 1,
+    drafter: str | None = None,
     console: Console | None = None,
     live: bool = True,
 ) -> DemoResult:
     console = console or Console()
     model, hardware = load_model(model_id), datasheet(gpu)
-    truth = TruthEngine(model, hardware, error=realistic_error)
+    kind = DrafterKind(drafter) if drafter else None
+    truth = TruthEngine(
+        model,
+        hardware,
+        Workload(tensor_parallel=tensor_parallel, drafter=kind),
+        error=realistic_error,
+    )
     folder = Path(tempfile.mkdtemp(prefix="autotuner-demo-"))
     manifest = folder / "vllm.yaml"
     manifest.write_text(demo_manifest(model_id, Setup(spec_tokens=len(acceptance))))
@@ -89,6 +99,8 @@ def run_demo(
                 "mode=act",
                 f"target.uri=file://{manifest}",
                 f"model.id={model_id}",
+                f"model.tensor_parallel={tensor_parallel}",
+                *([f"model.drafter={drafter}"] if drafter else []),
                 f"model.gpu={gpu}",
                 f"loop.interval_s={max(0.2, duration_s / 400):.3f}",
                 f"loop.window_s={max(1.0, duration_s / 90):.3f}",

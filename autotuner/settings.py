@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from autotuner.actuators.flags import FlagNames
+from autotuner.core.model import DrafterKind
 from autotuner.core.observation import ObservationLimits
 from autotuner.core.policy import PolicySettings
 from autotuner.durations import parse_duration
@@ -56,6 +57,11 @@ class ModelSettings(BaseModel):
     profile: Path | None = Field(None, description="HardwareProfile JSON from kernels_probe.")
     tensor_parallel: int = Field(1, ge=1, description="GPUs per replica.")
     context_tokens: float = Field(4096, ge=0, description="Mean context, until measured.")
+    drafter: DrafterKind | None = Field(
+        None,
+        description="The deployed drafter's kind (mtp, eagle, ngram) when the model's "
+        "config does not say: decides what a draft pass costs.",
+    )
 
 
 class EngineSettings(BaseModel):

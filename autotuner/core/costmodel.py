@@ -228,7 +228,11 @@ def _step(
     kv_write = tokens * kv_per_token
     attn_flops = np.zeros_like(batch)
     if model.attention is not None:
-        width = model.attention.heads * model.attention.head_dim
+        shape = model.attention
+        # MLA decode attends in the latent space (absorbed weights): latent + rope per head.
+        width = shape.heads * (
+            shape.kv_lora_rank + shape.rope_head_dim if shape.kv_lora_rank else shape.head_dim
+        )
         attn_flops = 4.0 * tokens * workload.context_tokens * width * model.attention_layers / tp
 
     ssm = _ssm_traffic(model, setup, batch, k, n, taus, tp)

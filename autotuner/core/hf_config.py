@@ -502,7 +502,100 @@ def read_mamba2(raw: Config, name: str) -> ModelSpec:
     )
 
 
+# --------------------------------------------------------------------------- attention-only
+
+
+def read_attention(raw: Config, name: str) -> ModelSpec:
+    """Dense and MoE transformers: Llama/Mistral, Qwen3, Qwen3-MoE, Mixtral, DeepSeek-V3 (MLA).
+
+    No recurrent state: the only lever is the draft schedule (issue #12)."""
+    architecture = _first_architecture(raw)
+    f = _Fields(raw, architecture)
+    layers = f.req("num_hidden_layers")
+    hidden, vocab = f.req("hidden_size"), f.req("vocab_size")
+    heads = f.req("num_attention_heads")
+    f.check()
+    kv_heads = int(f.opt("num_key_value_heads", heads))
+    head_dim = int(f.opt("head_dim", hidden // heads) or hidden // heads)
+    experts = int(
+        f.opt("n_routed_experts", f.opt("num_local_experts", f.opt("num_experts", 0))) or 0
+    )
+    top_k = int(f.opt("num_experts_per_tok", 0) or 0)
+    mla = int(f.opt("kv_lora_rank", 0) or 0)
+    if mla:
+        rope, nope = int(f.opt("qk_rope_head_dim", 64)), int(f.opt("qk_nope_head_dim", 128))
+        v_dim = int(f.opt("v_head_dim", 128))
+        q_rank = int(f.opt("q_lora_rank", 0) or 0)
+        q_params = (
+            (hidden * q_rank + q_rank * heads * (nope + rope))
+            if q_rank
+            else (hidden * heads * (nope + rope))
+        )
+        attn_params = (
+            q_params + hidden * (mla + rope) + mla * heads * (nope + v_dim) + heads * v_dim * hidden
+        )
+        attention = AttentionShape(
+            heads=heads, kv_heads=1, head_dim=nope + rope, kv_lora_rank=mla, rope_head_dim=rope
+        )
+    else:
+        attn_params = attention_params(hidden, heads, kv_heads, head_dim, gated=False)
+        attention = AttentionShape(heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    inter = int(f.opt("intermediate_size", 4 * hidden))
+    moe_inter = int(f.opt("moe_intermediate_size", inter) or inter)
+    dense_from = int(f.opt("first_k_dense_replace", 0) or 0)
+    mlp_only = set(f.opt("mlp_only_layers", []))
+    step = int(f.opt("decoder_sparse_step", 1) or 1)
+    moe_at = [
+        bool(experts) and i >= dense_from and i not in mlp_only and (i + 1) % step == 0
+        for i in range(layers)
+    ]
+    moe = None
+    moe_dense = 0
+    if experts:
+        moe = MoeShape(
+            experts=experts,
+            experts_per_token=top_k,
+            expert_params=mlp_params(hidden, moe_inter, gated=True),
+        )
+        shared = int(f.opt("n_shared_experts", 0) or 0) * moe_inter + int(
+            f.opt("shared_expert_intermediate_size", 0) or 0
+        )
+        moe_dense = hidden * experts + mlp_params(hidden, shared, gated=True)
+    pattern = "".join("*" + ("E" if sparse else "-") for sparse in moe_at)
+    per_layer_dense = sum(
+        moe_dense if sparse else mlp_params(hidden, inter, gated=True) for sparse in moe_at
+    )
+    head, table = _embeddings(hidden, vocab, bool(f.opt("tie_word_embeddings", False)))
+    mtp = int(f.opt("num_nextn_predict_layers", 0) or 0)
+    return ModelSpec(
+        name=name,
+        architecture=architecture,
+        layer_pattern=pattern,
+        hidden_size=hidden,
+        vocab_size=vocab,
+        ssm_layers=0,
+        attention_layers=layers,
+        moe_layers=sum(moe_at),
+        attention=attention,
+        moe=moe,
+        dense_params=layers * attn_params + per_layer_dense + head + table,
+        embedding_params=table,
+        weight_dtype=weight_dtype_of(raw),
+        drafter=DrafterKind.MTP if mtp else DrafterKind.NONE,
+        drafter_dense_params=mtp
+        * (attn_params + (moe_dense if experts else mlp_params(hidden, inter, gated=True))),
+        drafter_moe_layers=mtp if experts else 0,
+    )
+
+
 READERS: dict[str, Callable[[Config, str], ModelSpec]] = {
+    "LlamaForCausalLM": read_attention,
+    "MistralForCausalLM": read_attention,
+    "Qwen2ForCausalLM": read_attention,
+    "Qwen3ForCausalLM": read_attention,
+    "Qwen3MoeForCausalLM": read_attention,
+    "MixtralForCausalLM": read_attention,
+    "DeepseekV3ForCausalLM": read_attention,
     "NemotronHForCausalLM": read_nemotron_h,
     "Qwen3NextForCausalLM": read_qwen_gdn,
     "Qwen3_5ForCausalLM": read_qwen_gdn,
@@ -516,6 +609,12 @@ READERS: dict[str, Callable[[Config, str], ModelSpec]] = {
     "Mamba2ForCausalLM": read_mamba2,
 }
 MODEL_TYPES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
     "nemotron_h": "NemotronHForCausalLM",
     "qwen3_next": "Qwen3NextForCausalLM",
     "qwen3_5": "Qwen3_5ForConditionalGeneration",
@@ -548,7 +647,9 @@ def from_hf_config(
     if not isinstance(raw, Mapping):
         raise ModelConfigError("config.json must hold a JSON object")
     architecture = _first_architecture(raw)
-    reader = READERS.get(architecture)
+    reader = READERS.get(architecture) or READERS.get(
+        MODEL_TYPES.get(str(raw.get("model_type")), "")
+    )
     if reader is None:
         known = ", ".join(sorted(READERS))
         raise ModelConfigError(

@@ -75,7 +75,8 @@ def build_report(
     engine: EngineCapabilities,
 ) -> dict[str, Any]:
     """Predict every candidate; winners and crossovers only among what `engine` accepts."""
-    setups = candidate_setups(spec_tokens, windows)
+    # Replay applies only to models with recurrent state.
+    setups = candidate_setups(spec_tokens, windows if model.is_hybrid else ())
     runnable = [s for s in setups if engine.accepts(s)]
     asked = predict_all(model, hardware, setups, sorted(set(batches)), acceptance, workload)
     # Crossovers are found on every integer batch, not just the ones asked for.
