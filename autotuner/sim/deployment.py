@@ -15,6 +15,7 @@ from autotuner.actuators.manifest import ManifestActuator
 from autotuner.core.acceptance import from_conditional
 from autotuner.core.costmodel import predict
 from autotuner.core.types import Setup
+from autotuner.sim.completions import CompletionsEngine
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sim.server import SimServer
 from autotuner.sim.truth import TruthEngine
@@ -26,7 +27,7 @@ class SimulatedDeployment:
         manifest: Path,
         truth: TruthEngine,
         *,
-        load: Callable[[float], float],
+        load: Callable[[float], float] | None = None,
         acceptance: Sequence[float],
         restart_gap_s: float = 2.0,
         engines: int = 1,
@@ -41,16 +42,21 @@ class SimulatedDeployment:
         self.restarts = 0
         self.history: list[tuple[float, str]] = []
         setup = self.manifest.read().setup
+        # Without a load trace the engine's load is the requests it is actually serving.
+        self.completions = CompletionsEngine(
+            lambda: self.sim.setup, self._step_time, self._capacity
+        )
+        trace: Callable[[float], float] = load or (lambda t: float(self.completions.running()))
         self.sim = SimulatedVllm(
             setup=SimSetup.of(setup, self.acceptance),
-            load=load,
+            load=trace,
             step_time=self._step_time,
             capacity=self._capacity,
             engines=engines,
             model_name=truth.model.name,
             clock=clock,
         )
-        self.server = SimServer(self.sim)
+        self.server = SimServer(self.sim, completions=self.completions)
         self.clock = clock
         self.history.append((clock(), setup.label))
         self.stop_event = threading.Event()

@@ -1,36 +1,59 @@
-"""Serve a SimulatedVllm's `/metrics` (and `/health`) over HTTP on loopback."""
+"""Serve a SimulatedVllm on loopback: `/metrics`, `/health`, and (with a CompletionsEngine) an
+OpenAI-compatible `/v1/completions`.
+
+A small asyncio HTTP/1.1 server (keep-alive, Content-Length bodies) on its own thread: hundreds
+of concurrent streams cost one coroutine each, not one OS thread each.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from autotuner.sim.completions import CompletionsEngine
 from autotuner.sim.engine import SimulatedVllm
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unavailable"}
 
 
 class SimServer:
     """A background HTTP server; use as a context manager or call `close()`."""
 
-    def __init__(self, sim: SimulatedVllm, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        sim: SimulatedVllm,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        completions: CompletionsEngine | None = None,
+    ) -> None:
         self.sim = sim
+        self.completions = completions
         self.lock = threading.Lock()
         self.up = True
-        handler = _handler(self)
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.loop = asyncio.new_event_loop()
+        self.server = self.loop.run_until_complete(
+            asyncio.start_server(self._serve, host, port, backlog=2048)
+        )
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        host, port = self.server.sockets[0].getsockname()[:2]
+        return f"http://{host}:{port}"
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        async def stop() -> None:
+            self.server.close()
+            for task in asyncio.all_tasks(self.loop):
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(timeout=10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
 
     def __enter__(self) -> SimServer:
         return self
@@ -38,29 +61,64 @@ class SimServer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request_line = await reader.readline()
+                if not request_line:
+                    break
+                method, path, *_ = request_line.decode("latin-1").split(" ")
+                length = 0
+                while True:
+                    line = await reader.readline()
+                    if line in (b"\r\n", b"\n", b""):
+                        break
+                    name, _, value = line.decode("latin-1").partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value.strip() or 0)
+                body = await reader.readexactly(length) if length else b""
+                status, payload, kind = await self._route(method, path.split("?")[0], body)
+                head = (
+                    f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\n"
+                    f"Content-Type: {kind}\r\nContent-Length: {len(payload)}\r\n\r\n"
+                )
+                writer.write(head.encode() + payload)
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError, asyncio.CancelledError):
+            pass  # the client went away, or the server is shutting down
+        finally:
+            writer.close()
 
-def _handler(server: SimServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if not server.up:
-                self.send_error(503, "engine restarting")
-                return
-            if self.path.split("?")[0] == "/metrics":
-                with server.lock:
-                    body = server.sim.render()
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE)
-            elif self.path == "/health":
-                body = b""
-                self.send_response(200)
-            else:
-                self.send_error(404)
-                return
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    return Handler
+    async def _route(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
+        if not self.up:
+            return 503, b"engine restarting\n", "text/plain"
+        if method == "GET" and path == "/metrics":
+            with self.lock:
+                return 200, self.sim.render(), CONTENT_TYPE
+        if method == "GET" and path == "/health":
+            return 200, b"", "text/plain"
+        if method == "GET" and path == "/version":
+            return 200, b'{"version": "sim"}', "application/json"
+        if method == "POST" and path == "/v1/completions" and self.completions is not None:
+            try:
+                request = json.loads(body or b"{}")
+                max_tokens = int(request.get("max_tokens", 16))
+            except (ValueError, TypeError):
+                return 400, b"bad request\n", "text/plain"
+            await self.completions.submit(max_tokens)
+            reply = json.dumps(
+                {
+                    "id": "cmpl-sim",
+                    "object": "text_completion",
+                    "model": self.sim.model_name,
+                    "choices": [
+                        {"index": 0, "text": " tok" * max_tokens, "finish_reason": "length"}
+                    ],
+                    "usage": {
+                        "prompt_tokens": len(str(request.get("prompt", "")).split()),
+                        "completion_tokens": max_tokens,
+                    },
+                }
+            ).encode()
+            return 200, reply, "application/json"
+        return 404, b"not found\n", "text/plain"

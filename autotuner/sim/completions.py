@@ -1,0 +1,76 @@
+"""An OpenAI-compatible completions engine for the simulator: requests really wait for
+simulated decode steps, so a load generator measures the simulator's truth.
+
+It runs on the server's event loop: one task steps the engine (every step advances each running
+request, up to capacity, by the tokens a verify step keeps, then sleeps the simulated step
+time); each request is a future.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from autotuner.sim.engine import SimSetup
+
+
+@dataclass
+class Request:
+    max_tokens: int
+    done: asyncio.Future[None]
+    produced: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+
+
+class CompletionsEngine:
+    def __init__(
+        self,
+        setup: Callable[[], SimSetup],
+        step_time: Callable[[float, SimSetup], float],
+        capacity: Callable[[SimSetup], float] | None = None,
+    ) -> None:
+        self.setup = setup
+        self.step_time = step_time
+        self.capacity = capacity
+        self.queue: list[Request] = []
+        self.steps = 0
+        self.wakeup: asyncio.Event | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def running(self) -> int:
+        return len(self.queue)
+
+    async def submit(self, max_tokens: int) -> Request:
+        if self.task is None:
+            self.wakeup = asyncio.Event()
+            self.task = asyncio.get_running_loop().create_task(self._run())
+        request = Request(max_tokens=max_tokens, done=asyncio.get_running_loop().create_future())
+        self.queue.append(request)
+        assert self.wakeup is not None
+        self.wakeup.set()
+        await request.done
+        return request
+
+    async def _run(self) -> None:
+        assert self.wakeup is not None
+        while True:
+            if not self.queue:
+                self.wakeup.clear()
+                await self.wakeup.wait()
+                continue
+            setup = self.setup()
+            limit = int(self.capacity(setup)) if self.capacity else len(self.queue)
+            active = self.queue[: max(limit, 1)]
+            kept, reach = 1.0, 1.0
+            for rate in list(setup.acceptance)[: setup.k_at(len(active))]:
+                reach *= rate
+                kept += reach
+            await asyncio.sleep(self.step_time(len(active), setup))
+            self.steps += 1
+            for request in active:
+                request.produced += kept
+                if request.produced >= request.max_tokens and not request.done.done():
+                    request.done.set_result(None)
+            self.queue = [r for r in self.queue if not r.done.done()]

@@ -1,0 +1,59 @@
+"""The load generator must not be the bottleneck: measured tokens/s against a simulated server
+of known speed (in its own process, as vLLM is), at 512 streams. Issue #8 target: >= 95% of the
+configured rate on 2 cores.
+
+Run: python -m benchmarks.bench_overhead [--streams 512] [--step-ms 50] [--output-len 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+from autotuner.bench.load import LoadGenerator
+
+
+def main() -> None:
+    options = argparse.ArgumentParser(description=__doc__)
+    options.add_argument("--streams", type=int, default=512)
+    options.add_argument("--step-ms", type=float, default=50.0)
+    options.add_argument("--output-len", type=int, default=256)
+    options.add_argument("--repeats", type=int, default=3)
+    args = options.parse_args()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "autotuner.sim", "--step-ms", str(args.step_ms)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        step = args.step_ms / 1000
+        configured = args.streams / step  # every stream gains one token per step
+        with LoadGenerator(url) as load:
+            load.run(args.streams, ["warm up"], 4)  # opens the connections
+            results = [load.run(args.streams, ["p"], args.output_len) for _ in range(args.repeats)]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    rates = sorted(r.tokens_per_s for r in results)
+    median = rates[len(rates) // 2]
+    print(
+        f"{args.streams} streams x {args.output_len} tokens, simulated step {args.step_ms:g} ms "
+        f"(server in its own process): configured {configured:,.0f} tokens/s, ideal run "
+        f"{args.output_len * step:.2f}s"
+    )
+    for i, r in enumerate(results):
+        print(
+            f"  run {i}: {r.tokens_per_s:,.0f} tokens/s in {r.seconds:.2f}s, {r.failures} failures"
+        )
+    print(
+        f"ratio measured / configured: median {median / configured:.3f}, best "
+        f"{rates[-1] / configured:.3f}"
+    )
+    print(f"target >= 0.95: {median / configured >= 0.95}")
+
+
+if __name__ == "__main__":
+    main()
