@@ -663,6 +663,135 @@ def demo(
     )
 
 
+@app.command()
+def bench(
+    url: Annotated[
+        str, typer.Option(help="The vLLM server (OpenAI-compatible), e.g. http://h:8000.")
+    ],
+    target: Annotated[str, typer.Option(help="How to switch setups: k8s://, file://, exec://.")],
+    setups: Annotated[str, typer.Option(help="Comma-separated, e.g. plain,spec:4,replay:16.")],
+    batches: Annotated[str, typer.Option(help="Concurrent streams, e.g. 16,64,128,256,512.")] = (
+        "16,64,128,256,512"
+    ),
+    repeats: Annotated[int, typer.Option(help="Measured runs per point (after a warm-up).")] = 2,
+    prompts: Annotated[str | None, typer.Option(help="Prompt file (one per line or JSON).")] = None,
+    output_len: Annotated[int, typer.Option(help="Tokens per request (ignore_eos).")] = 256,
+    out: Annotated[Path, typer.Option(help="Results folder (resumable).")] = Path("bench-results"),
+    model: Annotated[str, typer.Option(help="Model for the predictions.")] = DEFAULT_MODEL,
+    gpu: Annotated[str | None, typer.Option(help="Datasheet GPU for the predictions.")] = None,
+    profile: Annotated[str | None, typer.Option(help="HardwareProfile JSON.")] = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica.")] = 1,
+    ready_timeout: Annotated[str, typer.Option(help="Wait for the server after a switch.")] = (
+        "10m"
+    ),
+    kube_server: Annotated[str | None, typer.Option(help="API server URL for k8s targets.")] = None,
+) -> None:
+    """Measure every setup at every batch size on your own hardware; resumable."""
+    from rich.progress import Progress
+
+    from autotuner.actuators.targets import open_target
+    from autotuner.bench.prompts import load_prompts
+    from autotuner.bench.sweep import Plan, Sweep, SweepError
+    from autotuner.core.types import Setup
+
+    try:
+        plan = Plan(
+            setups=tuple(Setup.parse(s) for s in setups.split(",") if s.strip()),
+            batches=tuple(parse_int_list(batches, "batches", minimum=1)),
+            repeats=repeats,
+            output_len=output_len,
+            prompts=tuple(load_prompts(prompts)),
+        )
+        sweep_model = load_model(model)
+        hardware = resolve_hardware(gpu, profile)
+        actuator = open_target(target, kube_server=kube_server)
+        timeout_s = parse_duration(ready_timeout)
+    except (AutotunerError, ValueError) as exc:
+        fail(_one_line(exc))
+    total = len(plan.setups) * len(plan.batches) * plan.repeats
+    with Progress() as progress:
+        task = progress.add_task("bench", total=total)
+        sweep = Sweep(
+            url=url,
+            actuator=actuator,
+            out=out,
+            plan=plan,
+            model=sweep_model,
+            hardware=hardware,
+            workload=Workload(tensor_parallel=tp),
+            ready_timeout_s=timeout_s,
+            on_point=lambda p: progress.update(
+                task, advance=1, description=f"{p.setup} x{p.batch}"
+            ),
+        )
+        progress.update(task, completed=len(sweep.finished()))
+        try:
+            points = sweep.run()
+        except SweepError as exc:
+            fail(_one_line(exc), code=1)
+    table = Table(title=f"Measured vs predicted ({out})")
+    for column in ("setup", "batch", "tokens/s", "predicted", "step ms", "tpot p50 ms", "status"):
+        table.add_column(column)
+    for p in sorted(points, key=lambda p: (p.setup, p.batch, p.repeat)):
+        table.add_row(
+            p.setup,
+            str(p.batch),
+            f"{p.tokens_per_s:,.0f}",
+            f"{p.predicted_tokens_per_s or 0:,.0f}",
+            f"{(p.step_time_s or 0) * 1e3:.1f}",
+            f"{p.time_per_token_p50_s * 1e3:.1f}",
+            p.status if p.status == "ok" else f"{p.status}: {p.message[:60]}",
+        )
+    Console().print(table)
+
+
+@app.command()
+def calibrate(
+    from_dir: Annotated[Path, typer.Option("--from", help="A bench results folder.")],
+    model: Annotated[str, typer.Option(help="Model the sweep ran.")] = DEFAULT_MODEL,
+    gpu: Annotated[str | None, typer.Option(help="Datasheet GPU to start from.")] = None,
+    profile: Annotated[str | None, typer.Option(help="Profile to start from.")] = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica.")] = 1,
+    out: Annotated[Path, typer.Option(help="Where to write the fitted profile.")] = Path(
+        "calibrated-profile.json"
+    ),
+) -> None:
+    """Fit the cost model's efficiencies to a sweep's measured step times."""
+    from autotuner.bench.calibrate import Measured
+    from autotuner.bench.calibrate import calibrate as fit_profile
+    from autotuner.core.hardware import save_profile
+    from autotuner.core.types import Setup
+
+    try:
+        results = json.loads((from_dir / "results.json").read_text())
+        points = [
+            Measured(Setup.parse(p["setup"]), p["batch"], tuple(p["acceptance"]), p["step_time_s"])
+            for p in results["points"]
+            if p["status"] == "ok" and p["step_time_s"]
+        ]
+        if not points:
+            raise InputError(f"{from_dir}: no measured points with a step time")
+        fit = fit_profile(
+            load_model(model), resolve_hardware(gpu, profile), points, Workload(tensor_parallel=tp)
+        )
+    except OSError as exc:
+        fail(f"{from_dir}: {exc.strerror}")
+    except (AutotunerError, ValueError, KeyError) as exc:
+        fail(_one_line(exc))
+    save_profile(fit.profile, out)
+    table = Table(title="Step-time error per setup (mean |predicted / measured - 1|)")
+    for column in ("setup", "before", "after"):
+        table.add_column(column)
+    for label, before in fit.error_before.items():
+        table.add_row(label, f"{before:.1%}", f"{fit.error_after[label]:.1%}")
+    Console().print(table)
+    e = fit.profile.efficiency
+    print(
+        f"efficiencies: gemm {e.gemm:.3f}, attention {e.attention:.3f}, ssm {e.ssm:.3f}, "
+        f"copies {e.copies:.3f} -> {out}"
+    )
+
+
 def main() -> None:
     app()
 

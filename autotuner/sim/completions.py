@@ -30,7 +30,9 @@ class CompletionsEngine:
         setup: Callable[[], SimSetup],
         step_time: Callable[[float, SimSetup], float],
         capacity: Callable[[SimSetup], float] | None = None,
+        on_step: Callable[[int, int, float], None] | None = None,
     ) -> None:
+        self.on_step = on_step  # (running, waiting, step seconds), e.g. to count metrics
         self.setup = setup
         self.step_time = step_time
         self.capacity = capacity
@@ -55,10 +57,12 @@ class CompletionsEngine:
 
     async def _run(self) -> None:
         assert self.wakeup is not None
+        deadline = 0.0
         while True:
             if not self.queue:
                 self.wakeup.clear()
                 await self.wakeup.wait()
+                deadline = 0.0
                 continue
             setup = self.setup()
             limit = int(self.capacity(setup)) if self.capacity else len(self.queue)
@@ -67,8 +71,15 @@ class CompletionsEngine:
             for rate in list(setup.acceptance)[: setup.k_at(len(active))]:
                 reach *= rate
                 kept += reach
-            await asyncio.sleep(self.step_time(len(active), setup))
+            step = self.step_time(len(active), setup)
+            # Sleep to a running deadline, not for `step`: timer overshoot would otherwise add
+            # up over hundreds of short steps.
+            now = time.monotonic()
+            deadline = max(deadline, now - step) + step if deadline else now + step
+            await asyncio.sleep(max(0.0, deadline - now))
             self.steps += 1
+            if self.on_step is not None:
+                self.on_step(len(active), len(self.queue) - len(active), step)
             for request in active:
                 request.produced += kept
                 if request.produced >= request.max_tokens and not request.done.done():

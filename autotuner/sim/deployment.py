@@ -42,11 +42,15 @@ class SimulatedDeployment:
         self.restarts = 0
         self.history: list[tuple[float, str]] = []
         setup = self.manifest.read().setup
-        # Without a load trace the engine's load is the requests it is actually serving.
+        # Without a load trace the load is the requests the engine really serves, and its
+        # steps count the metrics.
         self.completions = CompletionsEngine(
-            lambda: self.sim.setup, self._step_time, self._capacity
+            lambda: self.sim.setup,
+            self._step_time,
+            self._capacity,
+            on_step=None if load else self._count_step,
         )
-        trace: Callable[[float], float] = load or (lambda t: float(self.completions.running()))
+        trace: Callable[[float], float] = load or (lambda t: 0.0)
         self.sim = SimulatedVllm(
             setup=SimSetup.of(setup, self.acceptance),
             load=trace,
@@ -69,6 +73,10 @@ class SimulatedDeployment:
 
     def _step_time(self, batch: float, setup: SimSetup) -> float:
         return self.truth.step_time(setup.setup, batch, setup.acceptance)
+
+    def _count_step(self, running: int, waiting: int, step_s: float) -> None:
+        with self.server.lock:
+            self.sim.record_step(running, waiting, step_s)
 
     def _capacity(self, setup: SimSetup) -> float:
         accept = from_conditional(list(setup.acceptance)[: setup.spec_tokens])

@@ -201,6 +201,31 @@ class SimulatedVllm:
             engine.iteration_count += steps
         self.now = t
 
+    def record_step(self, running: float, waiting: float, step_s: float) -> None:
+        """Count one engine step that served `running` requests (the completions engine's
+        steps, when the load is the real requests rather than a trace)."""
+        setup = self.setup
+        k = setup.k_at(running) if setup.spec_tokens else 0
+        reach, reaches = 1.0, []
+        for rate in list(setup.acceptance)[:k]:
+            reach *= rate
+            reaches.append(reach)
+        for engine in self.engines:
+            engine.running, engine.waiting = running, waiting
+            if k:
+                engine.drafts += running
+                engine.draft_tokens += running * k
+                for i, value in enumerate(reaches):
+                    engine.accepted_per_position[i] += running * value
+            generated = running * (1.0 + sum(reaches))
+            engine.generation_tokens += generated
+            self.total_generated += generated
+            engine.itl_sum += running * step_s
+            bucket = next((i for i, le in enumerate(ITL_BUCKETS) if step_s <= le), len(ITL_BUCKETS))
+            engine.itl_buckets[bucket] += running
+            engine.iteration_sum += running * (1 + k)
+            engine.iteration_count += 1
+
     def collect(self) -> Iterator[Metric]:
         labels = ["engine", "model_name"]
         families: dict[str, Metric] = {}

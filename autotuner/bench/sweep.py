@@ -1,0 +1,308 @@
+"""The sweep: every setup through the actuator, every batch size as exactly that many
+concurrent streams, measured against the server's own /metrics, resumable.
+
+Results go to DIR: header.json (what is held fixed), results.jsonl (one line per finished
+point, appended as it finishes: an interrupted sweep continues from there), and at the end
+results.csv, results.json and plot.svg.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from autotuner.actuators.base import Actuator, ActuatorError
+from autotuner.bench.load import LoadGenerator
+from autotuner.bench.prompts import prompts_hash
+from autotuner.core.acceptance import from_conditional
+from autotuner.core.costmodel import Workload, predict
+from autotuner.core.hardware import HardwareProfile
+from autotuner.core.model import ModelSpec
+from autotuner.core.types import Setup
+from autotuner.errors import AutotunerError
+from autotuner.sources.errors import SourceError
+from autotuner.sources.vllm_metrics import window_totals
+from autotuner.sources.vllm_scrape import VllmScraper
+
+
+class SweepError(AutotunerError):
+    """The sweep cannot go on (the server did not come back); finished points are kept."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    setups: tuple[Setup, ...]
+    batches: tuple[int, ...]
+    repeats: int = 2
+    output_len: int = 256
+    prompts: tuple[str, ...] = ()
+
+
+@dataclass
+class Point:
+    setup: str
+    batch: int
+    repeat: int
+    status: str  # ok | refused
+    message: str = ""
+    tokens_per_s: float = 0.0
+    time_per_token_p50_s: float = 0.0
+    time_per_token_p90_s: float = 0.0
+    step_time_s: float | None = None
+    acceptance: list[float] = field(default_factory=list)
+    tau: float | None = None
+    predicted_tokens_per_s: float | None = None
+    predicted_step_time_s: float | None = None
+    failures: int = 0
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return self.setup, self.batch, self.repeat
+
+
+class Sweep:
+    def __init__(
+        self,
+        *,
+        url: str,
+        actuator: Actuator,
+        out: Path,
+        plan: Plan,
+        model: ModelSpec,
+        hardware: HardwareProfile,
+        workload: Workload | None = None,
+        ready_timeout_s: float = 600.0,
+        on_point: Callable[[Point], None] = lambda point: None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.actuator = actuator
+        self.out = out
+        self.plan = plan
+        self.model = model
+        self.hardware = hardware
+        self.workload = workload or Workload()
+        self.ready_timeout_s = ready_timeout_s
+        self.on_point = on_point
+        self.results = out / "results.jsonl"
+
+    # ----------------------------------------------------------------- bookkeeping
+
+    def header(self) -> dict[str, Any]:
+        return {
+            "model": self.model.name,
+            "gpu": self.hardware.name,
+            "vllm_version": self._version(),
+            "prompts_hash": prompts_hash(list(self.plan.prompts)),
+            "output_len": self.plan.output_len,
+            "setups": [s.label for s in self.plan.setups],
+            "batches": list(self.plan.batches),
+            "repeats": self.plan.repeats,
+        }
+
+    def _version(self) -> str:
+        try:
+            return str(httpx.get(f"{self.url}/version", timeout=5).json().get("version"))
+        except (httpx.HTTPError, ValueError):
+            return "unknown"
+
+    def finished(self) -> dict[tuple[str, int, int], Point]:
+        if not self.results.exists():
+            return {}
+        points = [
+            Point(**json.loads(line))
+            for line in self.results.read_text().splitlines()
+            if line.strip()
+        ]
+        return {p.key: p for p in points}
+
+    def _record(self, point: Point) -> None:
+        with self.results.open("a", encoding="utf-8") as stream:
+            stream.write(json.dumps(asdict(point)) + "\n")
+        self.on_point(point)
+
+    # ----------------------------------------------------------------- running
+
+    def run(self) -> list[Point]:
+        self.out.mkdir(parents=True, exist_ok=True)
+        header_file = self.out / "header.json"
+        header = self.header()
+        if header_file.exists():
+            previous = json.loads(header_file.read_text())
+            fixed = ("model", "gpu", "prompts_hash", "output_len")
+            if any(previous.get(k) != header[k] for k in fixed):
+                raise SweepError(
+                    f"{self.out} holds a different sweep ({previous}); use "
+                    "another --out to start a new one"
+                )
+        header_file.write_text(json.dumps(header, indent=2) + "\n")
+        done = self.finished()
+        with LoadGenerator(self.url, max_streams=max(self.plan.batches)) as load:
+            for setup in self.plan.setups:
+                wanted = [
+                    (b, r)
+                    for b in self.plan.batches
+                    for r in range(self.plan.repeats)
+                    if (setup.label, b, r) not in done
+                ]
+                if not wanted:
+                    continue
+                refusal = self._switch(setup)
+                if refusal is not None:
+                    for batch, repeat in wanted:
+                        self._record(Point(setup.label, batch, repeat, "refused", refusal))
+                    continue
+                for batch in sorted({b for b, _ in wanted}):
+                    load.run(batch, list(self.plan.prompts), self.plan.output_len)  # warm-up
+                    for repeat in [r for b, r in wanted if b == batch]:
+                        self._record(self._measure(load, setup, batch, repeat))
+        self._write_outputs()
+        return list(self.finished().values())
+
+    def _switch(self, setup: Setup) -> str | None:
+        """Apply the setup; a refused change is returned as its message. A server that does
+        not come back stops the sweep."""
+        try:
+            live = self.actuator.read()
+            self.actuator.apply(setup, state=None, expected_version=live.version)
+        except ActuatorError as exc:
+            return str(exc)
+        deadline = time.monotonic() + self.ready_timeout_s
+        time.sleep(0.2)
+        while time.monotonic() < deadline:
+            try:
+                healthy = httpx.get(f"{self.url}/health", timeout=5).status_code == 200
+                probe = (
+                    healthy
+                    and httpx.post(
+                        f"{self.url}/v1/completions",
+                        json={"prompt": "ready?", "max_tokens": 1},
+                        timeout=30,
+                    ).status_code
+                    == 200
+                )
+            except httpx.HTTPError:
+                probe = False
+            if probe:
+                return None
+            time.sleep(0.5)
+        raise SweepError(
+            f"the server did not come back within {self.ready_timeout_s:g}s after "
+            f"switching to {setup.label}; finished points are in {self.results}"
+        )
+
+    def _measure(self, load: LoadGenerator, setup: Setup, batch: int, repeat: int) -> Point:
+        scraper = VllmScraper([f"{self.url}/metrics"])
+        try:
+            before = scraper.scrape()
+            run = load.run(batch, list(self.plan.prompts), self.plan.output_len)
+            after = scraper.scrape()
+            totals = window_totals([before, after])
+        except SourceError as exc:
+            return Point(setup.label, batch, repeat, "refused", f"metrics: {exc}")
+        finally:
+            scraper.close()
+        rates: list[float] = []
+        tau = None
+        if totals.speculation and totals.drafts > 0:
+            previous = totals.drafts
+            for accepted in totals.accepted_per_position:
+                rates.append(accepted / previous if previous > 0 else 0.0)
+                previous = accepted
+            tau = 1 + totals.accepted / totals.drafts
+        accept = from_conditional((rates + [0.0] * setup.spec_tokens)[: setup.spec_tokens])
+        curve = predict(self.model, self.hardware, setup, [batch], accept, self.workload)
+        return Point(
+            setup=setup.label,
+            batch=batch,
+            repeat=repeat,
+            status="ok",
+            tokens_per_s=run.tokens_per_s,
+            time_per_token_p50_s=run.time_per_token_p50_s,
+            time_per_token_p90_s=run.time_per_token_p90_s,
+            step_time_s=totals.step_time.mean,
+            acceptance=rates,
+            tau=tau,
+            predicted_tokens_per_s=float(curve.tokens_per_s[0]),
+            predicted_step_time_s=float(curve.step_time_s[0]),
+            failures=run.failures,
+        )
+
+    def _write_outputs(self) -> None:
+        points = sorted(self.finished().values(), key=lambda p: (p.setup, p.batch, p.repeat))
+        rows = [asdict(p) for p in points]
+        (self.out / "results.json").write_text(
+            json.dumps(
+                {"header": json.loads((self.out / "header.json").read_text()), "points": rows},
+                indent=2,
+            )
+            + "\n"
+        )
+        with (self.out / "results.csv").open("w", newline="", encoding="utf-8") as stream:
+            writer = csv.DictWriter(stream, fieldnames=list(rows[0]) if rows else ["setup"])
+            writer.writeheader()
+            for row in rows:
+                writer.writerow(
+                    {**row, "acceptance": " ".join(f"{a:.4f}" for a in row["acceptance"])}
+                )
+        write_plot(points, self.out / "plot.svg")
+
+
+def write_plot(points: list[Point], path: Path) -> None:
+    """tokens/s vs batch per setup (solid: measured mean; dashed: predicted)."""
+    ok = [p for p in points if p.status == "ok"]
+    width, height, left, top, plot_w, plot_h = 760, 440, 70, 30, 640, 320
+    if not ok:
+        path.write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")
+        return
+    batches = sorted({p.batch for p in ok})
+    top_rate = max(max(p.tokens_per_s, p.predicted_tokens_per_s or 0) for p in ok) or 1.0
+    palette = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2"]
+
+    def x(batch: int) -> float:
+        return left + plot_w * (batches.index(batch) + 0.5) / len(batches)
+
+    def y(rate: float) -> float:
+        return top + plot_h * (1 - rate / top_rate)
+
+    lines = []
+    for i, label in enumerate(sorted({p.setup for p in ok})):
+        colour = palette[i % len(palette)]
+        mine = [p for p in ok if p.setup == label]
+        measured, predicted = [], []
+        for batch in batches:
+            at = [p for p in mine if p.batch == batch]
+            if at:
+                measured.append(
+                    f"{x(batch):.1f},{y(sum(p.tokens_per_s for p in at) / len(at)):.1f}"
+                )
+                predicted.append(f"{x(batch):.1f},{y(at[0].predicted_tokens_per_s or 0):.1f}")
+        lines.append(
+            f"<polyline points='{' '.join(measured)}' fill='none' stroke='{colour}' "
+            "stroke-width='2'/>"
+        )
+        lines.append(
+            f"<polyline points='{' '.join(predicted)}' fill='none' stroke='{colour}' "
+            "stroke-dasharray='6 4'/>"
+        )
+        lines.append(
+            f"<text x='{left + 10}' y='{top + 16 * (i + 1)}' fill='{colour}' "
+            f"font-size='12'>{label}</text>"
+        )
+    ticks = "".join(
+        f"<text x='{x(b) - 10:.1f}' y='{top + plot_h + 18}' font-size='11'>{b}</text>"
+        for b in batches
+    )
+    path.write_text(f"""<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}'
+ font-family='sans-serif'><rect width='100%' height='100%' fill='white'/>
+<text x='{left}' y='18' font-size='13'>tokens/s by batch (solid: measured, dashed: cost model;
+ max {top_rate:,.0f})</text>
+<line x1='{left}' y1='{top + plot_h}' x2='{left + plot_w}' y2='{top + plot_h}' stroke='black'/>
+{"".join(lines)}{ticks}</svg>
+""")

@@ -1,0 +1,210 @@
+"""`autotuner bench` against the simulated deployment (real HTTP, real restarts through the
+manifest), resume after an interruption, a server that does not come back, and calibration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from autotuner.actuators.manifest import ManifestActuator
+from autotuner.bench.calibrate import Measured, calibrate
+from autotuner.bench.sweep import Plan, Point, Sweep, SweepError
+from autotuner.cli import app
+from autotuner.core.acceptance import from_conditional
+from autotuner.core.costmodel import Workload, predict
+from autotuner.core.hardware import KernelEfficiency, datasheet
+from autotuner.core.registry import load_model
+from autotuner.core.types import Setup
+from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
+from autotuner.sim.truth import TruthEngine
+
+MODEL_ID = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
+MODEL = load_model(MODEL_ID)
+H200 = datasheet("H200")
+TRUTH = TruthEngine(MODEL, H200)
+ACCEPTANCE = (0.8, 0.7, 0.6)
+PLAN = Plan(
+    setups=(Setup(spec_tokens=3), Setup(replay_window=16)),
+    batches=(4, 16, 64),
+    repeats=1,
+    output_len=96,
+    prompts=("p",),
+)
+
+
+def deployment(tmp_path: Path, gap: float = 0.3) -> SimulatedDeployment:
+    manifest = tmp_path / "vllm.yaml"
+    manifest.write_text(demo_manifest(MODEL_ID, Setup(spec_tokens=3)))
+    return SimulatedDeployment(manifest, TRUTH, acceptance=ACCEPTANCE, restart_gap_s=gap)
+
+
+def sweep(dep: SimulatedDeployment, out: Path, **options: Any) -> Sweep:
+    return Sweep(
+        url=dep.server.url,
+        actuator=ManifestActuator(dep.manifest.path),
+        out=out,
+        plan=PLAN,
+        model=MODEL,
+        hardware=H200,
+        ready_timeout_s=20,
+        **options,
+    )
+
+
+def truth_tps(setup: Setup, batch: int) -> float:
+    accept = from_conditional(list(ACCEPTANCE)[: setup.spec_tokens])
+    return float(predict(MODEL, H200, setup, [batch], accept, Workload()).tokens_per_s[0])
+
+
+def test_full_sweep_matches_the_simulators_truth(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    with deployment(tmp_path) as dep:
+        points = sweep(dep, out).run()
+    assert len(points) == 6
+    assert all(p.status == "ok" for p in points)
+    by = {(p.setup, p.batch): p for p in points}
+    for batch in PLAN.batches:
+        spec, replay = by[("spec:3", batch)], by[("replay:16", batch)]
+        measured = spec.tokens_per_s / replay.tokens_per_s
+        expected = truth_tps(Setup(spec_tokens=3), batch) / truth_tps(
+            Setup(replay_window=16), batch
+        )
+        assert measured == pytest.approx(expected, rel=0.15)
+        assert spec.acceptance == pytest.approx(list(ACCEPTANCE), abs=0.01)
+        assert spec.step_time_s is not None
+        assert spec.predicted_tokens_per_s is not None
+    for name in ("header.json", "results.jsonl", "results.csv", "results.json", "plot.svg"):
+        assert (out / name).exists(), name
+    header = json.loads((out / "header.json").read_text())
+    assert header["model"] == MODEL_ID
+    assert header["output_len"] == 96
+    assert "<polyline" in (out / "plot.svg").read_text()
+
+
+def test_interrupted_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    seen: list[Point] = []
+
+    def stop_after_two(point: Point) -> None:
+        seen.append(point)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    with deployment(tmp_path) as dep:
+        with pytest.raises(KeyboardInterrupt):
+            sweep(dep, out, on_point=stop_after_two).run()
+        assert len(sweep(dep, out).finished()) == 2
+        resumed: list[Point] = []
+        points = sweep(dep, out, on_point=resumed.append).run()
+    assert len(points) == 6
+    assert len(resumed) == 4  # only the missing points ran
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 6
+
+
+def test_a_server_that_does_not_come_back_stops_the_sweep(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    with deployment(tmp_path, gap=60) as dep:
+        stuck = Sweep(
+            url=dep.server.url,
+            actuator=ManifestActuator(dep.manifest.path),
+            out=out,
+            plan=PLAN,
+            model=MODEL,
+            hardware=H200,
+            ready_timeout_s=2,
+        )
+        with pytest.raises(SweepError, match="did not come back"):
+            stuck.run()
+        kept = stuck.finished()
+    assert len(kept) == 3  # the first setup's points (no restart needed) were kept
+    assert {p.setup for p in kept.values()} == {"spec:3"}
+
+
+def test_refused_setups_are_recorded_not_skipped(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    manifest = tmp_path / "vllm.yaml"
+    manifest.write_text(
+        demo_manifest(MODEL_ID, Setup(spec_tokens=3)).replace(
+            "- --max-num-seqs",
+            "- --mamba-ssm-cache-dtype\n            - bfloat16\n            - --max-num-seqs",
+        )
+    )
+    with SimulatedDeployment(manifest, TRUTH, acceptance=ACCEPTANCE, restart_gap_s=0.3) as dep:
+        points = sweep(dep, out).run()
+    refused = [p for p in points if p.status == "refused"]
+    assert {p.setup for p in refused} == {"replay:16"}
+    assert all("drifts" in p.message for p in refused)
+
+
+def test_calibrate_recovers_a_perturbed_efficiency() -> None:
+    true_ssm = 0.5
+    truth = H200.model_copy(
+        update={"efficiency": KernelEfficiency(**{**H200.efficiency.model_dump(), "ssm": true_ssm})}
+    )
+    points = []
+    for setup in (Setup(), Setup(spec_tokens=3), Setup(replay_window=16)):
+        for batch in (8, 64, 128, 256):
+            accept = from_conditional(list(ACCEPTANCE)[: setup.spec_tokens])
+            step = float(predict(MODEL, truth, setup, [batch], accept, Workload()).step_time_s[0])
+            points.append(Measured(setup, batch, ACCEPTANCE[: setup.spec_tokens], step))
+    fit = calibrate(MODEL, H200, points)
+    assert fit.profile.efficiency.ssm == pytest.approx(true_ssm, rel=0.10)
+    assert max(fit.error_after.values()) < 0.02
+    assert max(fit.error_before.values()) > 0.05
+    assert fit.profile.source == "calibrated"
+
+
+def test_bench_and_calibrate_cli(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    runner = CliRunner()
+    with deployment(tmp_path) as dep:
+        result = runner.invoke(
+            app,
+            [
+                "bench",
+                "--url",
+                dep.server.url,
+                "--target",
+                f"file://{dep.manifest.path}",
+                "--setups",
+                "spec:3,replay:16",
+                "--batches",
+                "4,16",
+                "--repeats",
+                "1",
+                "--output-len",
+                "16",
+                "--out",
+                str(out),
+                "--model",
+                MODEL_ID,
+                "--gpu",
+                "H200",
+            ],
+        )
+    assert result.exit_code == 0, result.output
+    assert "replay:16" in result.stdout
+    fitted = tmp_path / "fitted.json"
+    result = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--from",
+            str(out),
+            "--model",
+            MODEL_ID,
+            "--gpu",
+            "H200",
+            "--out",
+            str(fitted),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(fitted.read_text())["source"] == "calibrated"
+    bad = runner.invoke(app, ["calibrate", "--from", str(tmp_path / "nothing")])
+    assert bad.exit_code == 2
