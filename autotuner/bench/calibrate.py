@@ -89,7 +89,7 @@ def calibrate(
                 ]
             )
             curve = predict(model, current, point.setup, [point.batch], accept, workload)
-            fitted = {
+            at_full = {
                 name: float(curve.time_s[key][0]) * getattr(current.efficiency, name)
                 for name, key in TIME_KEYS.items()
             }
