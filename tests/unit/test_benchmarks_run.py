@@ -75,3 +75,28 @@ def test_sidecar_overhead_benchmark_runs() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "peak RSS" in result.stdout
+
+
+def test_bench_overhead_benchmark_runs() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.bench_overhead",
+            "--streams",
+            "16",
+            "--output-len",
+            "8",
+            "--repeats",
+            "1",
+            "--step-ms",
+            "5",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ratio measured / configured" in result.stdout
