@@ -1,0 +1,78 @@
+"""The exporter's endpoints on a live controller, and the demo end to end (short)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import httpx
+from typer.testing import CliRunner
+
+from autotuner.cli import app
+from autotuner.controller import build_controller
+from autotuner.exporter import ExporterServer, TunerMetrics
+from autotuner.settings import cli_overrides, load_settings
+from autotuner.sim.engine import SimSetup, SimulatedVllm
+from autotuner.sim.server import SimServer
+
+
+def test_healthz_readyz_decision_and_metrics() -> None:
+    sim = SimulatedVllm(setup=SimSetup(), load=lambda t: 64.0, step_time=lambda b, s: 0.02)
+    with SimServer(sim) as server:
+        settings, _ = load_settings(
+            None,
+            cli_overrides(
+                [
+                    f"source.urls=[{server.url}/metrics]",
+                    "loop.window_s=1",
+                    "limits.min_drafts=10",
+                    "limits.min_batch_samples=2",
+                    "policy.min_batch_weight=2",
+                ]
+            ),
+        )
+        metrics = TunerMetrics()
+        controller = build_controller(settings, metrics, logging.getLogger("test"))
+        exporter = ExporterServer(
+            metrics, host="127.0.0.1", port=0, alive=controller.alive, ready=controller.ready
+        )
+        base = f"http://127.0.0.1:{exporter.port}"
+        try:
+            assert httpx.get(f"{base}/readyz").status_code == 503  # no observation yet
+            for _ in range(6):
+                controller.step()
+                time.sleep(0.2)
+            assert httpx.get(f"{base}/healthz").status_code == 200
+            assert httpx.get(f"{base}/readyz").status_code == 200
+            document = httpx.get(f"{base}/decision").json()
+            assert document["decision"]["sentence"]
+            assert document["mode"] == "advise"
+            text = httpx.get(f"{base}/metrics").text
+            for name in (
+                "autotuner_build_info",
+                "autotuner_tau",
+                "autotuner_quick_rule",
+                "autotuner_blocked",
+                "autotuner_predicted_tokens_per_second",
+                "autotuner_decisions_total",
+                "autotuner_data_staleness_seconds",
+            ):
+                assert name in text, name
+            assert httpx.get(f"{base}/nothing").status_code == 404
+        finally:
+            exporter.close()
+
+
+def test_demo_runs_and_writes_its_summary(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["demo", "--duration", "20s", "--no-live", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "Tokens served over the run" in result.stdout
+    assert "static plain" in result.stdout
+    summary = json.loads((tmp_path / "demo.json").read_text())
+    assert summary["tokens"] > 0
+    assert set(summary["statics"]) >= {"plain", "spec:3", "replay:16"}
+    assert "<polyline" in (tmp_path / "demo.svg").read_text()
