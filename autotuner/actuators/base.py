@@ -10,6 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from autotuner.actuators.flags import (
+    ArgsError,
+    FlagNames,
+    container_setup,
+    container_speculative_config,
+    render_container,
+)
 from autotuner.core.types import Setup
 from autotuner.errors import AutotunerError
 
@@ -70,6 +77,61 @@ def args_diff(before: Sequence[str], after: Sequence[str], label: str) -> str:
             tofile=f"{label} (after)",
         )
     )
+
+
+def live_target(
+    where: str,
+    *,
+    description: str,
+    command: Sequence[str],
+    args: Sequence[str],
+    annotations: dict[str, Any],
+    names: FlagNames,
+    version: str | None,
+    rollout: RolloutStatus,
+    state: str | None = None,
+) -> LiveTarget:
+    """What every actuator reports, read from a command line and its annotations."""
+    try:
+        setup = container_setup(command, args, names)
+        drafter = container_speculative_config(command, args, names)
+    except ArgsError as exc:
+        raise ActuatorError(f"{where}: {exc}") from None
+    paused = str(annotations.get(PAUSE_ANNOTATION, "")).lower() in ("true", "1", "yes")
+    return LiveTarget(
+        description=description,
+        command=tuple(command),
+        args=tuple(args),
+        setup=setup,
+        speculative_config=drafter,
+        state=annotations.get(STATE_ANNOTATION, state),
+        paused=paused,
+        version=version,
+        rollout=rollout,
+    )
+
+
+def rendered(
+    where: str,
+    live: LiveTarget,
+    setup: Setup,
+    *,
+    names: FlagNames,
+    saved_speculative_config: dict[str, Any] | None,
+    allow_low_precision_replay: bool,
+) -> tuple[list[str], list[str]]:
+    """The (command, args) that configure `setup`, or an ActuatorError naming `where`."""
+    try:
+        return render_container(
+            live.command,
+            live.args,
+            setup,
+            names=names,
+            saved_speculative_config=saved_speculative_config or live.speculative_config,
+            allow_low_precision_replay=allow_low_precision_replay,
+        )
+    except ArgsError as exc:
+        raise ActuatorError(f"{where}: {exc}") from None
 
 
 class Actuator(Protocol):

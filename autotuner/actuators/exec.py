@@ -23,8 +23,10 @@ from autotuner.actuators.base import (
     RolloutStatus,
     args_diff,
     atomic_write,
+    live_target,
+    rendered,
 )
-from autotuner.actuators.flags import ArgsError, FlagNames, parse_setup, render, speculative_config
+from autotuner.actuators.flags import FlagNames
 from autotuner.core.types import Setup
 
 
@@ -69,20 +71,15 @@ class ExecActuator:
 
     def read(self) -> LiveTarget:
         args, text = self._args()
-        try:
-            setup = parse_setup(args, self.names)
-            drafter = speculative_config(args, self.names)
-        except ArgsError as exc:
-            raise ActuatorError(f"{self.args_file}: {exc}") from None
         state = self.state_file.read_text(encoding="utf-8") if self.state_file.exists() else None
-        return LiveTarget(
+        return live_target(
+            str(self.args_file),
             description=f"exec://{self.args_file}",
             command=(),
-            args=tuple(args),
-            setup=setup,
-            speculative_config=drafter,
+            args=args,
+            annotations={},
+            names=self.names,
             state=state,
-            paused=False,
             version=hashlib.sha256(text.encode()).hexdigest()[:16],
             rollout=RolloutStatus(True, None, "restart command returned"),
         )
@@ -99,16 +96,14 @@ class ExecActuator:
         live = self.read()
         if expected_version is not None and live.version != expected_version:
             raise ConflictError(f"{self.args_file} changed since it was read")
-        try:
-            new = render(
-                list(live.args),
-                setup,
-                names=self.names,
-                saved_speculative_config=saved_speculative_config or live.speculative_config,
-                allow_low_precision_replay=self.allow_low_precision_replay,
-            )
-        except ArgsError as exc:
-            raise ActuatorError(f"{self.args_file}: {exc}") from None
+        _, new = rendered(
+            str(self.args_file),
+            live,
+            setup,
+            names=self.names,
+            saved_speculative_config=saved_speculative_config,
+            allow_low_precision_replay=self.allow_low_precision_replay,
+        )
         diff = args_diff(live.args, new, str(self.args_file))
         changed = new != list(live.args)
         if dry_run:

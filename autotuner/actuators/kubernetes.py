@@ -17,7 +17,6 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from autotuner.actuators.base import (
-    PAUSE_ANNOTATION,
     STATE_ANNOTATION,
     ActuatorError,
     ApplyResult,
@@ -26,13 +25,11 @@ from autotuner.actuators.base import (
     LiveTarget,
     RolloutStatus,
     args_diff,
+    live_target,
+    rendered,
 )
 from autotuner.actuators.flags import (
-    ArgsError,
     FlagNames,
-    container_setup,
-    container_speculative_config,
-    render_container,
 )
 from autotuner.core.types import Setup
 from autotuner.errors import InputError
@@ -174,21 +171,13 @@ class KubernetesActuator:
         raw = self._get()
         self._uid = raw["metadata"].get("uid")
         container = self._container(raw)
-        command, args = container.get("command") or [], container.get("args") or []
-        annotations = raw["metadata"].get("annotations") or {}
-        try:
-            setup = container_setup(command, args, self.names)
-            drafter = container_speculative_config(command, args, self.names)
-        except ArgsError as exc:
-            raise ActuatorError(f"{self.target}: {exc}") from None
-        return LiveTarget(
+        return live_target(
+            str(self.target),
             description=f"{self.target} container {container['name']}",
-            command=tuple(command),
-            args=tuple(args),
-            setup=setup,
-            speculative_config=drafter,
-            state=annotations.get(STATE_ANNOTATION),
-            paused=annotations.get(PAUSE_ANNOTATION, "").lower() in ("true", "1", "yes"),
+            command=container.get("command") or [],
+            args=container.get("args") or [],
+            annotations=raw["metadata"].get("annotations") or {},
+            names=self.names,
             version=raw["metadata"].get("resourceVersion"),
             rollout=_rollout(raw),
         )
@@ -234,17 +223,14 @@ class KubernetesActuator:
         risk = self.surge_risk()
         if risk and not self.allow_surge:
             raise ActuatorError(f"refused: {risk}")
-        try:
-            command, args = render_container(
-                live.command,
-                live.args,
-                setup,
-                names=self.names,
-                saved_speculative_config=saved_speculative_config or live.speculative_config,
-                allow_low_precision_replay=self.allow_low_precision_replay,
-            )
-        except ArgsError as exc:
-            raise ActuatorError(f"{self.target}: {exc}") from None
+        command, args = rendered(
+            str(self.target),
+            live,
+            setup,
+            names=self.names,
+            saved_speculative_config=saved_speculative_config,
+            allow_low_precision_replay=self.allow_low_precision_replay,
+        )
         before = (*live.command, *live.args)
         after = (*command, *args)
         diff = args_diff(before, after, str(self.target))

@@ -19,7 +19,6 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.util import load_yaml_guess_indent
 
 from autotuner.actuators.base import (
-    PAUSE_ANNOTATION,
     STATE_ANNOTATION,
     ActuatorError,
     ApplyResult,
@@ -27,13 +26,11 @@ from autotuner.actuators.base import (
     LiveTarget,
     RolloutStatus,
     atomic_write,
+    live_target,
+    rendered,
 )
 from autotuner.actuators.flags import (
-    ArgsError,
     FlagNames,
-    container_setup,
-    container_speculative_config,
-    render_container,
 )
 from autotuner.core.types import Setup
 
@@ -118,22 +115,13 @@ class ManifestActuator:
         text, documents = self._load()
         workload = self._workload(documents)
         container = self._container(workload)
-        command = [str(v) for v in container.get("command") or []]
-        args = [str(v) for v in container.get("args") or []]
-        annotations = (workload.get("metadata") or {}).get("annotations") or {}
-        try:
-            setup = container_setup(command, args, self.names)
-            drafter = container_speculative_config(command, args, self.names)
-        except ArgsError as exc:
-            raise ActuatorError(f"{self.path}: {exc}") from None
-        return LiveTarget(
+        return live_target(
+            str(self.path),
             description=f"file://{self.path} container {container.get('name')}",
-            command=tuple(command),
-            args=tuple(args),
-            setup=setup,
-            speculative_config=drafter,
-            state=annotations.get(STATE_ANNOTATION),
-            paused=str(annotations.get(PAUSE_ANNOTATION, "")).lower() in ("true", "1", "yes"),
+            command=[str(v) for v in container.get("command") or []],
+            args=[str(v) for v in container.get("args") or []],
+            annotations=dict((workload.get("metadata") or {}).get("annotations") or {}),
+            names=self.names,
             version=hashlib.sha256(text.encode()).hexdigest()[:16],
             rollout=RolloutStatus(True, None, "a manifest has no rollout; GitOps applies it"),
         )
@@ -150,17 +138,14 @@ class ManifestActuator:
         live = self.read()
         if expected_version is not None and live.version != expected_version:
             raise ConflictError(f"{self.path} changed since it was read")
-        try:
-            command, args = render_container(
-                live.command,
-                live.args,
-                setup,
-                names=self.names,
-                saved_speculative_config=saved_speculative_config or live.speculative_config,
-                allow_low_precision_replay=self.allow_low_precision_replay,
-            )
-        except ArgsError as exc:
-            raise ActuatorError(f"{self.path}: {exc}") from None
+        command, args = rendered(
+            str(self.path),
+            live,
+            setup,
+            names=self.names,
+            saved_speculative_config=saved_speculative_config,
+            allow_low_precision_replay=self.allow_low_precision_replay,
+        )
         text, documents = self._load()
         workload = self._workload(documents)
         container = self._container(workload)
