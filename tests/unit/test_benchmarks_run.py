@@ -1,48 +1,34 @@
-"""The benchmarks stay runnable (a tiny run; the figures come from running them by hand)."""
+"""The benchmarks stay runnable (tiny runs; the figures come from running them by hand)."""
 
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_observe_parse_benchmark_runs() -> None:
+@pytest.mark.parametrize(
+    ("module", "args", "expected"),
+    [
+        (
+            "observe_parse",
+            ["--replicas", "1", "--engines", "1", "--repeats", "1"],
+            "ratio ours / prometheus_client parser",
+        ),
+        ("decision_quality", ["--hours", "2", "--interval", "600", "--traces", "step"], "oracle"),
+        ("sidecar_overhead", ["--duration", "6", "--interval", "1", "--replicas", "2"], "peak RSS"),
+        (
+            "bench_overhead",
+            ["--streams", "16", "--output-len", "8", "--repeats", "1", "--step-ms", "5"],
+            "ratio measured / configured",
+        ),
+    ],
+)
+def test_benchmark_runs(module: str, args: list[str], expected: str) -> None:
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.observe_parse",
-            "--replicas",
-            "1",
-            "--engines",
-            "1",
-            "--repeats",
-            "1",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "ratio ours / prometheus_client parser" in result.stdout
-
-
-def test_decision_quality_benchmark_runs() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.decision_quality",
-            "--hours",
-            "2",
-            "--interval",
-            "600",
-            "--traces",
-            "step",
-        ],
+        [sys.executable, "-m", f"benchmarks.{module}", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -50,53 +36,4 @@ def test_decision_quality_benchmark_runs() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "oracle" in result.stdout
-    assert result.stdout.count("targets:") == 2
-
-
-def test_sidecar_overhead_benchmark_runs() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.sidecar_overhead",
-            "--duration",
-            "6",
-            "--interval",
-            "1",
-            "--replicas",
-            "2",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "peak RSS" in result.stdout
-
-
-def test_bench_overhead_benchmark_runs() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.bench_overhead",
-            "--streams",
-            "16",
-            "--output-len",
-            "8",
-            "--repeats",
-            "1",
-            "--step-ms",
-            "5",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "ratio measured / configured" in result.stdout
+    assert expected in result.stdout
