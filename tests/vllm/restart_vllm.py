@@ -1,0 +1,77 @@
+"""The exec actuator's restart command for the real-vLLM tier: stop the vLLM this script
+started last (pid file), start a new one with the args file, wait until it is healthy.
+
+Usage: restart_vllm.py ARGS_FILE PID_FILE PORT LOG  (VLLM_PYTHON names the vLLM venv's python)
+Exit 1 when the server does not come up (the actuator then reports a failed change)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+
+def stop(pid_file: Path) -> None:
+    if not pid_file.exists():
+        return
+    pid = int(pid_file.read_text().strip() or 0)
+    if pid <= 1:
+        return  # never signal our own process group (pid 0) or init
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(100):
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.killpg(pid, signal.SIGKILL)
+
+
+def start(args_file: Path, pid_file: Path, port: int, log: Path) -> int:
+    args = [line for line in args_file.read_text().splitlines() if line.strip()]
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [os.environ["VLLM_PYTHON"], "-m", "vllm.entrypoints.openai.api_server", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    pid_file.write_text(str(process.pid))
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            print(f"vLLM exited with {process.returncode}; see {log}")
+            return 1
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
+                if reply.status == 200:
+                    return 0
+        except OSError:
+            pass
+        time.sleep(0.5)
+    print("vLLM did not become healthy in 150 s")
+    return 1
+
+
+def main() -> int:
+    args_file, pid_file, port, log = (
+        Path(sys.argv[1]),
+        Path(sys.argv[2]),
+        int(sys.argv[3]),
+        Path(sys.argv[4]),
+    )
+    stop(pid_file)
+    return start(args_file, pid_file, port, log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

