@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -111,17 +112,19 @@ class VllmScraper:
         """Scrape every `interval_s` for `window_s`, then summarise (the CLI's one-shot mode)."""
         limits = limits or ObservationLimits()
         self.history.clear()
-        deadline = self.clock() + window_s
+        started = self.clock()
+        deadline = started + window_s
         while True:
             try:
-                self.record(self.scrape(), keep_s=window_s)
+                self.record(self.scrape(), keep_s=math.inf)
             except SourceError as exc:
                 now = self.clock()
                 return unusable("vllm", exc.reason, exc.detail, start=now - window_s, end=now)
             if self.clock() >= deadline - 1e-9:
                 break
             sleep(min(interval_s, max(deadline - self.clock(), 0.0)))
-        return self.observation(window_s, limits)
+        # Slow scrapes stretch the loop past window_s; summarise every scrape it took.
+        return self.observation(self.clock() - started, limits)
 
     def close(self) -> None:
         self.client.close()

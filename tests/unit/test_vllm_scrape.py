@@ -284,3 +284,32 @@ def test_counters_going_backwards_are_a_reset_not_a_negative_rate() -> None:
     obs = scraper.observation(window_s=10, limits=LIMITS)
     assert obs.usable
     assert obs.generation_tokens_per_s == pytest.approx(10.0)
+
+
+def test_one_shot_observe_summarises_every_scrape_even_when_scrapes_are_slow() -> None:
+    clock = Clock()
+    sim = SimulatedVllm(load=lambda t: 8, step_time=lambda b, s: 0.02, clock=clock)
+    inner = transport_for({"http://a/metrics": sim})
+    scrapes = 0
+
+    def slower_after_the_first(request: httpx.Request) -> httpx.Response:
+        nonlocal scrapes
+        clock.t += 0.7 if scrapes else 0.0
+        scrapes += 1
+        return inner.handle_request(request)
+
+    def sleep(seconds: float) -> None:
+        clock.t += seconds
+
+    scraper = VllmScraper(
+        ["http://a/metrics"],
+        client=httpx.Client(transport=httpx.MockTransport(slower_after_the_first)),
+        clock=clock,
+    )
+    # Scrapes land at +0.0, +1.2 and +2.4 s: the loop overruns its 2 s window.
+    obs = scraper.observe(window_s=2.0, interval_s=0.5, limits=LIMITS, sleep=sleep)
+    assert obs.usable, obs.detail
+    assert scrapes == 3
+    assert obs.batch is not None
+    assert obs.batch.samples == 3
+    assert obs.duration_s == pytest.approx(2.4)
