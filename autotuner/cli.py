@@ -328,6 +328,68 @@ def observe(
         raise typer.Exit(3)
 
 
+@app.command()
+def canary(
+    url: Annotated[str, typer.Option(help="Server base URL (OpenAI-compatible /v1/completions).")],
+    prompts: Annotated[
+        str | None, typer.Option(help="Canary set: JSON list of {name, prompt, answer?}.")
+    ] = None,
+    against: Annotated[
+        str | None, typer.Option(help="A saved run (--out of an earlier call) to compare with.")
+    ] = None,
+    out: Annotated[str | None, typer.Option(help="Save this run as JSON here.")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Served model name, if the server needs it.")
+    ] = None,
+    max_tokens: Annotated[int, typer.Option(help="Greedy tokens per prompt.")] = 32,
+    seed: Annotated[int, typer.Option(help="Sampling seed sent with every request.")] = 0,
+    timeout: Annotated[str, typer.Option(help="HTTP timeout per request.")] = "60s",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+) -> None:
+    """Send the canary set greedily, one prompt at a time; compare with an earlier run.
+
+    Exit status 4 when the comparison says the outputs got worse."""
+    import dataclasses
+
+    from autotuner.canary import CanaryRun, Verdict, compare, load_canary, run_canary
+
+    try:
+        before = CanaryRun.load(against) if against else None
+        canary_set = list(before.prompts) if before and prompts is None else load_canary(prompts)
+        if before is not None:
+            max_tokens, seed = before.max_tokens, before.seed
+        run = run_canary(
+            url,
+            canary_set,
+            model=model,
+            max_tokens=max_tokens,
+            seed=seed,
+            timeout_s=parse_duration(timeout),
+        )
+        if out:
+            Path(out).write_text(json.dumps(run.to_json(), indent=2) + "\n", encoding="utf-8")
+        result = compare(before, run) if before else None
+    except (AutotunerError, ValueError, OSError) as exc:
+        fail(_one_line(exc))
+    if result is None:
+        print(
+            f"canary: {len(run.outputs)} prompts, {run.completion_tokens} tokens "
+            f"in {run.duration_s:.1f}s" + (f"; saved to {out}" if out else "")
+        )
+        return
+    if as_json:
+        print(json.dumps(dataclasses.asdict(result), indent=2, default=str))
+    else:
+        print(f"canary: {result.verdict.value}: {result.summary}")
+        for item in result.prompts:
+            if not item.identical:
+                print(
+                    f"  {item.name}: first divergence at char {item.first_divergence}/{item.length}"
+                )
+    if result.verdict is Verdict.WORSE:
+        raise typer.Exit(4)
+
+
 def render_observation(obs: Observation, console: Console | None = None) -> None:
     console = console or Console()
     console.print(f"[bold]{obs.source}[/] window {obs.duration_s:.1f}s, {obs.series} engine series")

@@ -8,14 +8,22 @@ of concurrent streams cost one coroutine each, not one OS thread each.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import threading
+from collections.abc import Callable
 
 from autotuner.sim.completions import CompletionsEngine
 from autotuner.sim.engine import SimulatedVllm
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unavailable"}
+
+
+def greedy_text(prompt: str, max_tokens: int) -> str:
+    """What a deterministic model would answer: the same words for the same prompt."""
+    seed = hashlib.sha256(prompt.encode()).digest()
+    return "".join(f" w{seed[i % len(seed)]}" for i in range(max_tokens))
 
 
 class SimServer:
@@ -27,9 +35,11 @@ class SimServer:
         host: str = "127.0.0.1",
         port: int = 0,
         completions: CompletionsEngine | None = None,
+        generate: Callable[[str, int], str] | None = None,
     ) -> None:
         self.sim = sim
         self.completions = completions
+        self.generate = generate or greedy_text
         self.lock = threading.Lock()
         self.up = True
         self.loop = asyncio.new_event_loop()
@@ -112,7 +122,11 @@ class SimServer:
                     "object": "text_completion",
                     "model": self.sim.model_name,
                     "choices": [
-                        {"index": 0, "text": " tok" * max_tokens, "finish_reason": "length"}
+                        {
+                            "index": 0,
+                            "text": self.generate(str(request.get("prompt", "")), max_tokens),
+                            "finish_reason": "length",
+                        }
                     ],
                     "usage": {
                         "prompt_tokens": len(str(request.get("prompt", "")).split()),

@@ -18,6 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from autotuner.actuators.exec import ExecActuator
 from autotuner.bench.sweep import Plan, Sweep
+from autotuner.canary import Verdict, compare, run_canary
+from autotuner.canary.run import BUILT_IN as CANARY
 from autotuner.core.hardware import datasheet
 from autotuner.core.observation import ObservationLimits
 from autotuner.core.registry import load_model
@@ -77,10 +79,16 @@ def test_observe_equals_vllms_own_counters_and_reads_the_setup(served: Served) -
     assert observation.live_setup is not None
     assert observation.live_setup.setup == Setup(spec_tokens=3)
     assert observation.live_setup.replay is False
+    with_spec = run_canary(served.url, list(CANARY), max_tokens=16)
     served.start(speculative=None)
     with Load(served.url, streams=4):
         time.sleep(2)
         off = VllmScraper([f"{served.url}/metrics"]).observe(3.0, 0.5, limits=LIMITS)
+    without_spec = run_canary(served.url, list(CANARY), max_tokens=16)
+    # Greedy ngram speculation is exact: the quality guard must see no regression.
+    quality = compare(with_spec, without_spec)
+    print(f"canary, speculation on vs off: {quality.verdict.value}: {quality.summary}")
+    assert quality.verdict is not Verdict.WORSE, quality.summary
     assert off.usable, off.detail
     assert off.acceptance is None
     assert off.live_setup is not None

@@ -1,0 +1,194 @@
+"""The canary set and one greedy run of it against an OpenAI-compatible `/v1/completions`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from autotuner.errors import AutotunerError, InputError
+
+_NUMBER = re.compile(r"-?\d+")
+
+
+class CanaryError(AutotunerError):
+    """The server did not answer the canary (down, HTTP error, not OpenAI-compatible)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CanaryPrompt:
+    name: str
+    prompt: str
+    answer: str | None = None  # known answer: the first integer of the output must equal it
+
+    def correct(self, output: str) -> bool | None:
+        if self.answer is None:
+            return None
+        found = _NUMBER.search(output)
+        return found is not None and found.group() == self.answer.strip()
+
+
+BUILT_IN: tuple[CanaryPrompt, ...] = (
+    CanaryPrompt(name="code-fib", prompt="def fibonacci(n):\n    if n < 2:\n        return n\n"),
+    CanaryPrompt(name="code-sort", prompt="def insertion_sort(items):\n    for i in range(1,"),
+    CanaryPrompt(name="code-sql", prompt="SELECT name, COUNT(*) FROM users GROUP BY"),
+    CanaryPrompt(name="code-json", prompt='{"replicas": 3, "image": "vllm/vllm-openai", "args": ['),
+    CanaryPrompt(name="add", prompt="Q: What is 17 + 25?\nA:", answer="42"),
+    CanaryPrompt(name="mul", prompt="Q: What is 12 * 12?\nA:", answer="144"),
+    CanaryPrompt(name="sub", prompt="Q: What is 100 - 37?\nA:", answer="63"),
+    CanaryPrompt(name="div", prompt="Q: What is 81 / 9?\nA:", answer="9"),
+    CanaryPrompt(name="count", prompt="Q: How many legs do three spiders have?\nA:", answer="24"),
+    CanaryPrompt(name="chat-rollout", prompt="User: Why can a GPU rollout hang?\nAssistant:"),
+    CanaryPrompt(name="chat-oncall", prompt="User: Write a one-line on-call note.\nAssistant:"),
+    CanaryPrompt(name="chat-cache", prompt="User: What is a KV cache?\nAssistant:"),
+)
+
+
+def load_canary(path: str | None) -> list[CanaryPrompt]:
+    """A JSON list of {name, prompt, answer?} objects or strings, else the built-in set."""
+    if path is None:
+        return list(BUILT_IN)
+    try:
+        items = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"canary file {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"canary file {path}: not JSON ({exc})") from None
+    if not isinstance(items, list) or not items:
+        raise InputError(f"canary file {path}: expected a non-empty JSON list")
+    prompts = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            item = {"name": f"p{i}", "prompt": item}
+        if not isinstance(item, dict) or not isinstance(item.get("prompt"), str):
+            raise InputError(f"canary file {path}: item {i} has no string 'prompt'")
+        answer = item.get("answer")
+        prompts.append(
+            CanaryPrompt(
+                name=str(item.get("name", f"p{i}")),
+                prompt=item["prompt"],
+                answer=None if answer is None else str(answer),
+            )
+        )
+    return prompts
+
+
+def prompts_hash(prompts: list[CanaryPrompt]) -> str:
+    text = json.dumps([asdict(p) for p in prompts], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CanaryRun:
+    """One greedy pass over the canary set; saved as JSON to compare later."""
+
+    url: str
+    model: str
+    setup: str | None  # the live setup label, when the caller knows it
+    prompts: tuple[CanaryPrompt, ...]
+    outputs: tuple[str, ...]
+    max_tokens: int
+    seed: int
+    completion_tokens: int
+    duration_s: float
+    at: float = field(default_factory=time.time)
+
+    @property
+    def prompts_hash(self) -> str:
+        return prompts_hash(list(self.prompts))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CanaryRun:
+        try:
+            prompts = tuple(CanaryPrompt(**p) for p in data["prompts"])
+            fields = {k: v for k, v in data.items() if k != "prompts"}
+            fields["outputs"] = tuple(str(o) for o in fields["outputs"])
+            run = cls(prompts=prompts, **fields)
+        except (KeyError, TypeError) as exc:
+            raise InputError(f"not a canary run: {exc}") from None
+        if len(run.outputs) != len(run.prompts):
+            raise InputError("not a canary run: outputs and prompts differ in number")
+        return run
+
+    @classmethod
+    def load(cls, path: str) -> CanaryRun:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise InputError(f"canary run {path}: {exc.strerror}") from None
+        except json.JSONDecodeError as exc:
+            raise InputError(f"canary run {path}: not JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise InputError(f"canary run {path}: expected a JSON object")
+        return cls.from_json(data)
+
+
+def run_canary(
+    base_url: str,
+    prompts: list[CanaryPrompt],
+    *,
+    model: str | None = None,
+    max_tokens: int = 32,
+    seed: int = 0,
+    setup: str | None = None,
+    timeout_s: float = 60.0,
+    client: httpx.Client | None = None,
+) -> CanaryRun:
+    """Send each prompt once, one at a time (the canary must stay a small cost), greedy."""
+    if not prompts:
+        raise InputError("the canary set is empty")
+    if max_tokens < 1:
+        raise InputError("max_tokens must be at least 1")
+    own = client is None
+    http = client or httpx.Client(timeout=timeout_s)
+    url = base_url.rstrip("/") + "/v1/completions"
+    started = time.monotonic()
+    outputs: list[str] = []
+    tokens = 0
+    served_model = model or ""
+    try:
+        for prompt in prompts:
+            body: dict[str, Any] = {
+                "prompt": prompt.prompt,
+                "max_tokens": max_tokens,
+                "temperature": 0.0,
+                "seed": seed,
+            }
+            if served_model:
+                body["model"] = served_model
+            try:
+                response = http.post(url, json=body)
+            except httpx.HTTPError as exc:
+                raise CanaryError(f"{url}: {type(exc).__name__}: {exc}") from None
+            if response.status_code != 200:
+                raise CanaryError(f"{url}: HTTP {response.status_code}: {response.text[:200]}")
+            try:
+                reply = response.json()
+                outputs.append(str(reply["choices"][0]["text"]))
+                tokens += int(reply.get("usage", {}).get("completion_tokens", 0))
+                served_model = served_model or str(reply.get("model", ""))
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                raise CanaryError(f"{url}: not an OpenAI completions reply ({exc})") from None
+    finally:
+        if own:
+            http.close()
+    return CanaryRun(
+        url=base_url,
+        model=served_model,
+        setup=setup,
+        prompts=tuple(prompts),
+        outputs=tuple(outputs),
+        max_tokens=max_tokens,
+        seed=seed,
+        completion_tokens=tokens,
+        duration_s=time.monotonic() - started,
+    )
