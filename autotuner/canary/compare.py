@@ -16,12 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
 
+from autotuner.canary.run import CanaryRun
 from autotuner.errors import InputError
-
-if TYPE_CHECKING:
-    from autotuner.canary.run import CanaryRun
 
 
 class Verdict(str, Enum):
