@@ -173,14 +173,7 @@ def _render_spec(
     else:
         config.pop(SCHEDULE_KEY, None)
     value = json.dumps(config, separators=(",", ":"))
-    if spec is None:
-        return [*args, names.speculative_config, value]
-    out = list(args)
-    if spec.joined:
-        out[spec.index] = f"{names.speculative_config}={value}"
-    elif spec.value_index is not None:
-        out[spec.value_index] = value
-    return out
+    return _set_value(args, spec, names.speculative_config, value)
 
 
 def _render_replay(args: list[str], setup: Setup, names: FlagNames) -> list[str]:
@@ -197,16 +190,20 @@ def _render_replay(args: list[str], setup: Setup, names: FlagNames) -> list[str]
         out = list(out)
         out[switch.index] = names.use_replayssm
     length = find(out, names.replayssm_buffer_len)
-    value = str(setup.replay_window)
-    if length is None:
-        return [*out, names.replayssm_buffer_len, value]
-    out = list(out)
-    if length.joined:
-        out[length.index] = f"{names.replayssm_buffer_len}={value}"
-    elif length.value_index is not None:
-        out[length.value_index] = value
+    return _set_value(out, length, names.replayssm_buffer_len, str(setup.replay_window))
+
+
+def _set_value(args: Sequence[str], flag: Flag | None, name: str, value: str) -> list[str]:
+    """Give `name` this value where it stands (`--x=v` or `--x v`), or append it."""
+    if flag is None:
+        return [*args, name, value]
+    out = list(args)
+    if flag.joined:
+        out[flag.index] = f"{name}={value}"
+    elif flag.value_index is not None:
+        out[flag.value_index] = value
     else:
-        out.insert(length.index + 1, value)
+        out.insert(flag.index + 1, value)
     return out
 
 
