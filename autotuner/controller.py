@@ -17,11 +17,11 @@ import numpy as np
 from autotuner.actuators.base import Actuator, ActuatorError, ConflictError, LiveTarget
 from autotuner.core.acceptance import from_conditional
 from autotuner.core.capabilities import PRESETS, EngineCapabilities
-from autotuner.core.costmodel import Workload, crossover_batches, predict
+from autotuner.core.costmodel import Workload, crossover_batches, max_batch, predict
 from autotuner.core.hardware import HardwareProfile, datasheet, load_profile
 from autotuner.core.model import ModelSpec
 from autotuner.core.observation import unusable
-from autotuner.core.policy import Context, TunerState, decide
+from autotuner.core.policy import Context, QualityCheck, TunerState, decide
 from autotuner.core.registry import load_model
 from autotuner.core.report import equivalent_rate
 from autotuner.core.types import Action, Decision, Observation, Setup
@@ -32,6 +32,7 @@ from autotuner.sources.errors import SourceError
 
 if TYPE_CHECKING:  # the Kubernetes client is heavy: imported only for k8s targets
     from autotuner.actuators.lease import LeaseElector
+    from autotuner.canary.guard import Outcome, QualityGuard
 
 Observer = Callable[[], Observation]
 
@@ -86,11 +87,14 @@ class Controller:
     metrics: TunerMetrics
     logger: logging.Logger
     elector: LeaseElector | None = None
+    quality: QualityGuard | None = None
+    quality_off: str = "the quality guard is disabled (quality.enabled=false)"
     clock: Callable[[], float] = time.time
     state: TunerState | None = None
     last_step_at: float | None = None
     last_usable_at: float | None = None
     state_saved_at: float = 0.0
+    canary_retry_at: float = 0.0
     stop_event: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -126,6 +130,8 @@ class Controller:
         live = self._read()
         state = self._state(live, leader)
         state, drifted = self._drift(state, live, now)
+        if leader and self.settings.mode == "act" and self.actuator is not None:
+            state = self._canary(state, observation, live, now)
         rollout_stuck = bool(live and live.rollout.stuck)
         in_progress = bool(live and not live.rollout.done)
         verification = state.verification
@@ -155,7 +161,9 @@ class Controller:
             decision, new_state = self._stuck(state, context, live)
         else:
             decision, new_state = decide(state, observation, context, self.settings.policy)
-        decision, new_state = self._carry_out(decision, state, new_state, live, leader, now)
+        decision, new_state = self._carry_out(
+            decision, state, new_state, live, leader, now, observation
+        )
         self.state = new_state
         self._export(now, observation, decision, new_state, live, leader, rollout_stuck)
         self.last_step_at = now
@@ -253,6 +261,7 @@ class Controller:
         live: LiveTarget | None,
         leader: bool,
         now: float,
+        observation: Observation,
     ) -> tuple[Decision, TunerState]:
         self.metrics.decisions.labels(decision.action.value).inc()
         acts = decision.action in (Action.SWITCH, Action.REVERT) and decision.target is not None
@@ -273,9 +282,17 @@ class Controller:
             )
             self._event("SwitchRecommended", f"{decision.sentence} ({why}: not applied)")
         elif acts and decision.target is not None and self.actuator is not None:
+            target = decision.target
+            if decision.action is Action.SWITCH:
+                after = self._before_switch(before, after, observation, now)
+                check = after.verification.quality if after.verification else None
+                if check is not None and check.status == "skipped":
+                    decision = decision.model_copy(
+                        update={"notes": (*decision.notes, f"quality: {check.summary}")}
+                    )
             try:
                 self.actuator.apply(
-                    decision.target,
+                    target,
                     state=after.model_dump_json(),
                     expected_version=live.version if live else None,
                     saved_speculative_config=after.drafter,
@@ -306,6 +323,12 @@ class Controller:
                 decision.sentence,
                 warning=decision.action is Action.REVERT,
             )
+            if (
+                before.verification
+                and before.verification.quality
+                and (before.verification.quality.status == "failed")
+            ):
+                self.metrics.quality_regressions.inc()
             self.state_saved_at = now
         elif decision.blocked_by is not None and decision.target is not None:
             operator_visible = {"paused", "budget", "cooldown", "rollout_in_progress"}
@@ -341,6 +364,125 @@ class Controller:
             confidence=round(decision.confidence, 3),
         )
         return decision, after
+
+    # ------------------------------------------------------------ quality guard
+
+    def _canary_capacity(self, state: TunerState, setup: Setup, observation: Observation) -> float:
+        """Tokens/s one engine can serve in `setup`: the model's peak, or what it serves now."""
+        accept = state.acceptance.estimate(
+            self.clock(), self.settings.policy.acceptance_memory_half_life_s
+        ) or from_conditional([])
+        observed = (observation.generation_tokens_per_s or 0.0) / max(observation.series, 1)
+        if setup.spec_tokens > accept.max_spec_tokens:
+            return observed
+        peak = max_batch(self.model, self.hardware, setup, self.workload)
+        curve = predict(self.model, self.hardware, setup, [max(peak, 1)], accept, self.workload)
+        return max(observed, float(curve.tokens_per_s[0]))
+
+    def _before_switch(
+        self, before: TunerState, after: TunerState, observation: Observation, now: float
+    ) -> TunerState:
+        """Attach the quality check to the verification the switch starts."""
+        verification = after.verification
+        if verification is None:
+            return after
+        previous = verification.previous
+        if self.quality is None:
+            check = QualityCheck(status="skipped", summary=self.quality_off)
+            outcome = None
+        else:
+            outcome = self.quality.before(
+                before.canary_baseline,
+                previous,
+                observation,
+                self._canary_capacity(before, previous, observation),
+                now,
+            )
+            check = outcome.check or QualityCheck(status="skipped", summary="no canary")
+            self._count_canary("before", outcome)
+        update: dict[str, object] = {
+            "verification": verification.model_copy(update={"quality": check})
+        }
+        if outcome is not None and outcome.baseline is not None:
+            update["canary_baseline"] = outcome.baseline.to_record()
+        if check.status == "skipped":
+            update["last_quality"] = check
+            event(self.logger, f"quality canary skipped: {check.summary}", logging.WARNING)
+        return after.model_copy(update=update)
+
+    def _canary(
+        self, state: TunerState, observation: Observation, live: LiveTarget | None, now: float
+    ) -> TunerState:
+        """After a switch: run the canary on the new setup once it serves. Otherwise keep a
+        fresh canary of the running setup, taken while the server has room for it."""
+        guard = self.quality
+        if guard is None or now < self.canary_retry_at:
+            return state
+        verification = state.verification
+        serving = live.setup if live is not None else None
+        ready = live is None or live.rollout.done
+        if verification is not None:
+            check = verification.quality
+            if check is None or check.status != "pending" or not ready:
+                return state
+            if serving is not None and serving != verification.target:
+                return state
+            outcome = guard.after(
+                check,
+                verification.target,
+                observation,
+                self._canary_capacity(state, verification.target, observation),
+                now,
+            )
+            self._count_canary("after", outcome)
+            if outcome.check is None:  # not yet: saturated or not answering
+                self.canary_retry_at = now + self._canary_backoff(outcome)
+                return state
+            result = outcome.check
+            update: dict[str, object] = {
+                "verification": verification.model_copy(update={"quality": result}),
+                "last_quality": result,
+            }
+            if outcome.baseline is not None:
+                update["canary_baseline"] = outcome.baseline.to_record()
+            self._report_quality(verification.previous, verification.target, result)
+            return state.model_copy(update=update)
+        current = state.current or serving
+        if current is None or (serving is not None and serving != current):
+            return state
+        if guard.fresh(state.canary_baseline, current, now):
+            return state
+        outcome = guard.baseline(
+            current, observation, self._canary_capacity(state, current, observation)
+        )
+        self._count_canary("baseline", outcome)
+        if outcome.baseline is None:
+            self.canary_retry_at = now + self._canary_backoff(outcome)
+            return state
+        return state.model_copy(update={"canary_baseline": outcome.baseline.to_record()})
+
+    def _canary_backoff(self, outcome: Outcome) -> float:
+        interval = self.settings.loop.interval_s
+        return 4 * interval if outcome.error else interval
+
+    def _count_canary(self, phase: str, outcome: Outcome) -> None:
+        if outcome.reused:
+            return
+        result = "ok" if outcome.ran else "error" if outcome.error else "skipped"
+        self.metrics.canary_runs.labels(phase, result).inc()
+        if outcome.error:
+            event(self.logger, f"quality canary ({phase}) failed: {outcome.error}", logging.WARNING)
+
+    def _report_quality(self, previous: Setup, target: Setup, check: QualityCheck) -> None:
+        message = f"quality canary {previous.label} -> {target.label}: {check.summary}"
+        if check.status == "failed":
+            event(self.logger, message, logging.WARNING, evidence=list(check.evidence))
+            self._event("QualityRegression", message, warning=True)
+        elif check.status == "skipped":
+            event(self.logger, message, logging.WARNING)
+            self._event("CanarySkipped", message)
+        else:
+            event(self.logger, message)
 
     def _event(self, reason: str, message: str, *, warning: bool = False) -> None:
         if self.actuator is None:
@@ -522,6 +664,7 @@ def build_controller(
             identity=identity,
             lease_duration_s=target.lease_duration_s,
         )
+    quality, quality_off = quality_guard(settings)
     return Controller(
         settings=settings,
         model=model,
@@ -531,4 +674,21 @@ def build_controller(
         metrics=metrics,
         logger=logger,
         elector=elector,
+        quality=quality,
+        quality_off=quality_off,
     )
+
+
+def quality_guard(settings: Settings) -> tuple[QualityGuard | None, str]:
+    """The canary guard the settings ask for, or why there is none."""
+    from autotuner.canary.guard import QualityGuard
+
+    quality = settings.quality
+    if not quality.enabled:
+        return None, "the quality guard is disabled (quality.enabled=false)"
+    url = quality.url
+    if not url and settings.source.kind == "vllm":
+        url = settings.source.urls[0].removesuffix("/").removesuffix("/metrics")
+    if not url:
+        return None, "no canary URL: set quality.url to a replica's OpenAI-compatible base URL"
+    return QualityGuard(quality, url), ""

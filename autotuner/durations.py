@@ -22,3 +22,11 @@ def parse_duration(text: str | float) -> float:
     if seconds <= 0:
         raise InputError(f"duration must be positive, got {text!r}")
     return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """The other way round, for sentences: 45s, 15m, 6h, 1.5d."""
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:.3g}{unit}"
+    return f"{seconds:.3g}s"

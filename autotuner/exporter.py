@@ -83,6 +83,17 @@ class TunerMetrics:
         self.drift = Counter(
             f"{PREFIX}_drift", "Managed flags changed by someone else.", registry=self.registry
         )
+        self.canary_runs = Counter(
+            f"{PREFIX}_canary_runs",
+            "Quality canary runs by phase (baseline, before, after) and outcome.",
+            ["phase", "outcome"],
+            registry=self.registry,
+        )
+        self.quality_regressions = Counter(
+            f"{PREFIX}_quality_regressions",
+            "Switches reverted because the quality canary got worse.",
+            registry=self.registry,
+        )
         # Every label value exists from the start, so rate() and alerts see a 0, not nothing.
         for action in Action:
             self.decisions.labels(action.value)
@@ -92,6 +103,9 @@ class TunerMetrics:
             self.errors.labels(kind)
         for reason in UnusableReason:
             self.unusable.labels(reason.value)
+        for phase in ("baseline", "before", "after"):
+            for outcome in ("ok", "skipped", "error"):
+                self.canary_runs.labels(phase, outcome)
         self.registry.register(_SnapshotCollector(self))
 
     def update(self, snapshot: Snapshot) -> None:
@@ -217,6 +231,7 @@ class _SnapshotCollector:
             )
             crossover.add_metric([s.crossover[0], s.crossover[1]], float(s.crossover[2]))
             yield crossover
+        yield from _quality(s.state)
         calibration = GaugeMetricFamily(
             f"{PREFIX}_calibration_factor",
             "Measured / predicted step time per setup and band.",
@@ -240,6 +255,33 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"{PREFIX}_{name}", documentation, value=value)
 
 
+def _quality(state: TunerState) -> Iterator[Metric]:
+    """The latest quality check (one-hot by status) and the one in flight, if any."""
+    checks = (
+        (
+            "quality_check",
+            "The latest finished quality check (one-hot by status).",
+            state.last_quality,
+        ),
+        (
+            "quality_check_in_flight",
+            "The quality check of the verification in flight (one-hot by status).",
+            state.verification.quality if state.verification else None,
+        ),
+    )
+    for name, documentation, check in checks:
+        family = GaugeMetricFamily(f"{PREFIX}_{name}", documentation, labels=["status"])
+        for status in ("pending", "passed", "failed", "skipped"):
+            family.add_metric([status], float(check is not None and check.status == status))
+        yield family
+    if state.last_quality is not None and state.last_quality.confidence is not None:
+        yield _gauge(
+            "quality_regression_confidence",
+            "How sure the latest canary comparison is that quality got worse (1 - p).",
+            state.last_quality.confidence,
+        )
+
+
 def decision_document(snapshot: Snapshot) -> dict[str, Any]:
     """The /decision body: the last Decision with every number behind it."""
     obs = snapshot.observation
@@ -261,6 +303,9 @@ def decision_document(snapshot: Snapshot) -> dict[str, Any]:
             "changes": list(snapshot.state.changes),
             "quarantine": snapshot.state.quarantine,
             "acceptance_drafts": snapshot.state.acceptance.drafts,
+            "quality": snapshot.state.last_quality.model_dump(mode="json")
+            if snapshot.state.last_quality
+            else None,
         },
     }
 

@@ -1,6 +1,7 @@
 """One typed settings tree: defaults < YAML file < environment (AUTOTUNER_*) < command line.
 
-Groups follow the data flow (source, model, engine, policy, target, loop, exporter, log); every
+Groups follow the data flow (source, model, engine, policy, quality, target, loop, exporter,
+log); every
 field carries its unit and why in its description, and `autotuner config show` prints the
 effective value of each with the layer it came from. Durations are seconds and accept
 '500ms', '30s', '15m', '1h' in any layer. Invalid settings fail at start, naming the field.
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from autotuner.actuators.flags import FlagNames
+from autotuner.canary.guard import QualitySettings
 from autotuner.core.model import DrafterKind
 from autotuner.core.observation import ObservationLimits
 from autotuner.core.policy import PolicySettings
@@ -139,6 +141,7 @@ class Settings(BaseSettings):
     model: ModelSettings = Field(default_factory=ModelSettings)
     engine: EngineSettings = Field(default_factory=EngineSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)
+    quality: QualitySettings = Field(default_factory=QualitySettings)
     limits: ObservationLimits = Field(default_factory=ObservationLimits)
     target: TargetSettings = Field(default_factory=TargetSettings)
     loop: LoopSettings = Field(default_factory=LoopSettings)

@@ -119,6 +119,21 @@ class CanaryRun:
             raise InputError("not a canary run: outputs and prompts differ in number")
         return run
 
+    def to_record(self) -> dict[str, Any]:
+        """Compact JSON for the TunerState: the prompts by hash, not by text."""
+        record = {k: v for k, v in asdict(self).items() if k != "prompts"}
+        record["prompts_hash"] = self.prompts_hash
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], prompts: list[CanaryPrompt]) -> CanaryRun:
+        """Back from `to_record`, given the same canary set (refused when it changed)."""
+        if record.get("prompts_hash") != prompts_hash(prompts):
+            raise InputError("the canary set changed since this run")
+        data = {k: v for k, v in record.items() if k != "prompts_hash"}
+        data["prompts"] = [asdict(p) for p in prompts]
+        return cls.from_json(data)
+
     @classmethod
     def load(cls, path: str) -> CanaryRun:
         try:

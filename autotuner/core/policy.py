@@ -95,6 +95,23 @@ class Pending(BaseModel):
     since: float
 
 
+class QualityCheck(BaseModel):
+    """The quality guard's part of a verification (the canary itself runs in the controller).
+
+    pending: the canary ran on the previous setup (`before`) and must run again on the new one;
+    passed / failed: compared, `summary` says how; skipped: no comparison, `summary` says why.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    status: Literal["pending", "passed", "failed", "skipped"]
+    summary: str = ""
+    before: dict[str, Any] | None = None  # the canary run on the previous setup, as JSON
+    confidence: float | None = None  # how sure a failed verdict is (1 - smallest p-value)
+    since: float | None = None  # when the check became pending (the after-run deadline)
+    evidence: tuple[str, ...] = ()  # the prompts that diverged, before vs after
+
+
 class Verification(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -104,6 +121,7 @@ class Verification(BaseModel):
     predicted_gain: float
     baseline_rate: float | None = None  # tokens/s per engine before the change
     baseline_batch: float | None = None  # demand (running + waiting per engine) then
+    quality: QualityCheck | None = None
 
 
 class TunerState(BaseModel):
@@ -124,6 +142,8 @@ class TunerState(BaseModel):
     last_batch: float | None = None  # its demand per engine (running + waiting)
     last_decision_id: int = 0
     drafter: dict[str, Any] | None = None  # the operator's speculative config, kept while off
+    canary_baseline: dict[str, Any] | None = None  # latest canary run of `current`, as JSON
+    last_quality: QualityCheck | None = None  # the latest finished quality check
 
 
 @dataclass(frozen=True)
@@ -630,6 +650,9 @@ def _verify(
     verification = state.verification
     assert verification is not None
     target, previous = verification.target, verification.previous
+    quality = verification.quality
+    if quality is not None and quality.status == "failed":
+        return _revert_for_quality(state, quality, ctx, settings, make)
     settled_at = verification.switched_at + settings.verify_settle_s
     live = observation.live_setup.setup if observation.live_setup else None
     waiting = (
@@ -691,6 +714,16 @@ def _verify(
         )
         decision = decision.model_copy(update={"current": target})
         return decision, state
+    if quality is not None and quality.status == "pending":
+        # Speed alone may revert; only the canary may declare the change good.
+        decision = make(
+            Action.HOLD,
+            f"verifying {previous.label} -> {target.label}: {measured:,.0f} tokens/s per engine "
+            f"vs {reference:,.0f} holds up; waiting for the quality canary on the new setup",
+            target=target,
+            blocked_by=BlockReason.VERIFYING,
+        )
+        return decision, state
     state = state.model_copy(update={"verification": None, "last_known_good": target})
     decision = make(
         Action.KEEP,
@@ -699,8 +732,44 @@ def _verify(
         f"({measured / reference - 1:+.1%}; predicted {verification.predicted_gain:+.1%})",
         target=target,
         gain=measured / reference - 1 if reference else 0.0,
+        notes=(f"quality: {quality.status}: {quality.summary}",) if quality else (),
     )
     return decision, state
+
+
+def _revert_for_quality(
+    state: TunerState,
+    quality: QualityCheck,
+    ctx: Context,
+    settings: PolicySettings,
+    make: Callable[..., Decision],
+) -> tuple[Decision, TunerState]:
+    """The canary's answers changed beyond noise: back to the previous setup, whatever the
+    throughput says (DESIGN.md: quality before speed)."""
+    verification = state.verification
+    assert verification is not None
+    target, previous = verification.target, verification.previous
+    quarantine = dict(state.quarantine)
+    quarantine[target.label] = ctx.now + settings.quarantine_s
+    state = state.model_copy(
+        update={
+            "current": previous,
+            "verification": None,
+            "pending": None,
+            "quarantine": quarantine,
+            "changes": (*_recent(state.changes, ctx.now), ctx.now),
+        }
+    )
+    decision = make(
+        Action.REVERT,
+        f"revert {target.label} -> {previous.label}: the quality canary got worse "
+        f"({quality.summary}); {target.label} quarantined for "
+        f"{settings.quarantine_s / 3600:.1f} h",
+        target=previous,
+        confidence=quality.confidence or 0.0,
+        notes=(f"predicted gain was {verification.predicted_gain:+.1%}",),
+    )
+    return decision.model_copy(update={"current": target}), state
 
 
 def _recent(changes: Sequence[float], now: float) -> tuple[float, ...]:

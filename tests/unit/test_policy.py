@@ -12,7 +12,7 @@ from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import HardwareProfile, datasheet
 from autotuner.core.model import ModelSpec
 from autotuner.core.observation import ObservationLimits
-from autotuner.core.policy import Context, PolicySettings, TunerState, decide
+from autotuner.core.policy import Context, PolicySettings, QualityCheck, TunerState, decide
 from autotuner.core.registry import load_model
 from autotuner.core.types import Action, BlockReason, Decision, Observation, Setup, UnusableReason
 from autotuner.sim.truth import TruthEngine, realistic_error
@@ -332,3 +332,52 @@ def test_latency_slo_objective_is_respected(objective: str) -> None:
     run = Run(settings=settings)
     run.run(30, lambda m: 128, HIGH)
     assert run.decisions[-1].sentence
+
+
+def _switched(run: Run) -> Decision:
+    run.run(10, lambda m: 32, HIGH)
+    for _ in range(30):
+        decision = run.step(512, HIGH)
+        if decision.action is Action.SWITCH:
+            return decision
+    raise AssertionError("no switch")
+
+
+def _with_quality(run: Run, check: QualityCheck) -> None:
+    verification = run.state.verification
+    assert verification is not None
+    run.state = run.state.model_copy(
+        update={"verification": verification.model_copy(update={"quality": check})}
+    )
+
+
+def test_a_pending_quality_check_holds_the_verification() -> None:
+    run = Run(settings=SETTINGS.model_copy(update={"dwell_s": 0}))
+    switch = _switched(run)
+    _with_quality(run, QualityCheck(status="pending", before={}, since=run.now))
+    held = [run.step(512, HIGH) for _ in range(10)]  # throughput alone would have verified
+    assert all(d.action is Action.HOLD for d in held)
+    assert all(d.blocked_by is BlockReason.VERIFYING for d in held)
+    assert "holds up; waiting for the quality canary on the new setup" in held[-1].sentence
+    _with_quality(run, QualityCheck(status="passed", summary="identical: 12/12"))
+    decision = run.step(512, HIGH)
+    assert decision.action is Action.KEEP
+    assert decision.sentence.startswith(f"verified {switch.target.label if switch.target else ''}")
+    assert "quality: passed: identical: 12/12" in decision.notes
+
+
+def test_a_failed_quality_check_reverts_and_quarantines_whatever_the_speed() -> None:
+    run = Run(settings=SETTINGS.model_copy(update={"dwell_s": 0}))
+    switch = _switched(run)
+    assert switch.target is not None
+    _with_quality(
+        run, QualityCheck(status="failed", summary="worse: 6/12 identical", confidence=0.99)
+    )
+    decision = run.step(512, HIGH)  # the new setup is faster (truth has no error here)
+    assert decision.action is Action.REVERT
+    assert decision.target == switch.current
+    assert decision.confidence == pytest.approx(0.99)
+    assert "quality canary got worse (worse: 6/12 identical)" in decision.sentence
+    assert switch.target.label in run.state.quarantine
+    assert run.state.verification is None
+    assert run.state.current == switch.current
