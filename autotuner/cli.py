@@ -444,7 +444,7 @@ def render_observation(obs: Observation, console: Console | None = None) -> None
 @app.command()
 def apply(
     setup: Annotated[str, typer.Option(help="plain | spec:K | replay:L | replay+spec:K:L")],
-    target: Annotated[str, typer.Option(help="k8s://NS/deployment/NAME[/C], file://, exec://")],
+    target: Annotated[str, typer.Option(help="k8s://NS/deployment/NAME(/CONTAINER), file://PATH or exec://PATH")],
     schedule: Annotated[
         str | None, typer.Option(help="Per-batch K bands, e.g. 1-64:3,65-128:1,129-512:0.")
     ] = None,
@@ -484,7 +484,7 @@ def apply(
 
 @app.command()
 def status(
-    target: Annotated[str, typer.Option(help="k8s://NS/deployment/NAME[/C], file://, exec://")],
+    target: Annotated[str, typer.Option(help="k8s://NS/deployment/NAME(/CONTAINER), file://PATH or exec://PATH")],
     kube_server: Annotated[str | None, typer.Option(help="API server URL.")] = None,
     lease: Annotated[
         str | None, typer.Option(help="Lease name to report the leader of (k8s targets).")

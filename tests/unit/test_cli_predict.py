@@ -76,3 +76,25 @@ def test_winners_are_only_setups_the_engine_accepts() -> None:
     assert refused
     assert all(p["setup"]["name"] == "replay+spec" for p in refused)
     assert runner.invoke(app, ["predict", "--engine", "tgi"]).exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["predict"],
+        ["observe"],
+        ["apply"],
+        ["status"],
+        ["run"],
+        ["demo"],
+        ["bench"],
+        ["calibrate"],
+        ["canary"],
+        ["config", "show"],
+    ],
+)
+def test_every_command_prints_its_help(command: list[str]) -> None:
+    # Rich reads square brackets in help texts as markup: a stray [/X] crashes --help.
+    result = runner.invoke(app, [*command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
