@@ -444,7 +444,9 @@ def render_observation(obs: Observation, console: Console | None = None) -> None
 @app.command()
 def apply(
     setup: Annotated[str, typer.Option(help="plain | spec:K | replay:L | replay+spec:K:L")],
-    target: Annotated[str, typer.Option(help="k8s://NS/deployment/NAME(/CONTAINER), file://PATH or exec://PATH")],
+    target: Annotated[
+        str, typer.Option(help="k8s://NS/deployment/NAME(/CONTAINER), file://PATH or exec://PATH")
+    ],
     schedule: Annotated[
         str | None, typer.Option(help="Per-batch K bands, e.g. 1-64:3,65-128:1,129-512:0.")
     ] = None,
@@ -484,7 +486,9 @@ def apply(
 
 @app.command()
 def status(
-    target: Annotated[str, typer.Option(help="k8s://NS/deployment/NAME(/CONTAINER), file://PATH or exec://PATH")],
+    target: Annotated[
+        str, typer.Option(help="k8s://NS/deployment/NAME(/CONTAINER), file://PATH or exec://PATH")
+    ],
     kube_server: Annotated[str | None, typer.Option(help="API server URL.")] = None,
     lease: Annotated[
         str | None, typer.Option(help="Lease name to report the leader of (k8s targets).")
@@ -659,6 +663,8 @@ def run(
         mode=settings.mode,
         target=settings.target.uri or None,
         model=controller.model.name,
+        architecture=controller.model.architecture,
+        ssm_layers=controller.model.ssm_layers,
         gpu=controller.hardware.name,
         port=server.port,
     )
@@ -747,6 +753,13 @@ def bench(
         "10m"
     ),
     kube_server: Annotated[str | None, typer.Option(help="API server URL for k8s targets.")] = None,
+    canary: Annotated[
+        bool, typer.Option(help="Run the quality canary once per setup (compared with the first).")
+    ] = True,
+    canary_prompts: Annotated[
+        str | None, typer.Option(help="Canary set (JSON list); default built-in.")
+    ] = None,
+    canary_max_tokens: Annotated[int, typer.Option(help="Greedy tokens per canary prompt.")] = 32,
 ) -> None:
     """Measure every setup at every batch size on your own hardware; resumable."""
     from rich.progress import Progress
@@ -754,6 +767,7 @@ def bench(
     from autotuner.actuators.targets import open_target
     from autotuner.bench.prompts import load_prompts
     from autotuner.bench.sweep import Plan, Sweep, SweepError
+    from autotuner.canary import load_canary
     from autotuner.core.types import Setup
 
     try:
@@ -763,6 +777,8 @@ def bench(
             repeats=repeats,
             output_len=output_len,
             prompts=tuple(load_prompts(prompts)),
+            canary=tuple(load_canary(canary_prompts)) if canary else (),
+            canary_max_tokens=canary_max_tokens,
         )
         sweep_model = load_model(model)
         hardware = resolve_hardware(gpu, profile)
@@ -791,8 +807,10 @@ def bench(
             points = sweep.run()
         except SweepError as exc:
             fail(_one_line(exc), code=1)
+    quality = sweep.quality()
     table = Table(title=f"Measured vs predicted ({out})")
-    for column in ("setup", "batch", "tokens/s", "predicted", "step ms", "tpot p50 ms", "status"):
+    columns = ("setup", "batch", "tokens/s", "predicted", "step ms", "tpot p50 ms", "quality")
+    for column in (*columns, "status"):
         table.add_column(column)
     for p in sorted(points, key=lambda p: (p.setup, p.batch, p.repeat)):
         table.add_row(
@@ -802,9 +820,13 @@ def bench(
             f"{p.predicted_tokens_per_s or 0:,.0f}",
             f"{(p.step_time_s or 0) * 1e3:.1f}",
             f"{p.time_per_token_p50_s * 1e3:.1f}",
+            quality.get(p.setup, {}).get("verdict", "-"),
             p.status if p.status == "ok" else f"{p.status}: {p.message[:60]}",
         )
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for label, verdict in quality.items():
+        console.print(f"  quality {label}: {verdict['verdict']}: {verdict['summary']}")
 
 
 @app.command()

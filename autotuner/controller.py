@@ -362,6 +362,7 @@ class Controller:
             target=decision.target.label if decision.target else None,
             gain=round(decision.gain, 4),
             confidence=round(decision.confidence, 3),
+            window=[round(observation.window_start, 3), round(observation.window_end, 3)],
         )
         return decision, after
 

@@ -2,8 +2,10 @@
 concurrent streams, measured against the server's own /metrics, resumable.
 
 Results go to DIR: header.json (what is held fixed), results.jsonl (one line per finished
-point, appended as it finishes: an interrupted sweep continues from there), and at the end
-results.csv, results.json and plot.svg.
+point, appended as it finishes: an interrupted sweep continues from there), canary/SETUP.json
+(one greedy canary run per setup, on the idle server right after the switch), and at the end
+results.csv, results.json (with each setup's canary compared with the first setup's) and
+plot.svg.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import httpx
 from autotuner.actuators.base import Actuator, ActuatorError
 from autotuner.bench.load import LoadGenerator
 from autotuner.bench.prompts import prompts_hash
+from autotuner.canary import CanaryPrompt, CanaryRun, compare, run_canary
+from autotuner.canary.run import CanaryError
 from autotuner.core.acceptance import from_conditional
 from autotuner.core.costmodel import Workload, predict
 from autotuner.core.hardware import HardwareProfile
@@ -43,6 +47,8 @@ class Plan:
     repeats: int = 2
     output_len: int = 256
     prompts: tuple[str, ...] = ()
+    canary: tuple[CanaryPrompt, ...] = ()  # empty: no quality check
+    canary_max_tokens: int = 32
 
 
 @dataclass
@@ -158,6 +164,7 @@ class Sweep:
                     for batch, repeat in wanted:
                         self._record(Point(setup.label, batch, repeat, "refused", refusal))
                     continue
+                self._canary(setup)
                 for batch in sorted({b for b, _ in wanted}):
                     load.run(batch, list(self.plan.prompts), self.plan.output_len)  # warm-up
                     for repeat in [r for b, r in wanted if b == batch]:
@@ -196,6 +203,54 @@ class Sweep:
             f"the server did not come back within {self.ready_timeout_s:g}s after "
             f"switching to {setup.label}; finished points are in {self.results}"
         )
+
+    def _canary_file(self, setup: Setup) -> Path:
+        return self.out / "canary" / f"{setup.label.replace(':', '_')}.json"
+
+    def _canary(self, setup: Setup) -> None:
+        """One greedy canary run per setup, kept for the quality columns of the report."""
+        path = self._canary_file(setup)
+        if not self.plan.canary or path.exists():
+            return
+        try:
+            run = run_canary(
+                self.url,
+                list(self.plan.canary),
+                max_tokens=self.plan.canary_max_tokens,
+                setup=setup.label,
+            )
+        except CanaryError as exc:
+            record: dict[str, Any] = {"setup": setup.label, "error": str(exc)}
+        else:
+            record = run.to_json()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2) + "\n")
+
+    def quality(self) -> dict[str, dict[str, Any]]:
+        """Each setup's canary against the first setup's: speed and quality side by side."""
+        runs: dict[str, CanaryRun | str] = {}
+        for setup in self.plan.setups:
+            path = self._canary_file(setup)
+            if not path.exists():
+                continue
+            data = json.loads(path.read_text())
+            runs[setup.label] = data["error"] if "error" in data else CanaryRun.from_json(data)
+        reference = next((r for r in runs.values() if isinstance(r, CanaryRun)), None)
+        report: dict[str, dict[str, Any]] = {}
+        for label, run in runs.items():
+            if isinstance(run, str):
+                report[label] = {"verdict": "error", "summary": run}
+            elif reference is None or run is reference:
+                report[label] = {"verdict": "reference", "summary": "the reference run"}
+            else:
+                comparison = compare(reference, run)
+                report[label] = {
+                    "verdict": comparison.verdict.value,
+                    "summary": comparison.summary,
+                    "exact_match_rate": comparison.exact_match_rate,
+                    "against": reference.setup,
+                }
+        return report
 
     def _measure(self, load: LoadGenerator, setup: Setup, batch: int, repeat: int) -> Point:
         scraper = VllmScraper([f"{self.url}/metrics"])
@@ -239,7 +294,11 @@ class Sweep:
         rows = [asdict(p) for p in points]
         (self.out / "results.json").write_text(
             json.dumps(
-                {"header": json.loads((self.out / "header.json").read_text()), "points": rows},
+                {
+                    "header": json.loads((self.out / "header.json").read_text()),
+                    "points": rows,
+                    "quality": self.quality(),
+                },
                 indent=2,
             )
             + "\n"

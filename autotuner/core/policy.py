@@ -230,7 +230,7 @@ def decide(
         reason, why = blocked
         return make(
             Action.HOLD,
-            f"hold {current.label}: {best.label} would gain {gain:+.1%} but {why}",
+            f"hold {current.label}: {best.label} would gain {_percent(gain)} but {why}",
             blocked_by=reason,
             **numbers,
         ), state
@@ -259,7 +259,7 @@ def decide(
     )
     return make(
         Action.SWITCH,
-        f"switch {current.label} -> {best.label}: {gain:+.1%} "
+        f"switch {current.label} -> {best.label}: {_percent(gain)} "
         f"({evaluation.best_value:,.0f} vs {evaluation.current_value:,.0f} tokens/s "
         f"expected, p50 batch {state.batch.quantile(0.5):.0f}); the restart pays back in "
         f"{payback / 60:.0f} min; confidence {evaluation.confidence:.2f}",
@@ -770,6 +770,11 @@ def _revert_for_quality(
         notes=(f"predicted gain was {verification.predicted_gain:+.1%}",),
     )
     return decision.model_copy(update={"current": target}), state
+
+
+def _percent(gain: float) -> str:
+    """A gain for a sentence; infinite when the running setup has no estimate yet."""
+    return f"{gain:+.1%}" if math.isfinite(gain) else "an unknown amount (no estimate for now)"
 
 
 def _recent(changes: Sequence[float], now: float) -> tuple[float, ...]:

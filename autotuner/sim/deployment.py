@@ -33,6 +33,7 @@ class SimulatedDeployment:
         engines: int = 1,
         poll_s: float = 0.1,
         clock: Callable[[], float] = time.time,
+        generate: Callable[[str, int], str] | None = None,
     ) -> None:
         self.manifest = ManifestActuator(manifest)
         self.truth = truth
@@ -60,7 +61,7 @@ class SimulatedDeployment:
             model_name=truth.model.name,
             clock=clock,
         )
-        self.server = SimServer(self.sim, completions=self.completions)
+        self.server = SimServer(self.sim, completions=self.completions, generate=generate)
         self.clock = clock
         self.history.append((clock(), setup.label))
         self.stop_event = threading.Event()

@@ -4,6 +4,7 @@ manifest), resume after an interruption, a server that does not come back, and c
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 from autotuner.actuators.manifest import ManifestActuator
 from autotuner.bench.calibrate import Measured, calibrate
 from autotuner.bench.sweep import Plan, Point, Sweep, SweepError
+from autotuner.canary.run import BUILT_IN
 from autotuner.cli import app
 from autotuner.core.acceptance import from_conditional
 from autotuner.core.costmodel import Workload, predict
@@ -20,6 +22,7 @@ from autotuner.core.hardware import KernelEfficiency, datasheet
 from autotuner.core.registry import load_model
 from autotuner.core.types import Setup
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
+from autotuner.sim.server import greedy_text
 from autotuner.sim.truth import TruthEngine
 
 MODEL_ID = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
@@ -36,18 +39,18 @@ PLAN = Plan(
 )
 
 
-def deployment(tmp_path: Path, gap: float = 0.3) -> SimulatedDeployment:
+def deployment(tmp_path: Path, gap: float = 0.3, **options: Any) -> SimulatedDeployment:
     manifest = tmp_path / "vllm.yaml"
     manifest.write_text(demo_manifest(MODEL_ID, Setup(spec_tokens=3)))
-    return SimulatedDeployment(manifest, TRUTH, acceptance=ACCEPTANCE, restart_gap_s=gap)
+    return SimulatedDeployment(manifest, TRUTH, acceptance=ACCEPTANCE, restart_gap_s=gap, **options)
 
 
-def sweep(dep: SimulatedDeployment, out: Path, **options: Any) -> Sweep:
+def sweep(dep: SimulatedDeployment, out: Path, plan: Plan = PLAN, **options: Any) -> Sweep:
     return Sweep(
         url=dep.server.url,
         actuator=ManifestActuator(dep.manifest.path),
         out=out,
-        plan=PLAN,
+        plan=plan,
         model=MODEL,
         hardware=H200,
         ready_timeout_s=20,
@@ -83,6 +86,31 @@ def test_full_sweep_matches_the_simulators_truth(tmp_path: Path) -> None:
     assert header["model"] == MODEL_ID
     assert header["output_len"] == 96
     assert "<polyline" in (out / "plot.svg").read_text()
+
+
+def test_each_setup_gets_a_canary_and_the_report_shows_quality(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    broken = {p.prompt for p in BUILT_IN[::2]}  # half the prompts answer differently on replay
+    holder: list[SimulatedDeployment] = []
+
+    def generate(prompt: str, max_tokens: int) -> str:
+        text = greedy_text(prompt, max_tokens)
+        replay = holder[0].sim.setup.setup.replay_window > 0
+        return " zz" + text if replay and prompt in broken else text
+
+    plan = replace(PLAN, batches=(4,), canary=BUILT_IN, canary_max_tokens=8)
+    with deployment(tmp_path, generate=generate) as dep:
+        holder.append(dep)
+        sweep(dep, out, plan=plan).run()
+    assert sorted(path.name for path in (out / "canary").iterdir()) == [
+        "replay_16.json",
+        "spec_3.json",
+    ]
+    quality = json.loads((out / "results.json").read_text())["quality"]
+    assert quality["spec:3"]["verdict"] == "reference"
+    assert quality["replay:16"]["verdict"] == "worse"
+    assert quality["replay:16"]["exact_match_rate"] == pytest.approx(0.5)
+    assert quality["replay:16"]["against"] == "spec:3"
 
 
 def test_interrupted_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
@@ -189,6 +217,7 @@ def test_bench_and_calibrate_cli(tmp_path: Path) -> None:
         )
     assert result.exit_code == 0, result.output
     assert "replay:16" in result.stdout
+    assert "quality replay:16: identical: 12/12 outputs identical" in result.stdout
     fitted = tmp_path / "fitted.json"
     result = runner.invoke(
         app,

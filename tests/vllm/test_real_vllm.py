@@ -3,16 +3,12 @@ metrics, its real restarts. The decisions use a hybrid model spec (see the run t
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,7 +22,7 @@ from autotuner.core.registry import load_model
 from autotuner.core.types import Setup
 from autotuner.sources.vllm_scrape import VllmScraper
 from tests.integration.conftest import free_port
-from tests.vllm.conftest import REPETITIVE, Load, Served
+from tests.vllm.conftest import REPETITIVE, Load, Served, decision, tuner_config, wait_for
 
 LIMITS = ObservationLimits(min_drafts=10, min_batch_samples=2, max_age_s=30)
 
@@ -93,62 +89,6 @@ def test_observe_equals_vllms_own_counters_and_reads_the_setup(served: Served) -
     assert off.acceptance is None
     assert off.live_setup is not None
     assert not off.live_setup.speculation
-
-
-def tuner_config(folder: Path, served: Served, port: int, mode: str = "act") -> Path:
-    restart = " ".join(served.restart_command)
-    config = folder / "autotuner.yaml"
-    # Decisions use a hybrid spec (Granite-4.0-H-Small on one H100): the tiny Llama served
-    # here only supplies real metrics, acceptance and restarts.
-    config.write_text(
-        json.dumps(
-            {
-                "mode": mode,
-                "source": {"urls": [f"{served.url}/metrics"], "timeout_s": 2},
-                "target": {"uri": f"exec://{served.args_file}?restart={restart}&timeout=240"},
-                "model": {
-                    "id": "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4",
-                    "gpu": "H100-SXM",
-                },
-                "engine": {"spec_schedule": False, "max_spec_tokens": 3},
-                "loop": {"interval_s": 1, "window_s": 4},
-                "limits": {"min_drafts": 10, "min_batch_samples": 2, "max_age_s": 20},
-                "policy": {
-                    "dwell_s": 4,
-                    "cooldown_s": 10,
-                    "verify_settle_s": 3,
-                    "horizon_s": 3600,
-                    "restart_downtime_s": 20,
-                    "batch_half_life_s": 4,
-                    "min_batch_weight": 2,
-                    "replay_windows": [],
-                    "spec_tokens": [1, 2, 3],
-                    "max_changes_per_hour": 10,
-                    "max_changes_per_day": 10,
-                },
-                "exporter": {"host": "127.0.0.1", "port": port},
-                "log": {"format": "json"},
-            }
-        )
-    )
-    return config
-
-
-def decision(port: int) -> dict[str, Any]:
-    try:
-        body: dict[str, Any] = httpx.get(f"http://127.0.0.1:{port}/decision", timeout=2).json()
-        return body
-    except httpx.HTTPError:
-        return {}
-
-
-def wait_for(check: Callable[[], object], timeout_s: float, message: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.5)
-    pytest.fail(message)
 
 
 def test_bench_sweep_against_the_real_server(served: Served, tmp_path: Path) -> None:
