@@ -10,6 +10,7 @@ connection than sending the request (measured: benchmarks/bench_overhead.py).
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -47,14 +48,19 @@ class LoadGenerator:
         self.loop = asyncio.new_event_loop()
         per = self.STREAMS_PER_CLIENT
         limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
+        # One TLS context for all clients: building one per client took 20 ms each (21 s for
+        # 1024 streams before the first request).
+        tls = ssl.create_default_context()
         self.clients = [
-            self.loop.run_until_complete(self._client(timeout_s, limits))
+            self.loop.run_until_complete(self._client(timeout_s, limits, tls))
             for _ in range(-(-max_streams // per))
         ]
 
     @staticmethod
-    async def _client(timeout_s: float, limits: httpx.Limits) -> httpx.AsyncClient:
-        return httpx.AsyncClient(timeout=timeout_s, limits=limits)
+    async def _client(
+        timeout_s: float, limits: httpx.Limits, tls: ssl.SSLContext
+    ) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=timeout_s, limits=limits, verify=tls)
 
     async def _one(self, index: int, body: dict[str, object]) -> tuple[int, float] | None:
         started = time.perf_counter()

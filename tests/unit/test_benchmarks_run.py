@@ -20,6 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
         ("decision_quality", ["--hours", "2", "--interval", "600", "--traces", "step"], "oracle"),
         ("sidecar_overhead", ["--duration", "6", "--interval", "1", "--replicas", "2"], "peak RSS"),
         (
+            "canary_cost",
+            ["--streams", "4", "--seconds", "1", "--output-len", "8", "--max-tokens", "4"],
+            "canary tokens / one minute served",
+        ),
+        (
             "bench_overhead",
             ["--streams", "16", "--output-len", "8", "--repeats", "1", "--step-ms", "5"],
             "ratio measured / configured",

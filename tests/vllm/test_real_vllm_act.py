@@ -226,9 +226,12 @@ def test_the_served_models_own_config_drives_an_attention_only_run(
     log = tmp_path / "tuner.log"
     with running_tuner(config, log), Load(served.url, streams=LOW, output_len=OUTPUT_LEN):
         wait_for(
-            lambda: (decision(port).get("decision") or {}).get("predicted_tokens_per_s"),
+            lambda: (
+                "spec:3"
+                in ((decision(port).get("decision") or {}).get("predicted_tokens_per_s") or {})
+            ),
             90,
-            "no evaluated decision",
+            "no decision with an estimate for the running spec:3",
         )
         made = decision(port)["decision"]
     started = json.loads(log.read_text().splitlines()[0])

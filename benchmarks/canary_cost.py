@@ -1,0 +1,80 @@
+"""What the quality canary costs the server: the load's tokens/s with and without one canary run
+beside it, and the canary's tokens as a share of a minute of what the server served. Issue #11
+target: under 1% of a minute's capacity.
+
+The server is the simulated vLLM in its own process with a fixed step time (a memory-bound
+decode step: one more sequence costs little), driven by N closed-loop streams.
+
+Run: python -m benchmarks.canary_cost [--streams 64] [--step-ms 20] [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import threading
+import time
+
+from autotuner.bench.load import LoadGenerator
+from autotuner.canary import CanaryRun, load_canary, run_canary
+
+
+def served(url: str, streams: int, seconds: float, output_len: int) -> float:
+    """Tokens/s of `streams` closed-loop streams over about `seconds`."""
+    with LoadGenerator(url, max_streams=streams) as load:
+        tokens, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            tokens += load.run(streams, ["p"], output_len).tokens
+        return tokens / (time.perf_counter() - started)
+
+
+def main() -> None:
+    options = argparse.ArgumentParser(description=__doc__)
+    options.add_argument("--streams", type=int, default=64)
+    options.add_argument("--step-ms", type=float, default=20.0)
+    options.add_argument("--seconds", type=float, default=20.0)
+    options.add_argument("--output-len", type=int, default=64)
+    options.add_argument("--max-tokens", type=int, default=32)
+    args = options.parse_args()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "autotuner.sim", "--step-ms", str(args.step_ms)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        served(url, args.streams, 1.0, 8)  # warm-up: connections, the engine task
+        alone = served(url, args.streams, args.seconds, args.output_len)
+        runs: list[CanaryRun] = []
+        canary = threading.Thread(
+            target=lambda: runs.append(
+                run_canary(url, load_canary(None), max_tokens=args.max_tokens)
+            )
+        )
+        canary.start()
+        beside = served(url, args.streams, args.seconds, args.output_len)
+        canary.join()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    run = runs[0]
+    minute = alone * 60
+    print(
+        f"{args.streams} streams x {args.output_len} tokens, simulated step {args.step_ms:g} ms, "
+        f"{args.seconds:g}s per measurement (server in its own process)"
+    )
+    print(f"  load alone:           {alone:,.0f} tokens/s")
+    print(f"  load beside a canary: {beside:,.0f} tokens/s")
+    print(
+        f"  canary: {len(run.prompts)} prompts x {run.max_tokens} tokens = "
+        f"{run.completion_tokens} tokens in {run.duration_s:.2f}s, one prompt at a time"
+    )
+    print(f"ratio load tokens/s beside / alone: {beside / alone:.3f}")
+    share = run.completion_tokens / minute
+    print(f"canary tokens / one minute served: {share:.4%} (target < 1%: {share < 0.01})")
+
+
+if __name__ == "__main__":
+    main()
