@@ -41,6 +41,7 @@ model: {{id: {MODEL}, gpu: H200}}
 loop: {{interval_s: 250ms, window_s: 1s}}
 exporter: {{host: 127.0.0.1, port: {port}}}
 limits: {{min_drafts: 20, min_batch_samples: 2, max_age_s: 5s}}
+quality: {{max_tokens: 4, after_deadline_s: 2s}}
 policy:
   dwell_s: 1s
   cooldown_s: 2s
