@@ -14,14 +14,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autotuner.actuators.base import Actuator, ActuatorError, ConflictError, LiveTarget
+from autotuner.actuators.base import (
+    Actuator,
+    ActuatorError,
+    ConflictError,
+    LiveTarget,
+    RestartError,
+)
 from autotuner.core.acceptance import from_conditional
-from autotuner.core.capabilities import PRESETS, EngineCapabilities
+from autotuner.core.capabilities import PRESETS, EngineCapabilities, needed
 from autotuner.core.costmodel import Workload, crossover_batches, max_batch, predict
 from autotuner.core.hardware import HardwareProfile, datasheet, load_profile
 from autotuner.core.model import ModelSpec
 from autotuner.core.observation import unusable
-from autotuner.core.policy import Context, QualityCheck, TunerState, decide
+from autotuner.core.policy import Context, QualityCheck, Refusal, TunerState, decide
 from autotuner.core.registry import load_model
 from autotuner.core.report import equivalent_rate
 from autotuner.core.types import Action, Decision, Observation, Setup
@@ -35,6 +41,7 @@ if TYPE_CHECKING:  # the Kubernetes client is heavy: imported only for k8s targe
     from autotuner.canary.guard import Outcome, QualityGuard
 
 Observer = Callable[[], Observation]
+GUARD_DISABLED = "the quality guard is disabled (quality.enabled=false)"
 
 
 class ScrapeObserver:
@@ -88,7 +95,7 @@ class Controller:
     logger: logging.Logger
     elector: LeaseElector | None = None
     quality: QualityGuard | None = None
-    quality_off: str = "the quality guard is disabled (quality.enabled=false)"
+    quality_off: str = GUARD_DISABLED  # why there is no guard, said at every switch
     clock: Callable[[], float] = time.time
     state: TunerState | None = None
     last_step_at: float | None = None
@@ -97,15 +104,16 @@ class Controller:
     canary_retry_at: float = 0.0
     stop_event: threading.Event = field(default_factory=threading.Event)
 
-    @property
-    def engine(self) -> EngineCapabilities:
+    def engine(self, state: TunerState, now: float) -> EngineCapabilities:
+        """What the engine accepts: the settings, less what it was seen to refuse."""
         engine = self.settings.engine
-        return PRESETS[engine.capabilities].model_copy(
+        configured = PRESETS[engine.capabilities].model_copy(
             update={
                 "spec_schedule": engine.spec_schedule,
                 "max_spec_tokens": engine.max_spec_tokens,
             }
         )
+        return configured.without(k for k, r in state.refused.items() if r.until > now)
 
     @property
     def workload(self) -> Workload:
@@ -145,7 +153,7 @@ class Controller:
             now=now,
             model=self.model,
             hardware=self.hardware,
-            engine=self.engine,
+            engine=self.engine(state, now),
             workload=self._workload(observation),
             deployed=live.setup if live else None,
             drafter_available=bool(
@@ -253,6 +261,25 @@ class Controller:
             }
         )
 
+    def _refusal(
+        self, state: TunerState, target: Setup, previous: Setup, why: str, now: float
+    ) -> dict[str, Refusal]:
+        """After the engine failed to come up with `target`: the capability it needed that
+        `previous` did not use is taken as missing for a while (said in an Event)."""
+        capability = needed(target, previous)
+        refused = dict(state.refused)
+        if capability is None:
+            return refused
+        until = now + 4 * self.settings.policy.quarantine_s
+        refused[capability] = Refusal(why=f"{target.label}: {why}", until=until)
+        message = (
+            f"the engine did not come up with {target.label}: treating {capability} as "
+            f"unsupported for {4 * self.settings.policy.quarantine_s / 3600:.0f} h ({why})"
+        )
+        event(self.logger, message, logging.WARNING, capability=capability)
+        self._event("CapabilityRefused", message, warning=True)
+        return refused
+
     def _carry_out(
         self,
         decision: Decision,
@@ -311,9 +338,11 @@ class Controller:
                 self.metrics.errors.labels("patch").inc()
                 self._event("PatchFailed", f"{decision.sentence}: {exc}", warning=True)
                 event(self.logger, f"patch failed: {exc}", logging.ERROR)
-                return decision.model_copy(
-                    update={"notes": (*decision.notes, f"patch failed: {exc}")}
-                ), before
+                notes = (*decision.notes, f"patch failed: {exc}")
+                if isinstance(exc, RestartError):
+                    rolled, note = self._roll_back(before, decision.current, target, exc, now)
+                    return decision.model_copy(update={"notes": (*notes, note)}), rolled
+                return decision.model_copy(update={"notes": notes}), before
             kind = decision.action.value
             self.metrics.patches.labels(kind).inc()
             if decision.action is Action.REVERT:
@@ -366,6 +395,37 @@ class Controller:
         )
         return decision, after
 
+    def _roll_back(
+        self, before: TunerState, previous: Setup, target: Setup, exc: RestartError, now: float
+    ) -> tuple[TunerState, str]:
+        """The engine did not come up with `target` (args already written): restore the
+        previous args, quarantine `target` and remember what it needed."""
+        assert self.actuator is not None
+        try:
+            self.actuator.apply(
+                previous,
+                state=before.model_dump_json(),
+                expected_version=None,
+                saved_speculative_config=before.drafter,
+            )
+        except ActuatorError as again:
+            self.metrics.errors.labels("patch").inc()
+            event(self.logger, f"roll back to {previous.label} failed: {again}", logging.ERROR)
+            return before, f"roll back to {previous.label} failed: {again}"
+        self.metrics.patches.labels("revert").inc()
+        quarantine = dict(before.quarantine)
+        quarantine[target.label] = now + self.settings.policy.quarantine_s
+        refused = self._refusal(before, target, previous, str(exc), now)
+        self._event(
+            "SetupReverted", f"rolled back {target.label} -> {previous.label}: {exc}", warning=True
+        )
+        state = before.model_copy(update={"quarantine": quarantine, "refused": refused})
+        try:
+            self.actuator.save_state(state.model_dump_json(), expected_version=None)
+        except ActuatorError as failed:
+            event(self.logger, f"state not saved: {failed}", logging.WARNING)
+        return state, f"rolled back to {previous.label}; {target.label} quarantined"
+
     # ------------------------------------------------------------ quality guard
 
     def _canary_capacity(self, state: TunerState, setup: Setup, observation: Observation) -> float:
@@ -408,7 +468,7 @@ class Controller:
             update["canary_baseline"] = outcome.baseline.to_record()
         if check.status == "skipped":
             update["last_quality"] = check
-            event(self.logger, f"quality canary skipped: {check.summary}", logging.WARNING)
+            self._report_quality(previous, verification.target, check)
         return after.model_copy(update=update)
 
     def _canary(
@@ -686,7 +746,7 @@ def quality_guard(settings: Settings) -> tuple[QualityGuard | None, str]:
 
     quality = settings.quality
     if not quality.enabled:
-        return None, "the quality guard is disabled (quality.enabled=false)"
+        return None, GUARD_DISABLED
     url = quality.url
     if not url and settings.source.kind == "vllm":
         url = settings.source.urls[0].removesuffix("/").removesuffix("/metrics")

@@ -306,6 +306,7 @@ def decision_document(snapshot: Snapshot) -> dict[str, Any]:
             "quality": snapshot.state.last_quality.model_dump(mode="json")
             if snapshot.state.last_quality
             else None,
+            "refused": {k: r.model_dump(mode="json") for k, r in snapshot.state.refused.items()},
         },
     }
 

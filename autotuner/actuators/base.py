@@ -32,6 +32,11 @@ class ConflictError(ActuatorError):
     """The target changed since it was read (HTTP 409): re-read and re-decide, never retry."""
 
 
+class RestartError(ActuatorError):
+    """The new args were written but the engine did not come up with them (the restart
+    command failed or timed out): the engine may have refused a flag."""
+
+
 class ForbiddenError(ActuatorError):
     """RBAC refused the verb (HTTP 403)."""
 

@@ -20,6 +20,7 @@ from autotuner.actuators.base import (
     ApplyResult,
     ConflictError,
     LiveTarget,
+    RestartError,
     RolloutStatus,
     args_diff,
     atomic_write,
@@ -135,7 +136,7 @@ class ExecActuator:
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            raise ActuatorError(
+            raise RestartError(
                 f"restart command timed out after {self.timeout_s:g}s: "
                 f"{shlex.join(self.restart_command)}"
             ) from None
@@ -143,7 +144,7 @@ class ExecActuator:
             raise ActuatorError(f"restart command failed to start: {exc}") from None
         self.last_output = (result.stdout + result.stderr)[-4000:]
         if result.returncode != 0:
-            raise ActuatorError(
+            raise RestartError(
                 f"restart command exited {result.returncode}: {self.last_output[-400:]!r}"
             )
 

@@ -3,6 +3,8 @@ setup, the policy proposes only the ones the running engine can run."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotuner.core.types import Setup, SetupKind
@@ -43,6 +45,27 @@ class EngineCapabilities(BaseModel):
 
     def accepts(self, setup: Setup) -> bool:
         return self.refusal(setup) is None
+
+    def without(self, refused: Iterable[str]) -> EngineCapabilities:
+        """These capabilities turned off (the running engine refused them)."""
+        return self.model_copy(update={name: False for name in refused if name in FEATURES})
+
+
+FEATURES = ("speculation", "replay", "replay_with_speculation", "spec_schedule")
+
+
+def needed(target: Setup, previous: Setup) -> str | None:
+    """The capability `target` uses that `previous` did not: what a failed change to it says
+    the engine may not have."""
+    if target.schedule and not previous.schedule:
+        return "spec_schedule"
+    if target.kind is SetupKind.REPLAY_SPEC and previous.kind is not SetupKind.REPLAY_SPEC:
+        return "replay_with_speculation"
+    if target.replay_window and not previous.replay_window:
+        return "replay"
+    if target.spec_tokens and not previous.spec_tokens:
+        return "speculation"
+    return None
 
 
 UPSTREAM = EngineCapabilities(name="upstream")

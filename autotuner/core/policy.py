@@ -124,6 +124,16 @@ class Verification(BaseModel):
     quality: QualityCheck | None = None
 
 
+class Refusal(BaseModel):
+    """The engine did not come up with a setup that needed a capability: until `until`, the
+    policy proposes nothing that needs it (e.g. K schedules: static K instead)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    why: str
+    until: float
+
+
 class TunerState(BaseModel):
     """Everything that must survive a restart of the sidecar (persisted as one annotation)."""
 
@@ -143,6 +153,7 @@ class TunerState(BaseModel):
     last_decision_id: int = 0
     drafter: dict[str, Any] | None = None  # the operator's speculative config, kept while off
     canary_baseline: dict[str, Any] | None = None  # latest canary run of `current`, as JSON
+    refused: dict[str, Refusal] = {}  # capability -> why the running engine is taken to lack it
     last_quality: QualityCheck | None = None  # the latest finished quality check
 
 
