@@ -344,6 +344,10 @@ def canary(
     max_tokens: Annotated[int, typer.Option(help="Greedy tokens per prompt.")] = 32,
     seed: Annotated[int, typer.Option(help="Sampling seed sent with every request.")] = 0,
     timeout: Annotated[str, typer.Option(help="HTTP timeout per request.")] = "60s",
+    priority: Annotated[
+        int | None,
+        typer.Option(help="vLLM request priority (only with --scheduling-policy priority)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
 ) -> None:
     """Send the canary set greedily, one prompt at a time; compare with an earlier run.
@@ -365,6 +369,7 @@ def canary(
             max_tokens=max_tokens,
             seed=seed,
             timeout_s=parse_duration(timeout),
+            priority=priority,
         )
         if out:
             Path(out).write_text(json.dumps(run.to_json(), indent=2) + "\n", encoding="utf-8")

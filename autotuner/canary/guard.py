@@ -39,6 +39,11 @@ class QualitySettings(BaseModel):
     model: str = Field("", description="Model name sent in requests; default the served one.")
     max_tokens: int = Field(32, ge=1, le=1024, description="Greedy tokens per prompt.")
     seed: int = Field(0, description="Sent with every request (greedy ignores it; some don't).")
+    priority: int | None = Field(
+        None,
+        description="vLLM request priority for canary requests (higher = later); only for "
+        "servers run with --scheduling-policy priority, which others reject: unset by default.",
+    )
     timeout_s: float = Field(30.0, gt=0, description="HTTP timeout per canary request, seconds.")
     budget_share: float = Field(
         0.01,
@@ -141,6 +146,7 @@ class QualityGuard:
             seed=self.settings.seed,
             setup=setup.label,
             timeout_s=self.settings.timeout_s,
+            priority=self.settings.priority,
             client=self.client,
         )
 

@@ -156,9 +156,12 @@ def run_canary(
     seed: int = 0,
     setup: str | None = None,
     timeout_s: float = 60.0,
+    priority: int | None = None,
     client: httpx.Client | None = None,
 ) -> CanaryRun:
-    """Send each prompt once, one at a time (the canary must stay a small cost), greedy."""
+    """Send each prompt once, one at a time (the canary must stay a small cost), greedy.
+    `priority` (vLLM's, higher = later) is sent only when given: servers without priority
+    scheduling reject any value but 0."""
     if not prompts:
         raise InputError("the canary set is empty")
     if max_tokens < 1:
@@ -180,6 +183,8 @@ def run_canary(
             }
             if served_model:
                 body["model"] = served_model
+            if priority is not None:
+                body["priority"] = priority
             try:
                 response = http.post(url, json=body)
             except httpx.HTTPError as exc:

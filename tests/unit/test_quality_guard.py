@@ -38,12 +38,14 @@ class Server:
     broken: set[str] = field(default_factory=set)
     down: bool = False
     requests: int = 0
+    priorities: list[object] = field(default_factory=list)
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         self.requests += 1
         if self.down:
             return httpx.Response(503, text="engine restarting")
         body = json.loads(request.content)
+        self.priorities.append(body.get("priority"))
         prompt, tokens = body["prompt"], body["max_tokens"]
         text = "".join(f" t{(len(prompt) * 7 + i) % 97}" for i in range(tokens))
         if prompt in self.broken:
@@ -190,3 +192,12 @@ def test_a_changed_canary_set_skips_instead_of_comparing_different_prompts() -> 
 def test_durations_read_back_as_operators_write_them(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
     assert parse_duration(text) == pytest.approx(seconds)
+
+
+def test_priority_is_sent_only_when_set() -> None:
+    server = Server()
+    guard(server).baseline(SPEC, observed(), 5000.0)
+    assert set(server.priorities) == {None}  # servers without priority scheduling reject it
+    server.priorities.clear()
+    guard(server, SETTINGS.model_copy(update={"priority": 10})).baseline(SPEC, observed(), 5000.0)
+    assert server.priorities == [10] * 12
