@@ -8,11 +8,10 @@ Run: python -m benchmarks.bench_overhead [--streams 512] [--step-ms 50] [--outpu
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import time
 
 from autotuner.bench.load import LoadGenerator
+from benchmarks.sim_process import sim_server
 
 
 def main() -> None:
@@ -22,14 +21,7 @@ def main() -> None:
     options.add_argument("--output-len", type=int, default=256)
     options.add_argument("--repeats", type=int, default=3)
     args = options.parse_args()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "autotuner.sim", "--step-ms", str(args.step_ms)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip()
+    with sim_server(args.step_ms) as url:
         step = args.step_ms / 1000
         configured = args.streams / step  # every stream gains one token per step
         building = time.perf_counter()
@@ -37,9 +29,6 @@ def main() -> None:
             built_s = time.perf_counter() - building
             load.run(args.streams, ["warm up"], 4)  # opens the connections
             results = [load.run(args.streams, ["p"], args.output_len) for _ in range(args.repeats)]
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
     rates = sorted(r.tokens_per_s for r in results)
     median = rates[len(rates) // 2]
     print(

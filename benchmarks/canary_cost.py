@@ -11,13 +11,12 @@ Run: python -m benchmarks.canary_cost [--streams 64] [--step-ms 20] [--seconds 2
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import threading
 import time
 
 from autotuner.bench.load import LoadGenerator
 from autotuner.canary import CanaryRun, load_canary, run_canary
+from benchmarks.sim_process import sim_server
 
 
 def served(url: str, streams: int, seconds: float, output_len: int) -> float:
@@ -37,14 +36,7 @@ def main() -> None:
     options.add_argument("--output-len", type=int, default=64)
     options.add_argument("--max-tokens", type=int, default=32)
     args = options.parse_args()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "autotuner.sim", "--step-ms", str(args.step_ms)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip()
+    with sim_server(args.step_ms) as url:
         served(url, args.streams, 1.0, 8)  # warm-up: connections, the engine task
         alone = served(url, args.streams, args.seconds, args.output_len)
         runs: list[CanaryRun] = []
@@ -56,9 +48,6 @@ def main() -> None:
         canary.start()
         beside = served(url, args.streams, args.seconds, args.output_len)
         canary.join()
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
     run = runs[0]
     minute = alone * 60
     print(

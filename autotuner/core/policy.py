@@ -663,7 +663,15 @@ def _verify(
     target, previous = verification.target, verification.previous
     quality = verification.quality
     if quality is not None and quality.status == "failed":
-        return _revert_for_quality(state, quality, ctx, settings, make)
+        # Quality before speed: changed answers revert whatever the throughput says.
+        return _revert(
+            state,
+            ctx,
+            settings,
+            make,
+            f"the quality canary got worse ({quality.summary})",
+            confidence=quality.confidence or 0.0,
+        )
     settled_at = verification.switched_at + settings.verify_settle_s
     live = observation.live_setup.setup if observation.live_setup else None
     waiting = (
@@ -702,29 +710,15 @@ def _verify(
     )
     reference = baseline if same_band and baseline else expected_previous
     if math.isfinite(reference) and measured < reference * (1 - settings.regression_tolerance):
-        quarantine = dict(state.quarantine)
-        quarantine[target.label] = ctx.now + settings.quarantine_s
-        state = state.model_copy(
-            update={
-                "current": previous,
-                "verification": None,
-                "pending": None,
-                "quarantine": quarantine,
-                "changes": (*_recent(state.changes, ctx.now), ctx.now),
-            }
-        )
-        decision = make(
-            Action.REVERT,
-            f"revert {target.label} -> {previous.label}: measured "
-            f"{measured:,.0f} tokens/s per engine at demand {batch:.0f}, "
-            f"{1 - measured / reference:.0%} below the {reference:,.0f} the previous setup gives; "
-            f"{target.label} quarantined for {settings.quarantine_s / 3600:.1f} h",
-            target=previous,
+        return _revert(
+            state,
+            ctx,
+            settings,
+            make,
+            f"measured {measured:,.0f} tokens/s per engine at demand {batch:.0f}, "
+            f"{1 - measured / reference:.0%} below the {reference:,.0f} the previous setup gives",
             gain=measured / reference - 1,
-            notes=(f"predicted gain was {verification.predicted_gain:+.1%}",),
         )
-        decision = decision.model_copy(update={"current": target})
-        return decision, state
     if quality is not None and quality.status == "pending":
         # Speed alone may revert; only the canary may declare the change good.
         decision = make(
@@ -748,15 +742,15 @@ def _verify(
     return decision, state
 
 
-def _revert_for_quality(
+def _revert(
     state: TunerState,
-    quality: QualityCheck,
     ctx: Context,
     settings: PolicySettings,
     make: Callable[..., Decision],
+    why: str,
+    **numbers: float,
 ) -> tuple[Decision, TunerState]:
-    """The canary's answers changed beyond noise: back to the previous setup, whatever the
-    throughput says (DESIGN.md: quality before speed)."""
+    """Back to the previous setup; the tried one is quarantined."""
     verification = state.verification
     assert verification is not None
     target, previous = verification.target, verification.previous
@@ -773,12 +767,11 @@ def _revert_for_quality(
     )
     decision = make(
         Action.REVERT,
-        f"revert {target.label} -> {previous.label}: the quality canary got worse "
-        f"({quality.summary}); {target.label} quarantined for "
+        f"revert {target.label} -> {previous.label}: {why}; {target.label} quarantined for "
         f"{settings.quarantine_s / 3600:.1f} h",
         target=previous,
-        confidence=quality.confidence or 0.0,
         notes=(f"predicted gain was {verification.predicted_gain:+.1%}",),
+        **numbers,
     )
     return decision.model_copy(update={"current": target}), state
 
