@@ -12,7 +12,10 @@ supplies real metrics, acceptance, answers and restarts; its own speed is not wh
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,13 +146,60 @@ def test_another_model_behind_the_same_flags_fails_the_quality_guard(
     assert "the quality canary got worse" in log
 
 
-def test_the_engine_takes_a_k_schedule(served: Served, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def drafting(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One server drafting with the draft model, shared by the tests below (a start costs
+    about 25 s): the first only reads from it, the last rewrites its args."""
+    folder = tmp_path_factory.mktemp("drafting")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VLLM_PYTHON", vllm_python)
+        patch.setenv("VLLM_CACHE_ROOT", str(folder / "cache"))
+        server = Served(vllm_python, folder)
+        server.start(speculative=draft_config())
+        yield server
+        server.stop()
+
+
+def test_the_served_models_own_config_drives_an_attention_only_run(
+    drafting: Served, tmp_path: Path
+) -> None:
+    """No override: the tuner reads the served directory's config.json (a dense Llama), so
+    only K setups are candidates, and what it recommends is something the engine accepts."""
+    served = drafting
+    port = free_port()
+    own_model = {
+        "model": {"id": str(MODEL), "gpu": "H100-SXM", "drafter": "eagle"},
+        "engine": {"spec_schedule": True},
+    }
+    config = tuner_config(tmp_path, served, port, mode="advise", **own_model)
+    log = tmp_path / "tuner.log"
+    with running_tuner(config, log), Load(served.url, streams=LOW, output_len=OUTPUT_LEN):
+        wait_for(
+            lambda: (
+                "spec:3"
+                in ((decision(port).get("decision") or {}).get("predicted_tokens_per_s") or {})
+            ),
+            90,
+            "no decision with an estimate for the running spec:3",
+        )
+        made = decision(port)["decision"]
+    started = json.loads(log.read_text().splitlines()[0])
+    assert started["model"] == str(MODEL)
+    assert started["architecture"] == "LlamaForCausalLM"
+    assert started["ssm_layers"] == 0
+    candidates = [Setup.parse(label) for label in made["predicted_tokens_per_s"]]
+    assert candidates
+    assert all(not c.replay_window for c in candidates)
+    recommended = Setup.model_validate(made["target"] or made["current"])
+    assert UPSTREAM.refusal(recommended) is None
+    assert recommended.spec_tokens <= 3
+    print(f"attention-only run on the served model: {made['sentence']}")
+
+
+def test_the_engine_takes_a_k_schedule(drafting: Served) -> None:
     """The schedule the tuner writes (through the same exec actuator) starts the engine, and
     the engine drafts K by concurrency: 3 alone, 1 when 16 requests run."""
-    import subprocess
-    import sys
-
-    served.start(speculative=draft_config())
+    served = drafting
     restart = " ".join(served.restart_command)
     target = f"exec://{served.args_file}?restart={restart}&timeout=240"
     result = subprocess.run(
@@ -209,39 +259,3 @@ def test_the_engine_takes_a_k_schedule(served: Served, tmp_path: Path) -> None:
 
     assert drafted_per_draft(1) == pytest.approx(3.0, abs=0.1)
     assert drafted_per_draft(16) < 1.5
-
-
-def test_the_served_models_own_config_drives_an_attention_only_run(
-    served: Served, tmp_path: Path
-) -> None:
-    """No override: the tuner reads the served directory's config.json (a dense Llama), so
-    only K setups are candidates, and what it recommends is something the engine accepts."""
-    served.start(speculative=draft_config())
-    port = free_port()
-    own_model = {
-        "model": {"id": str(MODEL), "gpu": "H100-SXM", "drafter": "eagle"},
-        "engine": {"spec_schedule": True},
-    }
-    config = tuner_config(tmp_path, served, port, mode="advise", **own_model)
-    log = tmp_path / "tuner.log"
-    with running_tuner(config, log), Load(served.url, streams=LOW, output_len=OUTPUT_LEN):
-        wait_for(
-            lambda: (
-                "spec:3"
-                in ((decision(port).get("decision") or {}).get("predicted_tokens_per_s") or {})
-            ),
-            90,
-            "no decision with an estimate for the running spec:3",
-        )
-        made = decision(port)["decision"]
-    started = json.loads(log.read_text().splitlines()[0])
-    assert started["model"] == str(MODEL)
-    assert started["architecture"] == "LlamaForCausalLM"
-    assert started["ssm_layers"] == 0
-    candidates = [Setup.parse(label) for label in made["predicted_tokens_per_s"]]
-    assert candidates
-    assert all(not c.replay_window for c in candidates)
-    recommended = Setup.model_validate(made["target"] or made["current"])
-    assert UPSTREAM.refusal(recommended) is None
-    assert recommended.spec_tokens <= 3
-    print(f"attention-only run on the served model: {made['sentence']}")
