@@ -101,7 +101,6 @@ class Outcome:
 
     check: QualityCheck | None = None  # for the verification
     baseline: CanaryRun | None = None  # a fresh run of the running setup
-    comparison: Comparison | None = None
     ran: bool = False
     reused: bool = False  # a fresh baseline stood in for a run
     skipped: str | None = None  # why no run happened (also when waiting to retry)
@@ -232,7 +231,6 @@ class QualityGuard:
                         evidence=evidence(before, run, comparison),
                     ),
                     baseline=None if failed else run,
-                    comparison=comparison,
                     ran=True,
                 )
         if late:
