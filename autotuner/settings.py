@@ -1,9 +1,8 @@
 """One typed settings tree: defaults < YAML file < environment (AUTOTUNER_*) < command line.
 
 Groups follow the data flow (source, model, engine, policy, quality, target, loop, exporter,
-log); every
-field carries its unit and why in its description, and `autotuner config show` prints the
-effective value of each with the layer it came from. Durations are seconds and accept
+log); every field carries its unit and why in its description, and `autotuner config show`
+prints the effective value of each with the layer it came from. Durations are seconds and accept
 '500ms', '30s', '15m', '1h' in any layer. Invalid settings fail at start, naming the field.
 """
 
