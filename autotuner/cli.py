@@ -539,6 +539,29 @@ def status(
         f"{live.rollout.stuck or live.rollout.detail}"
     )
     console.print(f"  state: {'persisted' if live.state else 'none'}; leader: {leader or '-'}")
+    for line in _state_lines(live.state):
+        console.print(f"  {line}")
+
+
+def _state_lines(persisted: str | None) -> list[str]:
+    """What an operator asks of the persisted state: a change in flight, quality, refusals."""
+    from autotuner.core.policy import TunerState
+
+    if not persisted:
+        return []
+    try:
+        state = TunerState.model_validate_json(persisted)
+    except ValueError:
+        return ["state: unreadable (the tuner starts afresh)"]
+    lines = []
+    if state.verification is not None:
+        v = state.verification
+        lines.append(f"verifying: {v.previous.label} -> {v.target.label}")
+    if state.last_quality is not None:
+        lines.append(f"quality: {state.last_quality.status}: {state.last_quality.summary}")
+    lines += [f"quarantined: {label}" for label in sorted(state.quarantine)]
+    lines += [f"refused by the engine: {name} ({r.why})" for name, r in state.refused.items()]
+    return lines
 
 
 def _lease_holder(target: str, kube_server: str | None, lease: str) -> str | None:

@@ -111,3 +111,24 @@ def test_a_refused_schedule_is_rolled_back_and_static_k_used_instead(tmp_path: P
     reasons = [reason for reason, _, _ in actuator.events]
     assert "CapabilityRefused" in reasons
     assert "SetupReverted" in reasons
+
+
+def test_status_shows_what_the_engine_refused(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from autotuner.cli import app
+
+    clock = [1000.0]
+    tuner, actuator = controller(tmp_path, clock)
+    for _ in range(60):
+        clock[0] += 60
+        tuner.step()
+    assert tuner.state is not None
+    actuator.save_state(tuner.state.model_dump_json(), expected_version=None)
+    uri = f"exec://{actuator.args_file}?restart=true"
+    result = CliRunner().invoke(app, ["status", "--target", uri])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())  # Rich wraps at the terminal width
+    assert "refused by the engine: spec_schedule (spec:" in text
+    assert "unknown field num_speculative_tokens_per_batch_size" in text
+    assert "quarantined: spec:" in text

@@ -246,6 +246,9 @@ def test_a_saturated_server_gets_no_canary_and_the_switch_says_so(
     assert state.verification.quality is not None
     assert state.verification.quality.status == "skipped"
     assert canary_runs(tuner, "before", "skipped") == 1
+    skipped = [e["message"] for e in server.events if e["reason"] == "CanarySkipped"]
+    assert len(skipped) == 1
+    assert "no canary before the switch: the server is saturated" in skipped[0]
     # Verification goes on on throughput alone (replay is faster here: it stays).
     step(tuner, clock, 4)
     assert live_setup(server).replay_window
