@@ -232,6 +232,10 @@ def _view(
             "crossover",
             f"{snapshot.crossover[0]} -> {snapshot.crossover[1]} at batch {snapshot.crossover[2]}",
         )
+    state = snapshot.state
+    check = state.verification.quality if state.verification else state.last_quality
+    if check is not None:
+        table.add_row("quality", f"{check.status}: {check.summary}"[:150])
     table.add_row("decision", decision.sentence[:150])
     return table
 
