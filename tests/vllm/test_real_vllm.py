@@ -3,6 +3,7 @@ metrics, its real restarts. The decisions use a hybrid model spec (see the run t
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -100,6 +101,8 @@ def test_bench_sweep_against_the_real_server(served: Served, tmp_path: Path) -> 
         repeats=1,
         output_len=48,
         prompts=tuple(REPETITIVE),
+        canary=CANARY,
+        canary_max_tokens=16,
     )
     points = Sweep(
         url=served.url,
@@ -116,6 +119,10 @@ def test_bench_sweep_against_the_real_server(served: Served, tmp_path: Path) -> 
     spec = [p for p in points if p.setup == "spec:3"]
     assert all(p.acceptance for p in spec)
     assert all(not p.acceptance for p in points if p.setup == "plain")
+    quality = json.loads((tmp_path / "bench" / "results.json").read_text())["quality"]
+    assert quality["spec:3"]["verdict"] == "reference"
+    assert quality["plain"]["verdict"] != "worse", quality["plain"]  # greedy ngram is exact
+    print(f"bench quality, plain vs spec:3: {quality['plain']['summary']}")
 
 
 def test_killed_server_is_stale_data_not_a_patch_and_recovers(
