@@ -219,6 +219,14 @@ class QualityGuard:
             except CanaryError as exc:
                 why = str(exc)
             else:
+                if before.model and run.model and before.model != run.model:
+                    return Outcome(
+                        check=_skipped(
+                            f"the served model changed ({before.model} -> {run.model}) since "
+                            "the run before the switch: not comparable"
+                        ),
+                        ran=True,
+                    )
                 comparison = compare(
                     before, run, noise_rate=self.settings.noise_rate, alpha=self.settings.alpha
                 )

@@ -36,6 +36,7 @@ class Server:
     """Answers greedy completions; `broken` prompts come out different; `down` refuses."""
 
     broken: set[str] = field(default_factory=set)
+    name: str = "m"
     down: bool = False
     requests: int = 0
     priorities: list[object] = field(default_factory=list)
@@ -53,7 +54,7 @@ class Server:
         return httpx.Response(
             200,
             json={
-                "model": "m",
+                "model": self.name,
                 "choices": [{"text": text}],
                 "usage": {"completion_tokens": tokens},
             },
@@ -201,3 +202,16 @@ def test_priority_is_sent_only_when_set() -> None:
     server.priorities.clear()
     guard(server, SETTINGS.model_copy(update={"priority": 10})).baseline(SPEC, observed(), 5000.0)
     assert server.priorities == [10] * 12
+
+
+def test_another_served_model_is_not_compared() -> None:
+    # The operator rolled out another model meanwhile: not the switch's doing, not comparable.
+    server = Server()
+    g = guard(server)
+    before = g.before(None, SPEC, observed(), 5000.0, now=100.0)
+    assert before.check is not None
+    server.name, server.broken = "m-v2", {p.prompt for p in g.prompts}
+    after = g.after(before.check, REPLAY, observed(), 5000.0, now=200.0)
+    assert after.check is not None
+    assert after.check.status == "skipped"
+    assert "the served model changed (m -> m-v2)" in after.check.summary

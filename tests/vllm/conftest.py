@@ -106,6 +106,8 @@ def server_args(port: int, *, speculative: str | None = NGRAM) -> list[str]:
     args = [
         "--model",
         str(MODEL),
+        "--served-model-name",  # as operators set it: the same name whatever the directory
+        "tiny",
         "--host",
         "127.0.0.1",
         "--port",
