@@ -30,7 +30,7 @@ from autotuner.core.costmodel import Workload, predict
 from autotuner.core.hardware import HardwareProfile
 from autotuner.core.model import ModelSpec
 from autotuner.core.types import Setup
-from autotuner.errors import AutotunerError
+from autotuner.errors import AutotunerError, InputError
 from autotuner.sources.errors import SourceError
 from autotuner.sources.vllm_metrics import window_totals
 from autotuner.sources.vllm_scrape import VllmScraper
@@ -233,8 +233,11 @@ class Sweep:
             path = self._canary_file(setup)
             if not path.exists():
                 continue
-            data = json.loads(path.read_text())
-            runs[setup.label] = data["error"] if "error" in data else CanaryRun.from_json(data)
+            try:
+                data = json.loads(path.read_text())
+                runs[setup.label] = data["error"] if "error" in data else CanaryRun.from_json(data)
+            except (ValueError, InputError) as exc:
+                runs[setup.label] = f"{path}: unreadable ({exc})"
         reference = next((r for r in runs.values() if isinstance(r, CanaryRun)), None)
         report: dict[str, dict[str, Any]] = {}
         for label, run in runs.items():
@@ -243,7 +246,11 @@ class Sweep:
             elif reference is None or run is reference:
                 report[label] = {"verdict": "reference", "summary": "the reference run"}
             else:
-                comparison = compare(reference, run)
+                try:
+                    comparison = compare(reference, run)
+                except InputError as exc:  # a resumed sweep with another canary set
+                    report[label] = {"verdict": "error", "summary": str(exc)}
+                    continue
                 report[label] = {
                     "verdict": comparison.verdict.value,
                     "summary": comparison.summary,

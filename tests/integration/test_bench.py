@@ -113,6 +113,33 @@ def test_each_setup_gets_a_canary_and_the_report_shows_quality(tmp_path: Path) -
     assert quality["replay:16"]["against"] == "spec:3"
 
 
+def test_canary_runs_that_cannot_be_compared_are_reported_not_fatal(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    plan = replace(PLAN, batches=(4,), canary=BUILT_IN[:4], canary_max_tokens=4)
+    with deployment(tmp_path) as dep:
+        runner = sweep(dep, out, plan=plan)
+        runner.run()
+    folder = out / "canary"
+    # The replay run was made with another canary set (say, a resumed sweep after an edit).
+    other = json.loads((folder / "replay_16.json").read_text())
+    other["prompts"] = [
+        {"name": p.name, "prompt": p.prompt, "answer": p.answer} for p in BUILT_IN[4:8]
+    ]
+    (folder / "replay_16.json").write_text(json.dumps(other))
+    quality = runner.quality()
+    assert quality["spec:3"]["verdict"] == "reference"
+    assert quality["replay:16"] == {
+        "verdict": "error",
+        "summary": "the two canary runs used different prompt sets",
+    }
+    # A damaged file is reported too; the next readable run becomes the reference.
+    (folder / "spec_3.json").write_text("{not json")
+    quality = runner.quality()
+    assert quality["spec:3"]["verdict"] == "error"
+    assert "unreadable" in quality["spec:3"]["summary"]
+    assert quality["replay:16"]["verdict"] == "reference"
+
+
 def test_interrupted_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     seen: list[Point] = []
