@@ -337,31 +337,30 @@ def _where(command: Sequence[str], args: Sequence[str], names: FlagNames) -> str
     return "command" if in_command or (not args and command) else "args"
 
 
-def container_setup(
-    command: Sequence[str], args: Sequence[str], names: FlagNames | None = None
-) -> Setup:
-    """The Setup a container's command and args configure."""
-    names = names or FlagNames()
+def _vllm_tokens(command: Sequence[str], args: Sequence[str], names: FlagNames) -> Sequence[str]:
+    """The tokens that carry vLLM's flags: command or args, split when it is a `sh -c` line."""
     where = _where(command, args, names)
     values = command if where.startswith("command") else args
     if where.endswith("shell"):
         index = _shell_index(values)
         assert index is not None
-        return parse_shell(values[index], names)
-    return parse_setup(values, names)
+        return [t.value for t in shell_tokens(values[index])]
+    return values
+
+
+def container_setup(
+    command: Sequence[str], args: Sequence[str], names: FlagNames | None = None
+) -> Setup:
+    """The Setup a container's command and args configure."""
+    names = names or FlagNames()
+    return parse_setup(_vllm_tokens(command, args, names), names)
 
 
 def container_speculative_config(
     command: Sequence[str], args: Sequence[str], names: FlagNames | None = None
 ) -> dict[str, Any] | None:
     names = names or FlagNames()
-    where = _where(command, args, names)
-    values = command if where.startswith("command") else args
-    if where.endswith("shell"):
-        index = _shell_index(values)
-        assert index is not None
-        values = [t.value for t in shell_tokens(values[index])]
-    return speculative_config(values, names)
+    return speculative_config(_vllm_tokens(command, args, names), names)
 
 
 def render_container(
