@@ -524,15 +524,17 @@ class Controller:
 
     def _canary_backoff(self, outcome: Outcome) -> float:
         interval = self.settings.loop.interval_s
-        return 4 * interval if outcome.error else interval
+        return 4 * interval if outcome.result == "error" else interval
 
     def _count_canary(self, phase: str, outcome: Outcome) -> None:
-        if outcome.reused:
+        if outcome.result == "reused":
             return
-        result = "ok" if outcome.ran else "error" if outcome.error else "skipped"
-        self.metrics.canary_runs.labels(phase, result).inc()
-        if outcome.error:
-            event(self.logger, f"quality canary ({phase}) failed: {outcome.error}", logging.WARNING)
+        self.metrics.canary_runs.labels(
+            phase, "ok" if outcome.result == "ran" else outcome.result
+        ).inc()
+        if outcome.result != "ran":
+            level = logging.WARNING if outcome.result == "error" else logging.DEBUG
+            event(self.logger, f"quality canary ({phase}) {outcome.result}: {outcome.why}", level)
 
     def _report_quality(self, previous: Setup, target: Setup, check: QualityCheck) -> None:
         message = f"quality canary {previous.label} -> {target.label}: {check.summary}"

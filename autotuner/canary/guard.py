@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -99,12 +99,10 @@ def admission(
 class Outcome:
     """What one guard call did: the new value to store, and what to tell the operator."""
 
-    check: QualityCheck | None = None  # for the verification
+    result: Literal["ran", "reused", "skipped", "error"]  # ran: the server answered the set
+    check: QualityCheck | None = None  # for the verification (None: nothing to store yet)
     baseline: CanaryRun | None = None  # a fresh run of the running setup
-    ran: bool = False
-    reused: bool = False  # a fresh baseline stood in for a run
-    skipped: str | None = None  # why no run happened (also when waiting to retry)
-    error: str | None = None
+    why: str | None = None  # why no run happened (skipped, error), also while retrying
 
 
 class QualityGuard:
@@ -162,11 +160,11 @@ class QualityGuard:
         """Refresh the running setup's canary while the server has room for it."""
         why = self._admit(observation, capacity)
         if why is not None:
-            return Outcome(skipped=why)
+            return Outcome("skipped", why=why)
         try:
-            return Outcome(baseline=self._run(setup), ran=True)
+            return Outcome("ran", baseline=self._run(setup))
         except CanaryError as exc:
-            return Outcome(error=str(exc))
+            return Outcome("error", why=str(exc))
 
     def before(
         self,
@@ -179,19 +177,21 @@ class QualityGuard:
         """The run a switch away from `setup` is judged against."""
         if self.fresh(baseline, setup, now):
             return Outcome(
-                check=QualityCheck(status="pending", before=baseline, since=now), reused=True
+                "reused", check=QualityCheck(status="pending", before=baseline, since=now)
             )
         why = self._admit(observation, capacity)
         if why is not None:
-            return Outcome(check=_skipped(f"no canary before the switch: {why}"), skipped=why)
+            check = _skipped(f"no canary before the switch: {why}")
+            return Outcome("skipped", check=check, why=why)
         try:
             run = self._run(setup)
         except CanaryError as exc:
-            return Outcome(check=_skipped(f"no canary before the switch: {exc}"), error=str(exc))
+            check = _skipped(f"no canary before the switch: {exc}")
+            return Outcome("error", check=check, why=str(exc))
         return Outcome(
+            "ran",
             check=QualityCheck(status="pending", before=run.to_record(), since=now),
             baseline=run,
-            ran=True,
         )
 
     def after(
@@ -207,31 +207,34 @@ class QualityGuard:
         before = self._load(check.before)
         if before is None:
             return Outcome(
+                "skipped",
                 check=_skipped(
                     "the canary set or its request settings changed since the run before the switch"
-                )
+                ),
             )
         late = check.since is not None and now - check.since > self.settings.after_deadline_s
         why = self._admit(observation, capacity)
+        result: Literal["skipped", "error"] = "skipped"
         if why is None:
             try:
                 run = self._run(setup)
             except CanaryError as exc:
-                why = str(exc)
+                why, result = str(exc), "error"
             else:
                 if before.model and run.model and before.model != run.model:
                     return Outcome(
+                        "ran",
                         check=_skipped(
                             f"the served model changed ({before.model} -> {run.model}) since "
                             "the run before the switch: not comparable"
                         ),
-                        ran=True,
                     )
                 comparison = compare(
                     before, run, noise_rate=self.settings.noise_rate, alpha=self.settings.alpha
                 )
                 failed = comparison.verdict is Verdict.WORSE
                 return Outcome(
+                    "ran",
                     check=QualityCheck(
                         status="failed" if failed else "passed",
                         summary=f"{comparison.verdict.value}: {comparison.summary}",
@@ -239,15 +242,12 @@ class QualityGuard:
                         evidence=evidence(before, run, comparison),
                     ),
                     baseline=None if failed else run,
-                    ran=True,
                 )
         if late:
             deadline = format_duration(self.settings.after_deadline_s)
-            return Outcome(
-                check=_skipped(f"no canary after the switch within {deadline}: {why}"),
-                skipped=why,
-            )
-        return Outcome(skipped=why)
+            check = _skipped(f"no canary after the switch within {deadline}: {why}")
+            return Outcome(result, check=check, why=why)
+        return Outcome(result, why=why)
 
     def _load(self, data: dict[str, Any] | None) -> CanaryRun | None:
         """A stored run, if it was made with this canary set and these request settings."""

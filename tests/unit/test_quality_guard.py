@@ -96,7 +96,7 @@ def test_identical_answers_pass_and_become_the_new_baseline() -> None:
     server = Server()
     g = guard(server)
     before = g.before(None, SPEC, observed(), 5000.0, now=100.0)
-    assert before.ran
+    assert before.result == "ran"
     assert before.check is not None
     assert before.check.status == "pending"
     assert server.requests == 12
@@ -151,12 +151,15 @@ def test_a_saturated_or_down_server_is_retried_then_skipped_at_the_deadline() ->
     assert before.check is not None
     waiting = g.after(before.check, REPLAY, observed(waiting=5), 5000.0, now=200.0)
     assert waiting.check is None
-    assert waiting.skipped is not None
+    assert waiting.result == "skipped"
+    assert waiting.why is not None
+    assert "saturated" in waiting.why
     server.down = True
     down = g.after(before.check, REPLAY, observed(), 5000.0, now=300.0)
     assert down.check is None
-    assert down.skipped is not None
-    assert "HTTP 503" in down.skipped
+    assert down.result == "error"
+    assert down.why is not None
+    assert "HTTP 503" in down.why
     late = g.after(before.check, REPLAY, observed(), 5000.0, now=100.0 + 601)
     assert late.check is not None
     assert late.check.status == "skipped"
