@@ -89,6 +89,8 @@ def test_load_turns_speculation_off_and_back(served: Served, tmp_path: Path) -> 
             "no keep decision at low load",
         )
         assert live(served) == Setup(spec_tokens=3)
+        accepted = decision(port)["observation"]["acceptance"]["per_position"]
+        print(f"draft-model acceptance per position: {', '.join(f'{a:.2f}' for a in accepted)}")
         load.streams = HIGH
         wait_for(lambda: not live(served).spec_tokens, 180, "speculation was not turned off")
         wait_for(lambda: spec_families(served) is False, 60, "the restarted server still drafts")
@@ -265,5 +267,7 @@ def test_the_engine_takes_a_k_schedule(drafting: Served) -> None:
         after = totals()
         return (after[1] - before[1]) / max(after[0] - before[0], 1.0)
 
-    assert drafted_per_draft(1) == pytest.approx(3.0, abs=0.1)
-    assert drafted_per_draft(16) < 1.5
+    alone, busy = drafted_per_draft(1), drafted_per_draft(16)
+    print(f"tokens per draft with the schedule: {alone:.2f} alone, {busy:.2f} at 16 streams")
+    assert alone == pytest.approx(3.0, abs=0.1)
+    assert busy < 1.5
