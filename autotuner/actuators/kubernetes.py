@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,7 +135,7 @@ class KubernetesActuator:
     def _get(self) -> dict[str, Any]:
         t = self.target
         obj: Any
-        try:
+        with api_errors(str(t)):
             if t.kind == "deployment":
                 obj = self.apps.read_namespaced_deployment(
                     t.name, t.namespace, _request_timeout=self.timeout_s
@@ -142,10 +144,6 @@ class KubernetesActuator:
                 obj = self.apps.read_namespaced_stateful_set(
                     t.name, t.namespace, _request_timeout=self.timeout_s
                 )
-        except ApiException as exc:
-            raise _error(exc, str(t)) from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ActuatorError(f"{t}: API server unreachable or slow ({exc})") from None
         raw: dict[str, Any] = self.apps.api_client.sanitize_for_serialization(obj)
         return raw
 
@@ -280,17 +278,13 @@ class KubernetesActuator:
         if dry_run:
             options["dry_run"] = "All"
         result: Any
-        try:
+        with api_errors(str(t)):
             if t.kind == "deployment":
                 result = self.apps.patch_namespaced_deployment(t.name, t.namespace, body, **options)
             else:
                 result = self.apps.patch_namespaced_stateful_set(
                     t.name, t.namespace, body, **options
                 )
-        except ApiException as exc:
-            raise _error(exc, str(t)) from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ActuatorError(f"{t}: API server unreachable or slow ({exc})") from None
         raw: dict[str, Any] = self.apps.api_client.sanitize_for_serialization(result)
         return raw
 
@@ -319,12 +313,8 @@ class KubernetesActuator:
             last_timestamp=now,
             count=1,
         )
-        try:
+        with api_errors(f"event on {t}"):
             self.core.create_namespaced_event(t.namespace, body, _request_timeout=self.timeout_s)
-        except ApiException as exc:
-            raise _error(exc, f"event on {t}") from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ActuatorError(f"event on {t}: {exc}") from None
 
 
 def _rollout(raw: dict[str, Any]) -> RolloutStatus:
@@ -338,6 +328,18 @@ def _rollout(raw: dict[str, Any]) -> RolloutStatus:
     available = status.get("availableReplicas", status.get("readyReplicas", 0)) or 0
     done = observed and updated >= replicas and available >= replicas
     return RolloutStatus(done, None, f"{updated}/{replicas} updated, {available} available")
+
+
+@contextmanager
+def api_errors(what: str) -> Iterator[None]:
+    """The client's exceptions as ActuatorErrors naming `what` (409 -> ConflictError, 403 ->
+    ForbiddenError), and an unreachable or slow API server as one too."""
+    try:
+        yield
+    except ApiException as exc:
+        raise _error(exc, what) from None
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise ActuatorError(f"{what}: API server unreachable or slow ({exc})") from None
 
 
 def _error(exc: ApiException, what: str) -> ActuatorError:
