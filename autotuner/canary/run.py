@@ -50,16 +50,20 @@ BUILT_IN: tuple[CanaryPrompt, ...] = (
 )
 
 
+def _read_json(path: str, what: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"{what} {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} {path}: not JSON ({exc})") from None
+
+
 def load_canary(path: str | None) -> list[CanaryPrompt]:
     """A JSON list of {name, prompt, answer?} objects or strings, else the built-in set."""
     if path is None:
         return list(BUILT_IN)
-    try:
-        items = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"canary file {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"canary file {path}: not JSON ({exc})") from None
+    items = _read_json(path, "canary file")
     if not isinstance(items, list) or not items:
         raise InputError(f"canary file {path}: expected a non-empty JSON list")
     prompts = []
@@ -136,12 +140,7 @@ class CanaryRun:
 
     @classmethod
     def load(cls, path: str) -> CanaryRun:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise InputError(f"canary run {path}: {exc.strerror}") from None
-        except json.JSONDecodeError as exc:
-            raise InputError(f"canary run {path}: not JSON ({exc})") from None
+        data = _read_json(path, "canary run")
         if not isinstance(data, dict):
             raise InputError(f"canary run {path}: expected a JSON object")
         return cls.from_json(data)
