@@ -4,8 +4,8 @@ config drives an attention-only run, and the engine takes a per-batch K schedule
 
 The decisions use a hybrid spec (Granite-4.0-H-Small BF16 on one A100-80GB): its 1 + K state
 slots per request leave room for only 6 requests at K = 3 and 24 without speculation, so
-with the draft model's measured acceptance (about 0.7, 1.0, 0.7) the predicted crossover to
-"no speculation" sits near batch 21, a load a CPU server reaches. The tiny model served here
+with the draft model's measured acceptance (about 0.6-0.8 per position) the crossover to
+"no speculation" is predicted near batch 20, a load a CPU server reaches. The tiny model served here
 supplies real metrics, acceptance, answers and restarts; its own speed is not what is tested
 (calibration is pinned and verification's speed tolerance wide for that reason)."""
 
