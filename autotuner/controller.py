@@ -352,12 +352,6 @@ class Controller:
                 decision.sentence,
                 warning=decision.action is Action.REVERT,
             )
-            if (
-                before.verification
-                and before.verification.quality
-                and (before.verification.quality.status == "failed")
-            ):
-                self.metrics.quality_regressions.inc()
             self.state_saved_at = now
         elif decision.blocked_by is not None and decision.target is not None:
             operator_visible = {"paused", "budget", "cooldown", "rollout_in_progress"}
@@ -539,6 +533,9 @@ class Controller:
     def _report_quality(self, previous: Setup, target: Setup, check: QualityCheck) -> None:
         message = f"quality canary {previous.label} -> {target.label}: {check.summary}"
         if check.status == "failed":
+            # Counted when judged, before the revert is written: a revert whose patch fails
+            # (or whose restart takes minutes) is still a regression the operator must see.
+            self.metrics.quality_regressions.inc()
             event(self.logger, message, logging.WARNING, evidence=list(check.evidence))
             self._event("QualityRegression", message, warning=True)
         elif check.status == "skipped":

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
+from autotuner.actuators.base import ActuatorError
 from autotuner.actuators.flags import parse_setup
 from autotuner.actuators.kubernetes import K8sTarget, KubernetesActuator, api_client
 from autotuner.canary.guard import QualityGuard
@@ -183,6 +184,34 @@ def test_changed_answers_revert_the_switch_with_evidence(server: FakeApiServer) 
     evidence = document["state"]["quality"]["evidence"]
     assert len(evidence) == 6
     assert "garbage" in evidence[0]
+
+
+def test_a_regression_is_counted_when_judged_before_and_without_the_revert(
+    server: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The counter moves when the canary judges, not when the revert's patch returns: a slow
+    restart (minutes) or a failed revert must not hide a regression from the operator."""
+    clock = [1000.0]
+    replica = Replica(server, replay_breaks=True)
+    tuner = controller(server, replica, clock)
+    step_until_switch(tuner, clock, server)
+    actuator = tuner.actuator
+    assert isinstance(actuator, KubernetesActuator)
+    counted_at_apply: list[float | None] = []
+
+    def failing_apply(*args: object, **kwargs: object) -> None:
+        counted_at_apply.append(
+            tuner.metrics.registry.get_sample_value("autotuner_quality_regressions_total")
+        )
+        raise ActuatorError("the API server is gone")
+
+    monkeypatch.setattr(actuator, "apply", failing_apply)
+    decisions = steps(tuner, clock, 3)
+    assert any(d.action is Action.REVERT for d in decisions)
+    assert counted_at_apply
+    assert counted_at_apply[0] == 1  # already counted when the revert was about to be written
+    assert tuner.metrics.registry.get_sample_value("autotuner_quality_regressions_total") == 1
+    assert live_setup(server).replay_window  # the revert really failed: still the broken setup
 
 
 def test_identical_answers_verify_and_refresh_the_baseline(server: FakeApiServer) -> None:
