@@ -1,0 +1,82 @@
+"""Run the real-vLLM tier several times in a row, optionally beside a CPU hog, and print the
+pass counts: how the tier's determinism is measured (issue: the act tier failed 2 runs of 3).
+
+Usage: python scripts/soak_vllm_tier.py [--runs 5] [--hog] [--tests tests/vllm] [--log DIR]
+
+--hog starts one busy-looping process per core for the length of each run (each also stops by
+itself after --hog-max-s, so a killed soak leaves nothing spinning). Needs the test venv
+(./scripts/test.sh creates it); extra pytest arguments follow `--`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def _spin(until: float) -> None:
+    while time.monotonic() < until:
+        sum(i * i for i in range(10_000))
+
+
+@contextmanager
+def cpu_hog(enabled: bool, max_s: float) -> Iterator[None]:
+    if not enabled:
+        yield
+        return
+    until = time.monotonic() + max_s
+    workers = [
+        multiprocessing.Process(target=_spin, args=(until,), daemon=True)
+        for _ in range(os.cpu_count() or 1)
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        yield
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.join(timeout=10)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--hog", action="store_true", help="a busy loop per core beside each run")
+    parser.add_argument("--hog-max-s", type=float, default=3600.0)
+    parser.add_argument("--tests", default="tests/vllm")
+    parser.add_argument("--log", type=Path, default=Path("soak-logs"))
+    parser.add_argument("pytest_args", nargs="*")
+    options = parser.parse_args()
+    options.log.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "AUTOTUNER_REQUIRE_VLLM": "1"}
+    passed = 0
+    for run in range(1, options.runs + 1):
+        log = options.log / f"run{run}{'-hog' if options.hog else ''}.log"
+        started = time.monotonic()
+        with cpu_hog(options.hog, options.hog_max_s), log.open("w") as out:
+            command = [sys.executable, "-m", "pytest", "-q", "-s", options.tests]
+            result = subprocess.run(
+                [*command, *options.pytest_args], stdout=out, stderr=subprocess.STDOUT, env=env
+            )
+        ok = result.returncode == 0
+        passed += ok
+        summary = log.read_text().strip().splitlines()[-1] if log.stat().st_size else ""
+        print(
+            f"run {run}: {'passed' if ok else 'FAILED'} in {time.monotonic() - started:.0f} s "
+            f"({summary}) log: {log}",
+            flush=True,
+        )
+    print(f"{passed} of {options.runs} runs passed{' beside a CPU hog' if options.hog else ''}")
+    return 0 if passed == options.runs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
