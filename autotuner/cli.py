@@ -461,9 +461,12 @@ def apply(
     ] = None,
     allow_surge: Annotated[bool, typer.Option(help="Patch even with maxSurge >= 1.")] = False,
     allow_low_precision_replay: Annotated[bool, typer.Option()] = False,
+    force: Annotated[bool, typer.Option(help="Apply even to a paused target.")] = False,
 ) -> None:
-    """Write a setup into the vLLM deployment's args (only the managed flags change)."""
+    """Write a setup into the vLLM deployment's args (only the managed flags change),
+    recorded in the tuner's state on the target, with an Event."""
     from autotuner.actuators.base import ActuatorError
+    from autotuner.actuators.manual import apply_by_hand
     from autotuner.actuators.targets import open_target
     from autotuner.core.types import Setup
 
@@ -475,18 +478,20 @@ def apply(
             allow_surge=allow_surge,
             allow_low_precision_replay=allow_low_precision_replay,
         )
-        live = actuator.read()
-        result = actuator.apply(wanted, state=None, expected_version=live.version, dry_run=dry_run)
+        change = apply_by_hand(actuator, wanted, dry_run=dry_run, force=force)
     except ActuatorError as exc:
         fail(_one_line(exc), code=1)
     except (AutotunerError, ValueError) as exc:
         fail(_one_line(exc))
+    live, result = change.live, change.result
     if not result.changed:
         print(f"{live.description}: already {wanted.label}; nothing to change")
         return
     print(result.diff, end="")
     verb = "would change" if dry_run else "changed"
-    print(f"{live.description}: {verb} {live.setup.label} -> {wanted.label}")
+    print(f"{live.description}: {verb} {live.setup.label} -> {wanted.label}", flush=True)
+    if change.event_error:
+        print(f"autotuner: warning: event not posted: {change.event_error}", file=sys.stderr)
 
 
 @app.command()
