@@ -28,9 +28,11 @@ from autotuner.errors import AutotunerError, InputError
 
 DEFAULT_MODEL = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
 
+# Plain (click) help: rich's option tables cut long option names at 80 columns.
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    rich_markup_mode=None,
     help="Tune speculative decoding and ReplaySSM for hybrid-model vLLM deployments.",
 )
 
@@ -460,7 +462,9 @@ def apply(
         str | None, typer.Option(help="API server URL (e.g. kubectl proxy); default in-cluster.")
     ] = None,
     allow_surge: Annotated[bool, typer.Option(help="Patch even with maxSurge >= 1.")] = False,
-    allow_low_precision_replay: Annotated[bool, typer.Option()] = False,
+    allow_low_precision_replay: Annotated[
+        bool, typer.Option(help="Allow replay with a non-fp32 SSM state (it drifts).")
+    ] = False,
     force: Annotated[bool, typer.Option(help="Apply even to a paused target.")] = False,
 ) -> None:
     """Write a setup into the vLLM deployment's args (only the managed flags change),
@@ -581,7 +585,7 @@ def _lease_holder(target: str, kube_server: str | None, lease: str) -> str | Non
     return record.spec.holder_identity if record.spec else None
 
 
-config_app = typer.Typer(help="Inspect the settings.", no_args_is_help=True)
+config_app = typer.Typer(help="Inspect the settings.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(config_app, name="config")
 
 ConfigFile = Annotated[
