@@ -1,7 +1,10 @@
 """Readers that turn a Hugging Face config.json into a ModelSpec, one function per family.
 
 Field names are the public ones (VLLM.md, "Model config fields"). Each reader collects every
-missing required field before failing, so one error names them all.
+missing required field before failing, so one error names them all. A reader returns the shapes
+and an `Inventory` of its parameters by module role; `from_hf_config` then decides the stored
+weight formats (weights.py: override, quantization_config, hf_quant_config.json, torch_dtype) and
+the SSM state dtype as vLLM will (live flag, the config's own field, vLLM's default).
 """
 
 from __future__ import annotations
@@ -17,9 +20,22 @@ from autotuner.core.model import (
     SsmKind,
     SsmShape,
 )
+from autotuner.core.weights import (
+    UNQUANTIZED,
+    Inventory,
+    Scheme,
+    describe,
+    plan,
+    role_formats,
+    scheme_of,
+    uniform,
+    weight_format,
+)
 from autotuner.errors import ModelConfigError
 
 Config = Mapping[str, Any]
+Blocks = dict[str, dict[str, int]]
+Read = tuple[ModelSpec, Inventory]
 
 
 class _Fields:
@@ -84,28 +100,24 @@ def mlp_params(hidden: int, intermediate: int, gated: bool) -> int:
     return (3 if gated else 2) * hidden * intermediate
 
 
-def weight_dtype_of(raw: Config) -> str:
-    """The stored weight format: quantization config first, then torch_dtype / dtype."""
-    quant = raw.get("quantization_config") or {}
-    method = str(quant.get("quant_method", "")).lower()
-    algo = str(quant.get("quant_algo", "")).lower()
-    if "nvfp4" in (method, algo) or algo.startswith("nvfp4"):
-        return "nvfp4"
-    if "mxfp4" in (method, algo):
-        return "mxfp4"
-    if "fp8" in (method, algo) or algo.startswith("fp8"):
-        return "fp8"
-    dtype = str(raw.get("torch_dtype") or raw.get("dtype") or "bfloat16").lower()
-    return dtype if dtype in ("float32", "float16", "bfloat16") else "bfloat16"
+def _dense(block: Mapping[str, int]) -> int:
+    """A block's parameters other than routed experts."""
+    return sum(params for role, params in block.items() if role != "experts")
 
 
-def ssm_state_dtype_of(raw: Config) -> str:
-    """fp32 unless the config says otherwise (COSTMODEL.md: the state must stay fp32)."""
-    for name in ("mamba_ssm_cache_dtype", "mamba_ssm_dtype"):
-        value = raw.get(name)
-        if value and value != "auto":
-            return str(value).replace("torch.", "")
-    return "float32"
+def _moe_block(hidden: int, moe: MoeShape, **dense: int) -> dict[str, int]:
+    """A MoE layer's roles: router, routed experts and whatever dense parts it has."""
+    parts = {"router": hidden * moe.experts, "experts": moe.experts * moe.expert_params}
+    parts.update({role: params for role, params in dense.items() if params})
+    return parts
+
+
+def _inventory(layers: list[str], blocks: Blocks, head: int, table: int) -> Inventory:
+    return Inventory(layers=tuple(layers), blocks=blocks, embedding=table, lm_head=head)
+
+
+def _dense_params(layers: list[str], blocks: Blocks, head: int, table: int) -> int:
+    return sum(_dense(blocks[c]) for chars in layers for c in chars) + head + table
 
 
 def _embeddings(hidden: int, vocab: int, tied: bool) -> tuple[int, int]:
@@ -118,7 +130,7 @@ def _embeddings(hidden: int, vocab: int, tied: bool) -> tuple[int, int]:
 _NEMOTRON_BLOCKS = {"mamba": "M", "moe": "E", "attention": "*", "mlp": "-"}
 
 
-def read_nemotron_h(raw: Config, name: str) -> ModelSpec:
+def read_nemotron_h(raw: Config, name: str) -> Read:
     f = _Fields(raw, "NemotronH")
     pattern = raw.get("hybrid_override_pattern")
     if not pattern and raw.get("layers_block_type"):
@@ -151,37 +163,37 @@ def read_nemotron_h(raw: Config, name: str) -> ModelSpec:
     )
     attn = AttentionShape(heads=heads, kv_heads=kv_heads, head_dim=head_dim)
     latent = int(f.opt("moe_latent_size", 0) or 0)
-    expert_width = latent or hidden
-    moe_dense = 0
+    blocks: Blocks = {
+        "M": {"ssm": mamba2_params(hidden, ssm)},
+        "*": {"attention": attention_params(hidden, heads, kv_heads, head_dim, gated=False)},
+        "-": {"mlp": mlp_params(hidden, mlp_inter, gated)},
+    }
     moe = None
     if has_moe:
         moe = MoeShape(
             experts=experts,
             experts_per_token=top_k,
-            expert_params=mlp_params(expert_width, moe_inter, gated),
+            expert_params=mlp_params(latent or hidden, moe_inter, gated),
         )
         shared = int(f.opt("moe_shared_expert_intermediate_size", 0)) * int(
             f.opt("n_shared_experts", 1)
         )
-        moe_dense = hidden * experts + mlp_params(hidden, shared, gated)
-        if latent:
-            moe_dense += 2 * hidden * latent
-    per_char = {
-        "M": mamba2_params(hidden, ssm),
-        "*": attention_params(hidden, heads, kv_heads, head_dim, gated=False),
-        "E": moe_dense,
-        "-": mlp_params(hidden, mlp_inter, gated),
-    }
+        blocks["E"] = _moe_block(
+            hidden,
+            moe,
+            shared_experts=mlp_params(hidden, shared, gated),
+            moe_dense=2 * hidden * latent,  # the latent down/up projections
+        )
     head, table = _embeddings(hidden, vocab, bool(f.opt("tie_word_embeddings", False)))
-    dense = sum(per_char[c] for c in pattern) + head + table
+    layers = list(pattern)
     mtp_pattern = str(f.opt("mtp_hybrid_override_pattern", "") or "")
     if not mtp_pattern and raw.get("mtp_layers_block_type"):
-        blocks = raw["mtp_layers_block_type"]
-        mtp_pattern = "".join(_NEMOTRON_BLOCKS.get(str(b), "") for b in blocks)
+        mtp_blocks = raw["mtp_layers_block_type"]
+        mtp_pattern = "".join(_NEMOTRON_BLOCKS.get(str(b), "") for b in mtp_blocks)
     mtp_layers = int(f.opt("num_nextn_predict_layers", 0) or 0)
     if mtp_layers and not mtp_pattern:
         mtp_pattern = "*E" * mtp_layers
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         architecture="NemotronHForCausalLM",
         layer_pattern=pattern,
@@ -193,23 +205,22 @@ def read_nemotron_h(raw: Config, name: str) -> ModelSpec:
         ssm=ssm,
         attention=attn,
         moe=moe,
-        dense_params=dense,
+        dense_params=_dense_params(layers, blocks, head, table),
         embedding_params=table,
-        weight_dtype=weight_dtype_of(raw),
-        ssm_state_dtype=ssm_state_dtype_of(raw),
         drafter=DrafterKind.MTP if mtp_pattern else DrafterKind.NONE,
-        drafter_dense_params=sum(per_char[c] for c in mtp_pattern if c in per_char),
+        drafter_dense_params=sum(_dense(blocks[c]) for c in mtp_pattern if c in blocks),
         drafter_moe_layers=mtp_pattern.count("E"),
     )
+    return spec, _inventory(layers, blocks, head, table)
 
 
 # --------------------------------------------------------------------------- Qwen3-Next / 3.5
 
 
-def read_qwen_gdn(raw: Config, name: str) -> ModelSpec:
+def read_qwen_gdn(raw: Config, name: str) -> Read:
     text = raw.get("text_config") or raw
     f = _Fields(text, "Qwen3-Next/Qwen3.5")
-    layers = f.req("num_hidden_layers")
+    count = f.req("num_hidden_layers")
     hidden, vocab = f.req("hidden_size"), f.req("vocab_size")
     heads, kv_heads = f.req("num_attention_heads"), f.req("num_key_value_heads")
     k_heads, v_heads = f.req("linear_num_key_heads"), f.req("linear_num_value_heads")
@@ -223,14 +234,15 @@ def read_qwen_gdn(raw: Config, name: str) -> ModelSpec:
         kinds = ["*" if t == "full_attention" else "G" for t in types]
     else:
         interval = int(f.opt("full_attention_interval", 4))
-        kinds = ["*" if (i + 1) % interval == 0 else "G" for i in range(layers)]
+        kinds = ["*" if (i + 1) % interval == 0 else "G" for i in range(count)]
     mlp_only = set(f.opt("mlp_only_layers", []))
     sparse_step = int(f.opt("decoder_sparse_step", 1) or 1)
     ffn = [
         "E" if experts and i not in mlp_only and (i + 1) % sparse_step == 0 else "-"
         for i in range(len(kinds))
     ]
-    pattern = "".join(k + m for k, m in zip(kinds, ffn, strict=True))
+    layers = [k + m for k, m in zip(kinds, ffn, strict=True)]
+    pattern = "".join(layers)
     ssm = SsmShape(
         kind=SsmKind.GATED_DELTANET,
         heads=v_heads,
@@ -242,8 +254,12 @@ def read_qwen_gdn(raw: Config, name: str) -> ModelSpec:
     head_dim = int(f.opt("head_dim", hidden // heads))
     gated_attn = bool(f.opt("attn_output_gate", True))
     attn = AttentionShape(heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    blocks: Blocks = {
+        "G": {"ssm": gdn_params(hidden, ssm)},
+        "*": {"attention": attention_params(hidden, heads, kv_heads, head_dim, gated=gated_attn)},
+        "-": {"mlp": mlp_params(hidden, int(f.opt("intermediate_size", 0) or 0), gated=True)},
+    }
     moe = None
-    moe_dense = 0
     if experts:
         moe = MoeShape(
             experts=experts,
@@ -251,21 +267,15 @@ def read_qwen_gdn(raw: Config, name: str) -> ModelSpec:
             expert_params=mlp_params(hidden, moe_inter, gated=True),
         )
         shared = int(f.opt("shared_expert_intermediate_size", 0) or 0)
-        moe_dense = (
-            hidden * experts + mlp_params(hidden, shared, gated=True) + (hidden if shared else 0)
+        gate = hidden if shared else 0  # the shared expert's own scalar gate
+        blocks["E"] = _moe_block(
+            hidden, moe, shared_experts=mlp_params(hidden, shared, gated=True) + gate
         )
-    per_char = {
-        "G": gdn_params(hidden, ssm),
-        "*": attention_params(hidden, heads, kv_heads, head_dim, gated=gated_attn),
-        "E": moe_dense,
-        "-": mlp_params(hidden, int(f.opt("intermediate_size", 0) or 0), gated=True),
-    }
     tied = bool(f.opt("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
     head, table = _embeddings(hidden, vocab, tied)
-    dense = sum(per_char[c] for c in pattern) + head + table
     mtp = int(f.opt("mtp_num_hidden_layers", f.opt("num_nextn_predict_layers", 0)) or 0)
-    ssm_dtype = ssm_state_dtype_of(text)
-    return ModelSpec(
+    mtp_block = _dense(blocks["*"]) + _dense(blocks["E" if experts else "-"])
+    spec = ModelSpec(
         name=name,
         architecture=_first_architecture(raw),
         layer_pattern=pattern,
@@ -277,22 +287,21 @@ def read_qwen_gdn(raw: Config, name: str) -> ModelSpec:
         ssm=ssm,
         attention=attn,
         moe=moe,
-        dense_params=dense,
+        dense_params=_dense_params(layers, blocks, head, table),
         embedding_params=table,
-        weight_dtype=weight_dtype_of(raw if raw.get("quantization_config") else text),
-        ssm_state_dtype=ssm_dtype,
         drafter=DrafterKind.MTP if mtp else DrafterKind.NONE,
-        drafter_dense_params=mtp * (per_char["*"] + (moe_dense if experts else per_char["-"])),
+        drafter_dense_params=mtp * mtp_block,
         drafter_moe_layers=mtp if experts else 0,
     )
+    return spec, _inventory(layers, blocks, head, table)
 
 
 # --------------------------------------------------------------------------- Granite-4.0-H / Bamba
 
 
-def read_granite_hybrid(raw: Config, name: str) -> ModelSpec:
+def read_granite_hybrid(raw: Config, name: str) -> Read:
     f = _Fields(raw, "GraniteMoeHybrid/Bamba")
-    layers = f.req("num_hidden_layers")
+    count = f.req("num_hidden_layers")
     hidden, vocab = f.req("hidden_size"), f.req("vocab_size")
     heads, kv_heads = f.req("num_attention_heads"), f.req("num_key_value_heads")
     m_heads, d_state = f.req("mamba_n_heads"), f.req("mamba_d_state")
@@ -302,7 +311,7 @@ def read_granite_hybrid(raw: Config, name: str) -> ModelSpec:
         kinds = ["*" if t in ("attention", "full_attention") else "M" for t in types]
     else:
         attn_at = set(f.opt("attn_layer_indices", []))
-        kinds = ["*" if i in attn_at else "M" for i in range(layers)]
+        kinds = ["*" if i in attn_at else "M" for i in range(count)]
     inner = int(f.opt("mamba_d_ssm", 0) or f.opt("mamba_expand", 2) * hidden)
     m_dim = int(f.opt("mamba_d_head", inner // m_heads))
     ssm = SsmShape(
@@ -318,6 +327,11 @@ def read_granite_hybrid(raw: Config, name: str) -> ModelSpec:
     experts = int(f.opt("num_local_experts", 0) or 0)
     inter = int(f.opt("intermediate_size", 0) or 0)
     shared = int(f.opt("shared_intermediate_size", 0) or 0)
+    blocks: Blocks = {
+        "M": {"ssm": mamba2_params(hidden, ssm)},
+        "*": {"attention": attention_params(hidden, heads, kv_heads, head_dim, gated=False)},
+        "-": {"mlp": mlp_params(hidden, shared or inter, gated=True)},
+    }
     moe = None
     if experts:
         moe = MoeShape(
@@ -325,18 +339,11 @@ def read_granite_hybrid(raw: Config, name: str) -> ModelSpec:
             experts_per_token=int(f.opt("num_experts_per_tok", 1)),
             expert_params=mlp_params(hidden, inter, gated=True),
         )
-        ffn_dense = hidden * experts + mlp_params(hidden, shared, gated=True)
-    else:
-        ffn_dense = mlp_params(hidden, shared or inter, gated=True)
-    ffn_char = "E" if experts else "-"
-    pattern = "".join(k + ffn_char for k in kinds)
-    mixer = {
-        "M": mamba2_params(hidden, ssm),
-        "*": attention_params(hidden, heads, kv_heads, head_dim, gated=False),
-    }
+        blocks["E"] = _moe_block(hidden, moe, shared_experts=mlp_params(hidden, shared, gated=True))
+    layers = [k + ("E" if experts else "-") for k in kinds]
+    pattern = "".join(layers)
     head, table = _embeddings(hidden, vocab, bool(f.opt("tie_word_embeddings", True)))
-    dense = sum(mixer[k] + ffn_dense for k in kinds) + head + table
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         architecture=_first_architecture(raw),
         layer_pattern=pattern,
@@ -348,19 +355,18 @@ def read_granite_hybrid(raw: Config, name: str) -> ModelSpec:
         ssm=ssm,
         attention=attn,
         moe=moe,
-        dense_params=dense,
+        dense_params=_dense_params(layers, blocks, head, table),
         embedding_params=table,
-        weight_dtype=weight_dtype_of(raw),
-        ssm_state_dtype=ssm_state_dtype_of(raw),
     )
+    return spec, _inventory(layers, blocks, head, table)
 
 
 # --------------------------------------------------------------------------- Falcon-H1
 
 
-def read_falcon_h1(raw: Config, name: str) -> ModelSpec:
+def read_falcon_h1(raw: Config, name: str) -> Read:
     f = _Fields(raw, "FalconH1")
-    layers = f.req("num_hidden_layers")
+    count = f.req("num_hidden_layers")
     hidden, vocab = f.req("hidden_size"), f.req("vocab_size")
     heads, kv_heads = f.req("num_attention_heads"), f.req("num_key_value_heads")
     m_heads, d_state = f.req("mamba_n_heads"), f.req("mamba_d_state")
@@ -377,46 +383,48 @@ def read_falcon_h1(raw: Config, name: str) -> ModelSpec:
     )
     head_dim = int(f.opt("head_dim", hidden // heads))
     attn = AttentionShape(heads=heads, kv_heads=kv_heads, head_dim=head_dim)
-    per_layer = (
-        mamba2_params(hidden, ssm)
-        + attention_params(hidden, heads, kv_heads, head_dim, gated=False)
-        + mlp_params(hidden, inter, gated=True)
-    )
+    blocks: Blocks = {
+        "P": {
+            "ssm": mamba2_params(hidden, ssm),
+            "attention": attention_params(hidden, heads, kv_heads, head_dim, gated=False),
+            "mlp": mlp_params(hidden, inter, gated=True),
+        }
+    }
+    layers = ["P"] * count
     head, table = _embeddings(hidden, vocab, bool(f.opt("tie_word_embeddings", False)))
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         architecture="FalconH1ForCausalLM",
-        layer_pattern="P" * layers,
+        layer_pattern="".join(layers),
         hidden_size=hidden,
         vocab_size=vocab,
-        ssm_layers=layers,
-        attention_layers=layers,
+        ssm_layers=len(layers),
+        attention_layers=len(layers),
         moe_layers=0,
         ssm=ssm,
         attention=attn,
-        dense_params=layers * per_layer + head + table,
+        dense_params=_dense_params(layers, blocks, head, table),
         embedding_params=table,
-        weight_dtype=weight_dtype_of(raw),
-        ssm_state_dtype=ssm_state_dtype_of(raw),
     )
+    return spec, _inventory(layers, blocks, head, table)
 
 
 # --------------------------------------------------------------------------- Jamba (Mamba-1)
 
 
-def read_jamba(raw: Config, name: str) -> ModelSpec:
+def read_jamba(raw: Config, name: str) -> Read:
     f = _Fields(raw, "Jamba")
-    layers = f.req("num_hidden_layers")
+    count = f.req("num_hidden_layers")
     hidden, vocab = f.req("hidden_size"), f.req("vocab_size")
     heads, kv_heads = f.req("num_attention_heads"), f.req("num_key_value_heads")
     d_state, inter = f.req("mamba_d_state"), f.req("intermediate_size")
     f.check()
-    blocks = raw.get("layers_block_type")
-    if blocks:
-        kinds = ["*" if b == "attention" else "S" for b in blocks]
+    listed = raw.get("layers_block_type")
+    if listed:
+        kinds = ["*" if b == "attention" else "S" for b in listed]
     else:
         period, offset = int(f.opt("attn_layer_period", 8)), int(f.opt("attn_layer_offset", 4))
-        kinds = ["*" if i % period == offset else "S" for i in range(layers)]
+        kinds = ["*" if i % period == offset else "S" for i in range(count)]
     experts = int(f.opt("num_experts", 1) or 1)
     e_period, e_offset = int(f.opt("expert_layer_period", 2)), int(f.opt("expert_layer_offset", 1))
     ffn = ["E" if experts > 1 and i % e_period == e_offset else "-" for i in range(len(kinds))]
@@ -432,6 +440,11 @@ def read_jamba(raw: Config, name: str) -> ModelSpec:
     )
     head_dim = hidden // heads
     attn = AttentionShape(heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    blocks: Blocks = {
+        "S": {"ssm": mamba1_params(hidden, ssm, dt_rank)},
+        "*": {"attention": attention_params(hidden, heads, kv_heads, head_dim, gated=False)},
+        "-": {"mlp": mlp_params(hidden, inter, gated=True)},
+    }
     moe = None
     if experts > 1:
         moe = MoeShape(
@@ -439,15 +452,11 @@ def read_jamba(raw: Config, name: str) -> ModelSpec:
             experts_per_token=int(f.opt("num_experts_per_tok", 2)),
             expert_params=mlp_params(hidden, inter, gated=True),
         )
-    per_char = {
-        "S": mamba1_params(hidden, ssm, dt_rank),
-        "*": attention_params(hidden, heads, kv_heads, head_dim, gated=False),
-        "E": hidden * experts,
-        "-": mlp_params(hidden, inter, gated=True),
-    }
-    pattern = "".join(k + m for k, m in zip(kinds, ffn, strict=True))
+        blocks["E"] = _moe_block(hidden, moe)
+    layers = [k + m for k, m in zip(kinds, ffn, strict=True)]
+    pattern = "".join(layers)
     head, table = _embeddings(hidden, vocab, bool(f.opt("tie_word_embeddings", False)))
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         architecture="JambaForCausalLM",
         layer_pattern=pattern,
@@ -459,19 +468,18 @@ def read_jamba(raw: Config, name: str) -> ModelSpec:
         ssm=ssm,
         attention=attn,
         moe=moe,
-        dense_params=sum(per_char[c] for c in pattern) + head + table,
+        dense_params=_dense_params(layers, blocks, head, table),
         embedding_params=table,
-        weight_dtype=weight_dtype_of(raw),
-        ssm_state_dtype=ssm_state_dtype_of(raw),
     )
+    return spec, _inventory(layers, blocks, head, table)
 
 
 # --------------------------------------------------------------------------- plain Mamba-2
 
 
-def read_mamba2(raw: Config, name: str) -> ModelSpec:
+def read_mamba2(raw: Config, name: str) -> Read:
     f = _Fields(raw, "Mamba2")
-    layers = f.req("num_hidden_layers", "n_layer")
+    count = f.req("num_hidden_layers", "n_layer")
     hidden, vocab = f.req("hidden_size", "d_model"), f.req("vocab_size")
     heads, d_state = f.req("num_heads"), f.req("state_size", "d_state")
     f.check()
@@ -485,33 +493,34 @@ def read_mamba2(raw: Config, name: str) -> ModelSpec:
         conv_kernel=int(f.opt("conv_kernel", 4)),
     )
     head, table = _embeddings(hidden, vocab, bool(f.opt("tie_word_embeddings", True)))
-    return ModelSpec(
+    blocks: Blocks = {"M": {"ssm": mamba2_params(hidden, ssm)}}
+    layers = ["M"] * count
+    spec = ModelSpec(
         name=name,
         architecture="Mamba2ForCausalLM",
-        layer_pattern="M" * layers,
+        layer_pattern="".join(layers),
         hidden_size=hidden,
         vocab_size=vocab,
-        ssm_layers=layers,
+        ssm_layers=count,
         attention_layers=0,
         moe_layers=0,
         ssm=ssm,
-        dense_params=layers * mamba2_params(hidden, ssm) + head + table,
+        dense_params=_dense_params(layers, blocks, head, table),
         embedding_params=table,
-        weight_dtype=weight_dtype_of(raw),
-        ssm_state_dtype=ssm_state_dtype_of(raw),
     )
+    return spec, _inventory(layers, blocks, head, table)
 
 
 # --------------------------------------------------------------------------- attention-only
 
 
-def read_attention(raw: Config, name: str) -> ModelSpec:
+def read_attention(raw: Config, name: str) -> Read:
     """Dense and MoE transformers: Llama/Mistral, Qwen3, Qwen3-MoE, Mixtral, DeepSeek-V3 (MLA).
 
     No recurrent state: the only lever is the draft schedule (issue #12)."""
     architecture = _first_architecture(raw)
     f = _Fields(raw, architecture)
-    layers = f.req("num_hidden_layers")
+    count = f.req("num_hidden_layers")
     hidden, vocab = f.req("hidden_size"), f.req("vocab_size")
     heads = f.req("num_attention_heads")
     f.check()
@@ -547,10 +556,13 @@ def read_attention(raw: Config, name: str) -> ModelSpec:
     step = int(f.opt("decoder_sparse_step", 1) or 1)
     moe_at = [
         bool(experts) and i >= dense_from and i not in mlp_only and (i + 1) % step == 0
-        for i in range(layers)
+        for i in range(count)
     ]
+    blocks: Blocks = {
+        "*": {"attention": attn_params},
+        "-": {"mlp": mlp_params(hidden, inter, gated=True)},
+    }
     moe = None
-    moe_dense = 0
     if experts:
         moe = MoeShape(
             experts=experts,
@@ -560,35 +572,32 @@ def read_attention(raw: Config, name: str) -> ModelSpec:
         shared = int(f.opt("n_shared_experts", 0) or 0) * moe_inter + int(
             f.opt("shared_expert_intermediate_size", 0) or 0
         )
-        moe_dense = hidden * experts + mlp_params(hidden, shared, gated=True)
-    pattern = "".join("*" + ("E" if sparse else "-") for sparse in moe_at)
-    per_layer_dense = sum(
-        moe_dense if sparse else mlp_params(hidden, inter, gated=True) for sparse in moe_at
-    )
+        blocks["E"] = _moe_block(hidden, moe, shared_experts=mlp_params(hidden, shared, gated=True))
+    layers = ["*" + ("E" if sparse else "-") for sparse in moe_at]
+    pattern = "".join(layers)
     head, table = _embeddings(hidden, vocab, bool(f.opt("tie_word_embeddings", False)))
     mtp = int(f.opt("num_nextn_predict_layers", 0) or 0)
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         architecture=architecture,
         layer_pattern=pattern,
         hidden_size=hidden,
         vocab_size=vocab,
         ssm_layers=0,
-        attention_layers=layers,
+        attention_layers=count,
         moe_layers=sum(moe_at),
         attention=attention,
         moe=moe,
-        dense_params=layers * attn_params + per_layer_dense + head + table,
+        dense_params=_dense_params(layers, blocks, head, table),
         embedding_params=table,
-        weight_dtype=weight_dtype_of(raw),
         drafter=DrafterKind.MTP if mtp else DrafterKind.NONE,
-        drafter_dense_params=mtp
-        * (attn_params + (moe_dense if experts else mlp_params(hidden, inter, gated=True))),
+        drafter_dense_params=mtp * (attn_params + _dense(blocks["E" if experts else "-"])),
         drafter_moe_layers=mtp if experts else 0,
     )
+    return spec, _inventory(layers, blocks, head, table)
 
 
-READERS: dict[str, Callable[[Config, str], ModelSpec]] = {
+READERS: dict[str, Callable[[Config, str], Read]] = {
     "LlamaForCausalLM": read_attention,
     "MistralForCausalLM": read_attention,
     "Qwen2ForCausalLM": read_attention,
@@ -636,31 +645,193 @@ def _first_architecture(raw: Config) -> str:
     return MODEL_TYPES.get(str(raw.get("model_type", "")), "unknown")
 
 
+def _reader(raw: Config) -> Callable[[Config, str], Read]:
+    """The reader for a config, or a refusal naming the architecture and what is modelled."""
+    modelled = ", ".join(sorted(READERS))
+    architectures = raw.get("architectures") or []
+    if architectures:
+        named = str(architectures[0])
+        if named not in READERS:
+            raise ModelConfigError(f"architecture {named} is not modelled; modelled: {modelled}")
+        return READERS[named]
+    model_type = raw.get("model_type")
+    if str(model_type) in MODEL_TYPES:
+        return READERS[MODEL_TYPES[str(model_type)]]
+    raise ModelConfigError(
+        f"config.json names no modelled architecture: 'architectures' is missing and model_type "
+        f"{model_type!r} is not one of {', '.join(MODEL_TYPES)}; modelled: {modelled}"
+    )
+
+
+def _stored_dtype(raw: Config) -> str:
+    """The checkpoint's unquantized dtype (torch_dtype / dtype, also inside text_config)."""
+    text = raw.get("text_config") or {}
+    for config in (text, raw):
+        value = str(config.get("torch_dtype") or config.get("dtype") or "").lower()
+        value = value.removeprefix("torch.")
+        if value in UNQUANTIZED:
+            return value
+    return "bfloat16"
+
+
+def _served_dtype(stored: str) -> str:
+    """The dtype vLLM computes in under `--dtype auto`: float32 checkpoints are cast to bf16."""
+    return "float16" if stored == "float16" else "bfloat16"
+
+
+def _file_scheme(
+    raw: Config, quantization: Mapping[str, Any] | None, source: str, stored: str
+) -> tuple[Scheme, list[str]]:
+    """What the files say: config.json's quantization_config first (as vLLM reads it), then the
+    quantization beside it (hf_quant_config.json, or a built-in variant), then torch_dtype."""
+    text = raw.get("text_config") or {}
+    embedded = raw.get("quantization_config") or text.get("quantization_config")
+    if embedded:
+        notes = []
+        if quantization is not None:
+            notes.append(
+                f"weights: {source} not read: config.json has its own quantization_config, "
+                "which vLLM reads first"
+            )
+        return scheme_of(embedded, "config.json quantization_config", stored), notes
+    if quantization is not None:
+        return scheme_of(quantization, source, stored), []
+    return uniform(stored, "config.json torch_dtype"), []
+
+
+def _given(
+    raw: Config, quantization: Mapping[str, Any] | None, source: str, built_in: str | None
+) -> tuple[Scheme, list[str]]:
+    """What the files (or the built-in variant standing for them) say."""
+    if built_in:
+        return uniform(weight_format(built_in), source), []
+    return _file_scheme(raw, quantization, source, _stored_dtype(raw))
+
+
+def _weights(
+    raw: Config,
+    weights: str | None,
+    quantization: Mapping[str, Any] | None,
+    source: str,
+    built_in: str | None,
+) -> tuple[Scheme, list[str]]:
+    """(scheme, notes): an override wins over the files and the variant, and says so."""
+    if not weights:
+        return _given(raw, quantization, source, built_in)
+    fmt = weight_format(weights)
+    try:
+        files, _ = _given(raw, quantization, source, built_in)
+        said = f"{files.label} ({files.source})"
+    except ModelConfigError as exc:
+        said = f"nothing readable ({exc})"
+    return uniform(fmt, "override"), [f"weights: {fmt} given as an override; before it, {said}"]
+
+
+# vLLM's per-architecture hooks (vllm/model_executor/models/config.py): with
+# --mamba-ssm-cache-dtype auto, NemotronH takes the config's mamba_ssm_cache_dtype or float32;
+# Qwen3.5 takes its text config's mamba_ssm_dtype when given. Other models follow
+# --mamba-cache-dtype, whose auto is the model dtype.
+_SSM_HOOKS: dict[str, tuple[str, str | None]] = {
+    "NemotronHForCausalLM": ("mamba_ssm_cache_dtype", "float32"),
+    "Qwen3_5ForConditionalGeneration": ("mamba_ssm_dtype", None),
+    "Qwen3_5MoeForConditionalGeneration": ("mamba_ssm_dtype", None),
+}
+STATE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def state_dtype(value: str, what: str = "SSM state dtype") -> str:
+    """`fp32`, `torch.bfloat16`, `auto`, ... -> float32 / bfloat16 / float16 / auto."""
+    text = str(value).strip().lower()
+    if text == "auto":
+        return text
+    try:
+        dtype = weight_format(text)
+    except ModelConfigError:
+        dtype = ""
+    if dtype not in UNQUANTIZED:
+        raise ModelConfigError(f"unknown {what} {value!r}; known: {', '.join(STATE_DTYPES)}")
+    return dtype
+
+
+def _ssm_dtype(
+    raw: Config, architecture: str, live: str | None, cache: str | None
+) -> tuple[str, str]:
+    """(dtype, where it came from) as vLLM resolves the SSM state dtype."""
+    if live and state_dtype(live) != "auto":
+        return state_dtype(live), f"--mamba-ssm-cache-dtype {live}"
+    if architecture in _SSM_HOOKS:
+        field, default = _SSM_HOOKS[architecture]
+        value = (raw.get("text_config") or raw).get(field)
+        if value and state_dtype(str(value)) != "auto":
+            return state_dtype(str(value)), f"config.json {field}"
+        if default:
+            return default, f"vLLM's {architecture} default (no {field} in config.json)"
+    if cache and state_dtype(cache, "mamba cache dtype") != "auto":
+        return state_dtype(cache), f"--mamba-cache-dtype {cache} (--mamba-ssm-cache-dtype auto)"
+    served = _served_dtype(_stored_dtype(raw))
+    return served, f"vLLM's default: auto follows the model dtype ({served})"
+
+
+def _conv_dtype(raw: Config, cache: str | None) -> str:
+    if cache and state_dtype(cache, "mamba cache dtype") != "auto":
+        return state_dtype(cache)
+    return _served_dtype(_stored_dtype(raw))
+
+
+def _state_note(spec: ModelSpec) -> list[str]:
+    if not spec.is_hybrid or spec.ssm_state_dtype == "float32":
+        return []
+    return [
+        f"SSM state is {spec.ssm_state_dtype}, not float32 ({spec.ssm_state_dtype_source}): a "
+        "low-precision state accumulates error, most under replay; vLLM's "
+        "--mamba-ssm-cache-dtype float32 keeps it exact at twice the state memory"
+    ]
+
+
 def from_hf_config(
     raw: Config,
     *,
     name: str = "model",
-    weight_dtype: str | None = None,
+    weights: str | None = None,
+    quantization: Mapping[str, Any] | None = None,
+    quantization_source: str = "hf_quant_config.json",
+    built_in: str | None = None,
     ssm_state_dtype: str | None = None,
+    mamba_cache_dtype: str | None = None,
 ) -> ModelSpec:
-    """Build a ModelSpec from a parsed config.json; dtype overrides win over the config."""
+    """Build a ModelSpec from a parsed config.json.
+
+    The stored weight format comes from `weights` (an override), else `built_in` (a registry
+    variant's format, every weight in it), else config.json's `quantization_config`, else
+    `quantization` (the `quantization` object of an hf_quant_config.json beside config.json),
+    else torch_dtype. `ssm_state_dtype` and `mamba_cache_dtype` are vLLM's live
+    `--mamba-ssm-cache-dtype` and `--mamba-cache-dtype` (None or `auto`: resolved as vLLM
+    does)."""
     if not isinstance(raw, Mapping):
         raise ModelConfigError("config.json must hold a JSON object")
-    architecture = _first_architecture(raw)
-    reader = READERS.get(architecture) or READERS.get(
-        MODEL_TYPES.get(str(raw.get("model_type")), "")
-    )
-    if reader is None:
-        known = ", ".join(sorted(READERS))
-        raise ModelConfigError(
-            f"unsupported architecture {architecture!r} (model_type "
-            f"{raw.get('model_type')!r}); missing field(s): 'architectures' naming one of: "
-            f"{known} (or a matching 'model_type')"
-        )
-    spec = reader(raw, name)
-    overrides: dict[str, str] = {}
-    if weight_dtype:
-        overrides["weight_dtype"] = weight_dtype
-    if ssm_state_dtype:
-        overrides["ssm_state_dtype"] = ssm_state_dtype
-    return spec.model_copy(update=overrides) if overrides else spec
+    for what, value in (
+        ("SSM state dtype", ssm_state_dtype),
+        ("mamba cache dtype", mamba_cache_dtype),
+    ):
+        if value:
+            state_dtype(value, what)
+    spec, inventory = _reader(raw)(raw, name)
+    scheme, notes = _weights(raw, weights, quantization, quantization_source, built_in)
+    shares, name_notes = plan(inventory, scheme, _stored_dtype(raw))
+    update: dict[str, Any] = {
+        "weight_dtype": scheme.label,
+        "weight_shares": shares,
+        "weight_source": scheme.source,
+    }
+    if spec.ssm is not None:
+        dtype, source = _ssm_dtype(raw, spec.architecture, ssm_state_dtype, mamba_cache_dtype)
+        update |= {
+            "ssm_state_dtype": dtype,
+            "ssm_state_dtype_source": source,
+            "conv_state_dtype": _conv_dtype(raw, mamba_cache_dtype),
+        }
+    spec = spec.model_copy(update=update)
+    if scheme.label not in UNQUANTIZED or weights:
+        notes.insert(0, f"weights: {role_formats(shares)}; {describe(shares)}")
+    notes += name_notes + _state_note(spec)
+    return spec.model_copy(update={"notes": (*spec.notes, *notes)})

@@ -6,6 +6,7 @@ for the whole model on one replica; the cost model divides by tensor parallelism
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,8 +20,10 @@ DTYPE_BYTES: dict[str, float] = {
     "fp16": 2,
     "fp8": 1,
     "float8": 1,
+    "int8": 1,
     "nvfp4": 0.5625,  # 4-bit values plus one fp8 scale per 16 values
     "mxfp4": 0.53125,  # 4-bit values plus one e8m0 scale per 32 values
+    "int4": 0.53125,  # 4-bit values plus an fp16 scale and zero per 128 values (AWQ, GPTQ)
 }
 
 
@@ -112,6 +115,17 @@ class MoeShape(BaseModel):
     expert_params: int = Field(ge=1, description="Parameters of one routed expert in one layer.")
 
 
+class WeightShare(BaseModel):
+    """Parameters of one module role (attention, experts, embedding, ...) stored in one format,
+    summed over layers."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: str
+    dtype: str
+    params: int = Field(ge=0)
+
+
 class ModelSpec(BaseModel):
     """Everything about a model that the cost model needs, with sizes derived on demand."""
 
@@ -133,8 +147,17 @@ class ModelSpec(BaseModel):
     moe: MoeShape | None = None
     dense_params: int = Field(ge=0, description="All parameters except routed experts.")
     embedding_params: int = Field(ge=0, description="Input embedding table (read by row only).")
-    weight_dtype: str = "bfloat16"
+    weight_dtype: str = Field(
+        "bfloat16",
+        description="The stored weight format as the source names it; 'mixed' when "
+        "weight_shares differ by module.",
+    )
+    weight_shares: tuple[WeightShare, ...] = Field(
+        (), description="Parameters by module role and format; empty: all at weight_dtype."
+    )
+    weight_source: str = ""
     ssm_state_dtype: str = "float32"
+    ssm_state_dtype_source: str = ""
     conv_state_dtype: str = "bfloat16"
     activation_dtype: str = "bfloat16"
     kv_cache_dtype: str = "bfloat16"
@@ -149,7 +172,28 @@ class ModelSpec(BaseModel):
 
     @property
     def weight_bytes_per_param(self) -> float:
-        return _bytes(self.weight_dtype)
+        """Bytes per parameter of every weight a decode step streams (all but the embedding
+        table, which is read by row)."""
+        return self._bytes_per_param(lambda role: role != "embedding")
+
+    @property
+    def dense_weight_bytes_per_param(self) -> float:
+        """Bytes per parameter of the streamed weights other than routed experts."""
+        return self._bytes_per_param(lambda role: role not in ("embedding", "experts"))
+
+    @property
+    def expert_weight_bytes_per_param(self) -> float:
+        """Bytes per parameter of the routed experts."""
+        return self._bytes_per_param(lambda role: role == "experts")
+
+    def _bytes_per_param(self, wanted: Callable[[str], bool]) -> float:
+        shares = [s for s in self.weight_shares if wanted(s.role) and s.params]
+        if not shares:
+            shares = [s for s in self.weight_shares if s.role != "embedding" and s.params]
+        if not shares:
+            return _bytes(self.weight_dtype)
+        params = sum(s.params for s in shares)
+        return sum(s.params * _bytes(s.dtype) for s in shares) / params
 
     @property
     def ssm_state_bytes(self) -> float:
@@ -199,7 +243,9 @@ class ModelSpec(BaseModel):
 
     @property
     def weight_bytes(self) -> float:
-        return self.total_params * self.weight_bytes_per_param
+        if not self.weight_shares:
+            return self.total_params * _bytes(self.weight_dtype)
+        return float(sum(s.params * _bytes(s.dtype) for s in self.weight_shares))
 
     def summary(self) -> dict[str, float | int | str]:
         """The derived sizes an operator checks first, in plain units."""
@@ -213,6 +259,10 @@ class ModelSpec(BaseModel):
             "total_params_b": round(self.total_params / 1e9, 2),
             "active_params_b": round(self.active_params / 1e9, 2),
             "weight_gib": round(self.weight_bytes / 2**30, 2),
+            "weight_dtype": self.weight_dtype,
+            "weight_source": self.weight_source,
+            "ssm_state_dtype": self.ssm_state_dtype,
+            "ssm_state_dtype_source": self.ssm_state_dtype_source,
             "ssm_state_mib_per_layer": round(self.ssm_state_bytes / 2**20, 3),
             "ssm_state_mib_per_request": round(self.ssm_state_bytes_per_request / 2**20, 2),
             "ring_entry_kib": round(self.ring_entry_bytes / 2**10, 2),
