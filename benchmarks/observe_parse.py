@@ -2,7 +2,8 @@
 
 Run: python -m benchmarks.observe_parse [--replicas 8] [--engines 5] [--repeats 20]
 Prints time per scrape (all replicas) and peak memory for: prometheus_client's parser alone,
-and this project's reader + per-engine extraction + window derivation, measured side by side.
+and this project's reader + the scrape checks + per-engine extraction + window derivation,
+measured side by side.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from autotuner.core.observation import ObservationLimits, build_observation
+from autotuner.sources.invariants import check_scrape
 from autotuner.sources.promtext import parse
 from autotuner.sources.vllm_metrics import Snapshot, engine_samples, wanted_names, window_totals
 
@@ -98,7 +100,9 @@ def main() -> None:
     def ours() -> None:
         engines = {}
         for i, payload in enumerate(after):
-            engines.update(engine_samples(f"r{i}", parse(payload, wanted)))
+            exposition = parse(payload, wanted)
+            check_scrape(f"r{i}", exposition)
+            engines.update(engine_samples(f"r{i}", exposition))
         totals = window_totals([first, Snapshot(at=15.0, engines=engines)])
         build_observation("vllm", totals, now=15.0, limits=limits)
 
@@ -108,7 +112,7 @@ def main() -> None:
     print(f"{'':40} {'ms/scrape':>10} {'peak MiB':>9}")
     print(f"{'prometheus_client parser alone':40} {ref_time * 1e3:10.1f} {ref_peak / 2**20:9.1f}")
     print(
-        f"{'ours: parse + extract + Observation':40} {our_time * 1e3:10.1f} {our_peak / 2**20:9.1f}"
+        f"{'ours: parse + checks + Observation':40} {our_time * 1e3:10.1f} {our_peak / 2**20:9.1f}"
     )
     print(
         f"ratio ours / prometheus_client parser: time {our_time / ref_time:.3f}, "

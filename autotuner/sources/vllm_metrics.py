@@ -41,7 +41,7 @@ RESET_MARKERS = ("vllm:generation_tokens_created", "vllm:prompt_tokens_created")
 def wanted_names() -> frozenset[str]:
     names = set(COUNTERS.values()) | {PER_POSITION, CACHE_CONFIG, *RESET_MARKERS}
     for spellings in HISTOGRAMS.values():
-        names.update(f"{base}_{part}" for base in spellings for part in ("sum", "count"))
+        names.update(f"{base}_{part}" for base in spellings for part in ("sum", "count", "bucket"))
     for spellings in GAUGES.values():
         names.update(spellings)
     return frozenset(names)

@@ -12,6 +12,7 @@ import httpx
 from autotuner.core.observation import ObservationLimits, build_observation, unusable
 from autotuner.core.types import Observation, UnusableReason
 from autotuner.sources.errors import SourceError
+from autotuner.sources.invariants import check_scrape
 from autotuner.sources.promtext import parse
 from autotuner.sources.vllm_metrics import Snapshot, engine_samples, wanted_names, window_totals
 
@@ -75,10 +76,13 @@ class VllmScraper:
         return text
 
     def scrape(self) -> Snapshot:
-        """One scrape of every endpoint (all must answer), timestamped by the clock."""
+        """One scrape of every endpoint (all must answer, each checked on its own: see
+        sources/invariants.py), timestamped by the clock."""
         engines = {}
         for url in self.urls:
-            found = engine_samples(url, parse(self.fetch(url), _WANTED))
+            exposition = parse(self.fetch(url), _WANTED)
+            check_scrape(url, exposition)
+            found = engine_samples(url, exposition)
             if not found:
                 raise SourceError(
                     UnusableReason.NOT_METRICS, f"{url}: no vLLM series (is this vLLM /metrics?)"

@@ -8,6 +8,7 @@ import pytest
 from autotuner.core.observation import ObservationLimits
 from autotuner.core.types import Observation, UnusableReason
 from autotuner.sim.engine import SimSetup, SimulatedVllm
+from autotuner.sources.errors import SourceError
 from autotuner.sources.promtext import parse
 from autotuner.sources.vllm_metrics import engine_samples, wanted_names
 from autotuner.sources.vllm_scrape import VllmScraper
@@ -313,3 +314,144 @@ def test_one_shot_observe_summarises_every_scrape_even_when_scrapes_are_slow() -
     assert obs.batch is not None
     assert obs.batch.samples == 3
     assert obs.duration_s == pytest.approx(2.4)
+
+
+def exposition(**replace: str) -> str:
+    """A consistent one-engine answer; `replace` swaps whole lines by key."""
+    engine = 'engine="0",model_name="m"'
+    lines = {
+        "running": f"vllm:num_requests_running{{{engine}}} 4",
+        "generation": f"vllm:generation_tokens_total{{{engine}}} 500",
+        "drafts": f"vllm:spec_decode_num_drafts_total{{{engine}}} 100",
+        "draft_tokens": f"vllm:spec_decode_num_draft_tokens_total{{{engine}}} 300",
+        "accepted": f"vllm:spec_decode_num_accepted_tokens_total{{{engine}}} 150",
+        "pos0": f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{engine},position="0"}} 80',
+        "pos1": f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{engine},position="1"}} 50',
+        "pos2": f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{engine},position="2"}} 20',
+        "b1": f'vllm:inter_token_latency_seconds_bucket{{{engine},le="0.05"}} 90',
+        "b2": f'vllm:inter_token_latency_seconds_bucket{{{engine},le="0.1"}} 120',
+        "b3": f'vllm:inter_token_latency_seconds_bucket{{{engine},le="+Inf"}} 130',
+        "count": f"vllm:inter_token_latency_seconds_count{{{engine}}} 130",
+        "sum": f"vllm:inter_token_latency_seconds_sum{{{engine}}} 6.5",
+    }
+    lines.update(replace)
+    return "".join(f"{line}\n" for line in lines.values() if line)
+
+
+def observe_body(body: str) -> Observation:
+    """Three scrapes of the same answer over 2 s (constant counters: deltas of zero)."""
+    clock = Clock()
+    scraper = VllmScraper(
+        ["http://a/metrics"],
+        client=httpx.Client(
+            transport=httpx.MockTransport(lambda r: httpx.Response(200, text=body))
+        ),
+        clock=clock,
+    )
+
+    def sleep(seconds: float) -> None:
+        clock.t += seconds
+
+    return scraper.observe(window_s=2.0, interval_s=1.0, limits=LIMITS, sleep=sleep)
+
+
+def test_a_consistent_answer_is_used() -> None:
+    obs = observe_body(exposition())
+    assert obs.usable, obs.detail
+
+
+ENGINE = 'engine="0",model_name="m"'
+PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+@pytest.mark.parametrize(
+    ("replace", "named"),
+    [
+        (
+            {"generation": f"vllm:generation_tokens_total{{{ENGINE}}} -5"},
+            f"vllm:generation_tokens_total{{{ENGINE}}} is -5",
+        ),
+        (
+            {"drafts": f"vllm:spec_decode_num_drafts_total{{{ENGINE}}} NaN"},
+            "vllm:spec_decode_num_drafts_total",
+        ),
+        (
+            {"accepted": f"vllm:spec_decode_num_accepted_tokens_total{{{ENGINE}}} 301"},
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} = 301 '
+            "exceeds vllm:spec_decode_num_draft_tokens_total",
+        ),
+        (
+            {"pos2": f'{PER_POS}{{{ENGINE},position="2"}} 60'},
+            'position="2"} = 60 exceeds the position before it',
+        ),
+        (
+            {"pos0": f'{PER_POS}{{{ENGINE},position="0"}} 101'},
+            "exceeds vllm:spec_decode_num_drafts_total",
+        ),
+        (
+            {"b2": f'vllm:inter_token_latency_seconds_bucket{{{ENGINE},le="0.1"}} 85'},
+            'vllm:inter_token_latency_seconds_bucket{engine="0",model_name="m"} is not cumulative',
+        ),
+        (
+            {"sum": f"vllm:inter_token_latency_seconds_sum{{{ENGINE}}} -0.5"},
+            "histogram sum vllm:inter_token_latency_seconds_sum",
+        ),
+        (
+            {"count": f"vllm:inter_token_latency_seconds_count{{{ENGINE}}} -1"},
+            "vllm:inter_token_latency_seconds_count",
+        ),
+    ],
+    ids=[
+        "negative-counter",
+        "nan-counter",
+        "accepted-above-drafted",
+        "per-position-rising",
+        "per-position-above-drafts",
+        "buckets-not-cumulative",
+        "negative-histogram-sum",
+        "negative-histogram-count",
+    ],
+)
+def test_impossible_absolute_values_refuse_the_scrape(replace: dict[str, str], named: str) -> None:
+    obs = observe_body(exposition(**replace))
+    assert not obs.usable
+    assert obs.reason is UnusableReason.INVALID_VALUE
+    assert named in (obs.detail or "")
+
+
+def test_nothing_from_a_refused_scrape_is_used() -> None:
+    clock = Clock()
+    bodies = iter(
+        [
+            exposition(),
+            exposition(accepted=f"vllm:spec_decode_num_accepted_tokens_total{{{ENGINE}}} 999"),
+            exposition(),
+        ]
+    )
+    scraper = VllmScraper(
+        ["http://a/metrics"],
+        client=httpx.Client(
+            transport=httpx.MockTransport(lambda r: httpx.Response(200, text=next(bodies)))
+        ),
+        clock=clock,
+    )
+    refused = []
+    for _ in range(3):
+        try:
+            scraper.record(scraper.scrape(), keep_s=1e9)
+        except SourceError as exc:
+            refused.append(exc.reason)
+        clock.t += 1
+    assert refused == [UnusableReason.INVALID_VALUE]
+    assert len(scraper.history) == 2
+    assert all(
+        s.engines[("http://a/metrics", "0")].counters["accepted"] == 150 for s in scraper.history
+    )
+
+
+def test_speculative_counters_without_the_running_gauge_say_the_gauge_is_missing() -> None:
+    obs = observe_body(exposition(running=""))
+    assert not obs.usable
+    assert obs.reason is UnusableReason.EMPTY_RESULT
+    assert "vllm:num_requests_running is missing" in (obs.detail or "")
+    assert "batch samples" not in (obs.detail or "")
