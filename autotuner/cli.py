@@ -554,7 +554,7 @@ def status(
 
 def _state_lines(persisted: str | None) -> list[str]:
     """What an operator asks of the persisted state: a change in flight, quality, refusals."""
-    from autotuner.core.policy import TunerState
+    from autotuner.core.state import TunerState
 
     if not persisted:
         return []

@@ -8,11 +8,10 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from autotuner.actuators.base import (
     Actuator,
@@ -21,24 +20,27 @@ from autotuner.actuators.base import (
     LiveTarget,
     RestartError,
 )
+from autotuner.canary.phase import CanaryPhase, Capacity
 from autotuner.core.acceptance import from_conditional
-from autotuner.core.capabilities import PRESETS, EngineCapabilities, needed
-from autotuner.core.costmodel import Workload, crossover_batches, max_batch, predict
+from autotuner.core.capabilities import EngineCapabilities, configured
+from autotuner.core.costmodel import Crossover, Workload
 from autotuner.core.hardware import HardwareProfile, datasheet, load_profile
 from autotuner.core.model import ModelSpec
 from autotuner.core.observation import unusable
-from autotuner.core.policy import Context, QualityCheck, Refusal, TunerState, decide
+from autotuner.core.policy import Context
 from autotuner.core.registry import load_model
 from autotuner.core.report import equivalent_rate
+from autotuner.core.state import TunerState, read_state
+from autotuner.core.step import Notice, NoticeKind, Step, restart_refused, step
 from autotuner.core.types import Action, Decision, Observation, Setup
 from autotuner.exporter import Snapshot, TunerMetrics
-from autotuner.logs import event
+from autotuner.notifier import ErrorKind, Notifier
 from autotuner.settings import Settings
 from autotuner.sources.errors import SourceError
 
 if TYPE_CHECKING:  # the Kubernetes client is heavy: imported only for k8s targets
     from autotuner.actuators.lease import LeaseElector
-    from autotuner.canary.guard import Outcome, QualityGuard
+    from autotuner.canary.guard import QualityGuard
 
 Observer = Callable[[], Observation]
 GUARD_DISABLED = "the quality guard is disabled (quality.enabled=false)"
@@ -86,6 +88,9 @@ class PrometheusObserver:
 
 @dataclass
 class Controller:
+    """Wires the parts and keeps time; `core.step` decides. One `step()` is a list of named,
+    timed phases (as the VPA recommender's RunOnce)."""
+
     settings: Settings
     model: ModelSpec
     hardware: HardwareProfile
@@ -101,19 +106,20 @@ class Controller:
     last_step_at: float | None = None
     last_usable_at: float | None = None
     state_saved_at: float = 0.0
-    canary_retry_at: float = 0.0
     stop_event: threading.Event = field(default_factory=threading.Event)
+    notifier: Notifier = field(init=False)
+    canary: CanaryPhase = field(init=False)
+    capabilities: EngineCapabilities = field(init=False)
+    set_aside_told: str | None = field(default=None, init=False)  # unreadable state, told once
 
-    def engine(self, state: TunerState, now: float) -> EngineCapabilities:
-        """What the engine accepts: the settings, less what it was seen to refuse."""
+    def __post_init__(self) -> None:
+        self.notifier = Notifier(self.logger, self.metrics, self.actuator)
+        interval = self.settings.loop.interval_s
+        self.canary = CanaryPhase(self.quality, self.quality_off, self.notifier, interval)
         engine = self.settings.engine
-        configured = PRESETS[engine.capabilities].model_copy(
-            update={
-                "spec_schedule": engine.spec_schedule,
-                "max_spec_tokens": engine.max_spec_tokens,
-            }
+        self.capabilities = configured(
+            engine.capabilities, engine.spec_schedule, engine.max_spec_tokens
         )
-        return configured.without(k for k, r in state.refused.items() if r.until > now)
 
     @property
     def workload(self) -> Workload:
@@ -127,33 +133,103 @@ class Controller:
 
     def step(self) -> Decision:
         now = self.clock()
+        timed = PhaseTimer(self.metrics)
+        with timed("observe"):
+            observation = self._observe(now)
+        with timed("lease"):
+            leader = self._lead()
+        with timed("read_target"):
+            live = self._read()
+        with timed("resume"):
+            state = self._resume(live, leader)
+        ctx = self._context(state, observation, live, leader, now)
+        capacity = self._capacity(state, observation, ctx)
+        with timed("canary"):
+            state = self._canary(state, observation, live, capacity, ctx)
+        with timed("decide"):
+            planned = step(state, observation, ctx, self.settings.policy)
+        with timed("carry_out"):
+            planned = self._carry_out(planned, state, live, observation, capacity, ctx)
+        with timed("save_state"):
+            self._save_periodically(planned, live, leader, now)
+        with timed("export"):
+            self._export(planned, observation, live, leader, ctx)
+        self._log(planned.decision, observation, timed.seconds)
+        self.state, self.last_step_at = planned.state, now
+        return planned.decision
+
+    def _observe(self, now: float) -> Observation:
         observation = self.observe()
         if observation.usable:
             self.last_usable_at = now
         elif observation.reason is not None:
             self.metrics.unusable.labels(observation.reason.value).inc()
-        leader = self.elector.try_acquire_or_renew() if self.elector else True
-        if self.elector and self.elector.last_error:
-            self.metrics.errors.labels("lease").inc()
-        live = self._read()
-        state = self._state(live, leader)
-        state, drifted = self._drift(state, live, now)
-        if leader and self.settings.mode == "act" and self.actuator is not None:
-            state = self._canary(state, observation, live, now)
-        rollout_stuck = bool(live and live.rollout.stuck)
-        in_progress = bool(live and not live.rollout.done)
-        verification = state.verification
-        if (
-            verification is not None
-            and in_progress
-            and now - verification.switched_at > self.settings.target.rollout_deadline_s
-        ):
-            rollout_stuck = True
-        context = Context(
+        return observation
+
+    def _lead(self) -> bool:
+        if self.elector is None:
+            return True
+        leader = self.elector.try_acquire_or_renew()
+        if self.elector.last_error:
+            self.metrics.errors.labels(ErrorKind.LEASE.value).inc()
+        return leader
+
+    def _read(self) -> LiveTarget | None:
+        if self.actuator is None:
+            return None
+        try:
+            return self.actuator.read()
+        except ActuatorError as exc:
+            self.notifier.failed(ErrorKind.READ, f"cannot read the target: {exc}")
+            return None
+
+    def _resume(self, live: LiveTarget | None, leader: bool) -> TunerState:
+        """Resume from the target's annotation at start, and follow it while not leading
+        (so a new leader continues a verification instead of deciding afresh)."""
+        state = self.state
+        if (state is None or not leader) and live is not None and live.state:
+            state = self._restored(live.state) or state
+        state = state or TunerState()
+        if live is not None and live.speculative_config:
+            state = state.keeping_drafter(live.speculative_config)
+        return state
+
+    def _restored(self, text: str) -> TunerState | None:
+        """The persisted state (migrated when older); an unreadable one is kept aside in the
+        new state, and said loudly once, instead of being dropped."""
+        read = read_state(text)
+        if read.state is not None:
+            if self.state is None:
+                self.notifier.log(
+                    "resumed from the persisted state"
+                    + (f" (migrated from schema {read.written_as})" if read.migrated else ""),
+                    decision_id=read.state.last_decision_id,
+                    verifying=read.state.verification is not None,
+                )
+            return read.state
+        if text == self.set_aside_told:
+            return None
+        self.set_aside_told = text
+        message = (
+            f"the persisted state cannot be read ({read.problem}): starting with fresh "
+            "estimates; the unreadable record is kept in the state's set_aside field"
+        )
+        self.notifier.tell(Notice(NoticeKind.STATE_SET_ASIDE, message))
+        return (self.state or TunerState()).setting_aside(text)
+
+    def _context(
+        self,
+        state: TunerState,
+        observation: Observation,
+        live: LiveTarget | None,
+        leader: bool,
+        now: float,
+    ) -> Context:
+        return Context(
             now=now,
             model=self.model,
             hardware=self.hardware,
-            engine=self.engine(state, now),
+            engine=self.capabilities.without(k for k, r in state.refused.items() if r.until > now),
             workload=self._workload(observation),
             deployed=live.setup if live else None,
             drafter_available=bool(
@@ -163,395 +239,19 @@ class Controller:
             ),
             leader=leader,
             paused=self.settings.target.paused or bool(live and live.paused),
-            rollout_in_progress=in_progress and not rollout_stuck,
+            rollout_in_progress=bool(live and not live.rollout.done),
+            rollout_stuck=live.rollout.stuck if live else None,
+            rollout_deadline_s=self.settings.target.rollout_deadline_s,
+            advisory=self._advisory(leader),
         )
-        if rollout_stuck and verification is not None:
-            decision, new_state = self._stuck(state, context, live)
-        else:
-            decision, new_state = decide(state, observation, context, self.settings.policy)
-        decision, new_state = self._carry_out(
-            decision, state, new_state, live, leader, now, observation
-        )
-        self.state = new_state
-        self._export(now, observation, decision, new_state, live, leader, rollout_stuck)
-        self.last_step_at = now
-        if drifted:
-            decision = decision.model_copy(update={"notes": (*decision.notes, drifted)})
-        return decision
 
-    def _read(self) -> LiveTarget | None:
+    def _advisory(self, leader: bool) -> str | None:
+        """Why nothing decided this step is written to the target (None: it is)."""
+        if self.settings.mode == "advise":
+            return "advisory mode"
         if self.actuator is None:
-            return None
-        try:
-            return self.actuator.read()
-        except ActuatorError as exc:
-            self.metrics.errors.labels("read").inc()
-            event(self.logger, f"cannot read the target: {exc}", logging.WARNING)
-            return None
-
-    def _state(self, live: LiveTarget | None, leader: bool) -> TunerState:
-        """Resume from the target's annotation at start, and follow it while not leading
-        (so a new leader continues a verification instead of deciding afresh)."""
-        if (self.state is None or not leader) and live is not None and live.state:
-            try:
-                restored = TunerState.model_validate_json(live.state)
-                if self.state is None:
-                    event(
-                        self.logger,
-                        "resumed from the persisted state",
-                        decision_id=restored.last_decision_id,
-                        verifying=restored.verification is not None,
-                    )
-                return restored
-            except ValueError:
-                self.metrics.errors.labels("state").inc()
-                event(self.logger, "persisted state unreadable; starting fresh", logging.WARNING)
-        state = self.state or TunerState()
-        if live is not None and live.speculative_config:
-            state = state.model_copy(update={"drafter": live.speculative_config})
-        return state
-
-    def _drift(
-        self, state: TunerState, live: LiveTarget | None, now: float
-    ) -> tuple[TunerState, str | None]:
-        """Someone else changed the managed flags: adopt their setup, back off, say so."""
-        if live is None or state.current is None or live.setup == state.current:
-            return state, None
-        message = (
-            f"managed flags changed outside the tuner ({state.current.label} -> "
-            f"{live.setup.label}): adopting it and backing off for the cooldown"
-        )
-        self.metrics.drift.inc()
-        event(self.logger, message, logging.WARNING, drift=True)
-        self._event("DriftDetected", message, warning=True)
-        return state.model_copy(
-            update={
-                "current": live.setup,
-                "verification": None,
-                "pending": None,
-                "changes": (*state.changes, now),
-            }
-        ), message
-
-    def _stuck(
-        self, state: TunerState, context: Context, live: LiveTarget | None
-    ) -> tuple[Decision, TunerState]:
-        """The rollout after our change cannot finish: revert to the previous setup."""
-        assert state.verification is not None
-        verification = state.verification
-        quarantine = dict(state.quarantine)
-        quarantine[verification.target.label] = context.now + self.settings.policy.quarantine_s
-        stuck = live.rollout.stuck if live and live.rollout.stuck else "deadline passed"
-        decision = Decision(
-            id=state.last_decision_id + 1,
-            at=context.now,
-            action=Action.REVERT,
-            current=verification.target,
-            target=verification.previous,
-            sentence=f"revert {verification.target.label} -> {verification.previous.label}: "
-            f"the rollout is stuck ({stuck})",
-        )
-        return decision, state.model_copy(
-            update={
-                "current": verification.previous,
-                "verification": None,
-                "quarantine": quarantine,
-                "last_decision_id": decision.id,
-                "changes": (*state.changes, context.now),
-            }
-        )
-
-    def _refusal(
-        self, state: TunerState, target: Setup, previous: Setup, why: str, now: float
-    ) -> dict[str, Refusal]:
-        """After the engine failed to come up with `target`: the capability it needed that
-        `previous` did not use is taken as missing for a while (said in an Event)."""
-        capability = needed(target, previous)
-        refused = dict(state.refused)
-        if capability is None:
-            return refused
-        until = now + 4 * self.settings.policy.quarantine_s
-        refused[capability] = Refusal(why=f"{target.label}: {why}", until=until)
-        message = (
-            f"the engine did not come up with {target.label}: treating {capability} as "
-            f"unsupported for {4 * self.settings.policy.quarantine_s / 3600:.0f} h ({why})"
-        )
-        event(self.logger, message, logging.WARNING, capability=capability)
-        self._event("CapabilityRefused", message, warning=True)
-        return refused
-
-    def _carry_out(
-        self,
-        decision: Decision,
-        before: TunerState,
-        after: TunerState,
-        live: LiveTarget | None,
-        leader: bool,
-        now: float,
-        observation: Observation,
-    ) -> tuple[Decision, TunerState]:
-        self.metrics.decisions.labels(decision.action.value).inc()
-        acts = decision.action in (Action.SWITCH, Action.REVERT) and decision.target is not None
-        if acts and (self.settings.mode == "advise" or self.actuator is None or not leader):
-            # Advisory (or not leading): explain, never write; keep what was learned.
-            why = "advisory mode" if self.settings.mode == "advise" else "not the leader"
-            after = after.model_copy(
-                update={
-                    "current": before.current,
-                    "last_known_good": before.last_known_good,
-                    "verification": before.verification,
-                    "changes": before.changes,
-                    "quarantine": before.quarantine,
-                }
-            )
-            decision = decision.model_copy(
-                update={"notes": (*decision.notes, f"{why}: not applied")}
-            )
-            self._event("SwitchRecommended", f"{decision.sentence} ({why}: not applied)")
-        elif acts and decision.target is not None and self.actuator is not None:
-            target = decision.target
-            if decision.action is Action.SWITCH:
-                after = self._before_switch(before, after, observation, now)
-                check = after.verification.quality if after.verification else None
-                if check is not None and check.status == "skipped":
-                    decision = decision.model_copy(
-                        update={"notes": (*decision.notes, f"quality: {check.summary}")}
-                    )
-            try:
-                self.actuator.apply(
-                    target,
-                    state=after.model_dump_json(),
-                    expected_version=live.version if live else None,
-                    saved_speculative_config=after.drafter,
-                )
-            except ConflictError as exc:
-                self.metrics.errors.labels("conflict").inc()
-                event(
-                    self.logger,
-                    f"target changed meanwhile; re-deciding next step: {exc}",
-                    logging.WARNING,
-                )
-                return decision.model_copy(
-                    update={"notes": (*decision.notes, "conflict: not applied")}
-                ), before
-            except ActuatorError as exc:
-                self.metrics.errors.labels("patch").inc()
-                self._event("PatchFailed", f"{decision.sentence}: {exc}", warning=True)
-                event(self.logger, f"patch failed: {exc}", logging.ERROR)
-                notes = (*decision.notes, f"patch failed: {exc}")
-                if isinstance(exc, RestartError):
-                    rolled, note = self._roll_back(before, decision.current, target, exc, now)
-                    return decision.model_copy(update={"notes": (*notes, note)}), rolled
-                return decision.model_copy(update={"notes": notes}), before
-            kind = decision.action.value
-            self.metrics.patches.labels(kind).inc()
-            if decision.action is Action.REVERT:
-                self.metrics.reverts.inc()
-            self._event(
-                "SetupReverted" if decision.action is Action.REVERT else "SetupSwitched",
-                decision.sentence,
-                warning=decision.action is Action.REVERT,
-            )
-            self.state_saved_at = now
-        elif decision.blocked_by is not None and decision.target is not None:
-            operator_visible = {"paused", "budget", "cooldown", "rollout_in_progress"}
-            if decision.blocked_by.value in operator_visible and (
-                before.last_decision_id == 0 or decision.id % 20 == 1
-            ):
-                self._event("SwitchBlocked", decision.sentence)
-        if (
-            leader
-            and self.actuator is not None
-            and not acts
-            and (
-                now - self.state_saved_at >= max(60.0, self.settings.loop.interval_s)
-                and getattr(self.actuator, "periodic_state", True)
-            )
-        ):
-            try:
-                self.actuator.save_state(
-                    after.model_dump_json(), expected_version=live.version if live else None
-                )
-                self.state_saved_at = now
-            except ActuatorError as exc:
-                self.metrics.errors.labels("state").inc()
-                event(self.logger, f"state not saved: {exc}", logging.WARNING)
-        event(
-            self.logger,
-            decision.sentence,
-            decision_id=decision.id,
-            action=decision.action.value,
-            blocked_by=decision.blocked_by.value if decision.blocked_by else None,
-            target=decision.target.label if decision.target else None,
-            gain=round(decision.gain, 4),
-            confidence=round(decision.confidence, 3),
-            window=[round(observation.window_start, 3), round(observation.window_end, 3)],
-        )
-        return decision, after
-
-    def _roll_back(
-        self, before: TunerState, previous: Setup, target: Setup, exc: RestartError, now: float
-    ) -> tuple[TunerState, str]:
-        """The engine did not come up with `target` (args already written): restore the
-        previous args, quarantine `target` and remember what it needed."""
-        assert self.actuator is not None
-        try:
-            self.actuator.apply(
-                previous,
-                state=before.model_dump_json(),
-                expected_version=None,
-                saved_speculative_config=before.drafter,
-            )
-        except ActuatorError as again:
-            self.metrics.errors.labels("patch").inc()
-            event(self.logger, f"roll back to {previous.label} failed: {again}", logging.ERROR)
-            return before, f"roll back to {previous.label} failed: {again}"
-        self.metrics.patches.labels("revert").inc()
-        quarantine = dict(before.quarantine)
-        quarantine[target.label] = now + self.settings.policy.quarantine_s
-        refused = self._refusal(before, target, previous, str(exc), now)
-        self._event(
-            "SetupReverted", f"rolled back {target.label} -> {previous.label}: {exc}", warning=True
-        )
-        state = before.model_copy(update={"quarantine": quarantine, "refused": refused})
-        try:
-            self.actuator.save_state(state.model_dump_json(), expected_version=None)
-        except ActuatorError as failed:
-            event(self.logger, f"state not saved: {failed}", logging.WARNING)
-        return state, f"rolled back to {previous.label}; {target.label} quarantined"
-
-    # ------------------------------------------------------------ quality guard
-
-    def _canary_capacity(self, state: TunerState, setup: Setup, observation: Observation) -> float:
-        """Tokens/s one engine can serve in `setup`: the model's peak, or what it serves now."""
-        accept = state.acceptance.estimate(
-            self.clock(), self.settings.policy.acceptance_memory_half_life_s
-        ) or from_conditional([])
-        observed = (observation.generation_tokens_per_s or 0.0) / max(observation.series, 1)
-        if setup.spec_tokens > accept.max_spec_tokens:
-            return observed
-        peak = max_batch(self.model, self.hardware, setup, self.workload)
-        curve = predict(self.model, self.hardware, setup, [max(peak, 1)], accept, self.workload)
-        return max(observed, float(curve.tokens_per_s[0]))
-
-    def _before_switch(
-        self, before: TunerState, after: TunerState, observation: Observation, now: float
-    ) -> TunerState:
-        """Attach the quality check to the verification the switch starts."""
-        verification = after.verification
-        if verification is None:
-            return after
-        previous = verification.previous
-        if self.quality is None:
-            check = QualityCheck(status="skipped", summary=self.quality_off)
-            outcome = None
-        else:
-            outcome = self.quality.before(
-                before.canary_baseline,
-                previous,
-                observation,
-                self._canary_capacity(before, previous, observation),
-                now,
-            )
-            check = outcome.check or QualityCheck(status="skipped", summary="no canary")
-            self._count_canary("before", outcome)
-        update: dict[str, object] = {
-            "verification": verification.model_copy(update={"quality": check})
-        }
-        if outcome is not None and outcome.baseline is not None:
-            update["canary_baseline"] = outcome.baseline.to_record()
-        if check.status == "skipped":
-            update["last_quality"] = check
-            self._report_quality(previous, verification.target, check)
-        return after.model_copy(update=update)
-
-    def _canary(
-        self, state: TunerState, observation: Observation, live: LiveTarget | None, now: float
-    ) -> TunerState:
-        """After a switch: run the canary on the new setup once it serves. Otherwise keep a
-        fresh canary of the running setup, taken while the server has room for it."""
-        guard = self.quality
-        if guard is None or now < self.canary_retry_at:
-            return state
-        verification = state.verification
-        serving = live.setup if live is not None else None
-        ready = live is None or live.rollout.done
-        if verification is not None:
-            check = verification.quality
-            if check is None or check.status != "pending" or not ready:
-                return state
-            if serving is not None and serving != verification.target:
-                return state
-            outcome = guard.after(
-                check,
-                verification.target,
-                observation,
-                self._canary_capacity(state, verification.target, observation),
-                now,
-            )
-            self._count_canary("after", outcome)
-            if outcome.check is None:  # not yet: saturated or not answering
-                self.canary_retry_at = now + self._canary_backoff(outcome)
-                return state
-            result = outcome.check
-            update: dict[str, object] = {
-                "verification": verification.model_copy(update={"quality": result}),
-                "last_quality": result,
-            }
-            if outcome.baseline is not None:
-                update["canary_baseline"] = outcome.baseline.to_record()
-            self._report_quality(verification.previous, verification.target, result)
-            return state.model_copy(update=update)
-        current = state.current or serving
-        if current is None or (serving is not None and serving != current):
-            return state
-        if guard.fresh(state.canary_baseline, current, now):
-            return state
-        outcome = guard.baseline(
-            current, observation, self._canary_capacity(state, current, observation)
-        )
-        self._count_canary("baseline", outcome)
-        if outcome.baseline is None:
-            self.canary_retry_at = now + self._canary_backoff(outcome)
-            return state
-        return state.model_copy(update={"canary_baseline": outcome.baseline.to_record()})
-
-    def _canary_backoff(self, outcome: Outcome) -> float:
-        interval = self.settings.loop.interval_s
-        return 4 * interval if outcome.result == "error" else interval
-
-    def _count_canary(self, phase: str, outcome: Outcome) -> None:
-        if outcome.result == "reused":
-            return
-        self.metrics.canary_runs.labels(
-            phase, "ok" if outcome.result == "ran" else outcome.result
-        ).inc()
-        if outcome.result != "ran":
-            level = logging.WARNING if outcome.result == "error" else logging.DEBUG
-            event(self.logger, f"quality canary ({phase}) {outcome.result}: {outcome.why}", level)
-
-    def _report_quality(self, previous: Setup, target: Setup, check: QualityCheck) -> None:
-        message = f"quality canary {previous.label} -> {target.label}: {check.summary}"
-        if check.status == "failed":
-            # Counted when judged, before the revert is written: a revert whose patch fails
-            # (or whose restart takes minutes) is still a regression the operator must see.
-            self.metrics.quality_regressions.inc()
-            event(self.logger, message, logging.WARNING, evidence=list(check.evidence))
-            self._event("QualityRegression", message, warning=True)
-        elif check.status == "skipped":
-            event(self.logger, message, logging.WARNING)
-            self._event("CanarySkipped", message)
-        else:
-            event(self.logger, message)
-
-    def _event(self, reason: str, message: str, *, warning: bool = False) -> None:
-        if self.actuator is None:
-            return
-        try:
-            self.actuator.event(reason, message, warning=warning)
-        except ActuatorError as exc:
-            self.metrics.errors.labels("event").inc()
-            event(self.logger, f"event not posted: {exc}", logging.WARNING)
+            return "no target to patch"
+        return None if leader else "not the leader"
 
     def _workload(self, observation: Observation) -> Workload:
         workload = self.workload
@@ -561,16 +261,145 @@ class Controller:
             )
         return workload
 
+    def _capacity(self, state: TunerState, observation: Observation, ctx: Context) -> Capacity:
+        """Tokens/s one engine can serve in a setup (the canary's budget): the calibrated
+        model's peak, or what it serves now when that is more."""
+        policy = self.settings.policy
+        predictor = ctx.predictor(state, policy)
+        accept = state.acceptance.estimate(
+            ctx.now, policy.acceptance_memory_half_life_s
+        ) or from_conditional([])
+        observed = (observation.generation_tokens_per_s or 0.0) / max(observation.series, 1)
+
+        def capacity(setup: Setup) -> float:
+            if setup.spec_tokens > accept.max_spec_tokens:
+                return observed
+            return max(observed, predictor.peak_tokens_per_s(setup, accept))
+
+        return capacity
+
+    def _canary(
+        self,
+        state: TunerState,
+        observation: Observation,
+        live: LiveTarget | None,
+        capacity: Capacity,
+        ctx: Context,
+    ) -> TunerState:
+        if ctx.advisory is not None:
+            return state
+        return self.canary.refresh(state, observation, live, capacity, ctx.now)
+
+    # ---------------------------------------------------------------- carrying out
+
+    def _carry_out(
+        self,
+        planned: Step,
+        before: TunerState,
+        live: LiveTarget | None,
+        observation: Observation,
+        capacity: Capacity,
+        ctx: Context,
+    ) -> Step:
+        self.metrics.decisions.labels(planned.decision.action.value).inc()
+        for notice in planned.notices:
+            self.notifier.tell(notice)
+        if not planned.acts or ctx.advisory is not None:
+            return planned
+        if planned.decision.action is Action.SWITCH:
+            state = self.canary.before_switch(before, planned.state, observation, capacity)
+            check = state.verification.quality if state.verification else None
+            decision = planned.decision
+            if check is not None and check.status == "skipped":
+                decision = decision.noted(f"quality: {check.summary}")
+            planned = replace(planned, decision=decision, state=state)
+        return self._apply(planned, before, live, ctx)
+
+    def _apply(
+        self, planned: Step, before: TunerState, live: LiveTarget | None, ctx: Context
+    ) -> Step:
+        """Write the decided setup with the state that goes with it (one guarded patch)."""
+        assert self.actuator is not None
+        decision = planned.decision
+        assert decision.target is not None
+        try:
+            self.actuator.apply(
+                decision.target,
+                state=planned.state.model_dump_json(),
+                expected_version=live.version if live else None,
+                saved_speculative_config=planned.state.drafter,
+            )
+        except ConflictError as exc:
+            message = f"target changed meanwhile; re-deciding next step: {exc}"
+            self.notifier.failed(ErrorKind.CONFLICT, message)
+            return Step(decision.noted("conflict: not applied"), before)
+        except ActuatorError as exc:
+            self.notifier.tell(Notice(NoticeKind.PATCH_FAILED, f"patch failed: {exc}"))
+            failed = Step(decision.noted(f"patch failed: {exc}"), before)
+            if isinstance(exc, RestartError):
+                return self._roll_back(failed, before, str(exc), ctx)
+            return failed
+        switched = decision.action is Action.SWITCH
+        kind = NoticeKind.SWITCHED if switched else NoticeKind.REVERTED
+        self.notifier.tell(Notice(kind, decision.sentence))
+        self.state_saved_at = ctx.now
+        return planned
+
+    def _roll_back(self, failed: Step, before: TunerState, why: str, ctx: Context) -> Step:
+        """The engine did not come up with the new args (already written): restore the
+        previous ones; the core says what that teaches."""
+        assert self.actuator is not None
+        previous = failed.decision.current
+        try:
+            self.actuator.apply(
+                previous,
+                state=before.model_dump_json(),
+                expected_version=None,
+                saved_speculative_config=before.drafter,
+            )
+        except ActuatorError as again:
+            message = f"roll back to {previous.label} failed: {again}"
+            self.notifier.failed(ErrorKind.PATCH, message, logging.ERROR)
+            return replace(failed, decision=failed.decision.noted(message))
+        refused = restart_refused(before, failed.decision, why, ctx, self.settings.policy)
+        for notice in refused.notices:
+            self.notifier.tell(notice)
+        self._save(refused.state, version=None)
+        return refused
+
+    def _save_periodically(
+        self, planned: Step, live: LiveTarget | None, leader: bool, now: float
+    ) -> None:
+        """Persist what was learned now and then (a change writes its state with its patch)."""
+        actuator = self.actuator
+        if not leader or actuator is None or planned.acts:
+            return
+        due = now - self.state_saved_at >= self.settings.loop.state_save_interval_s
+        if not due or not getattr(actuator, "periodic_state", True):
+            return
+        if self._save(planned.state, version=live.version if live else None):
+            self.state_saved_at = now
+
+    def _save(self, state: TunerState, *, version: str | None) -> bool:
+        assert self.actuator is not None
+        try:
+            self.actuator.save_state(state.model_dump_json(), expected_version=version)
+        except ActuatorError as exc:
+            self.notifier.failed(ErrorKind.STATE, f"state not saved: {exc}")
+            return False
+        return True
+
+    # ------------------------------------------------------------------ telling
+
     def _export(
         self,
-        now: float,
+        planned: Step,
         observation: Observation,
-        decision: Decision,
-        state: TunerState,
         live: LiveTarget | None,
         leader: bool,
-        stuck: bool,
+        ctx: Context,
     ) -> None:
+        state, decision = planned.state, planned.decision
         setup = (
             live.setup
             if live
@@ -580,68 +409,62 @@ class Controller:
         if observation.acceptance is not None and setup is not None and setup.spec_tokens:
             accept = from_conditional(observation.acceptance.per_position)
             rate = equivalent_rate(accept, min(setup.spec_tokens, accept.max_spec_tokens))
+        policy = self.settings.policy
         self.metrics.update(
             Snapshot(
-                at=now,
+                at=ctx.now,
                 observation=observation,
                 decision=decision,
                 state=state,
                 live=setup,
                 leader=leader,
                 paused=bool(live and live.paused),
-                rollout_stuck=stuck,
+                rollout_stuck=planned.rollout_stuck,
                 last_usable_at=self.last_usable_at,
-                crossover=self._crossover(state, decision),
-                calibration=state.calibration.factors(
-                    now, self.settings.policy.calibration_half_life_s
-                ),
+                crossover=self._crossover(planned, ctx),
+                calibration=state.calibration.factors(ctx.now, policy.calibration_half_life_s),
                 quick_rule_rate=rate,
                 mode=self.settings.mode,
             )
         )
 
-    def _crossover(self, state: TunerState, decision: Decision) -> tuple[str, str, int] | None:
+    def _crossover(self, planned: Step, ctx: Context) -> Crossover | None:
         """The batch at which the running setup stops (or starts) being the faster one against
         its strongest rival of another kind: what the dashboard draws next to the batch."""
+        state, decision = planned.state, planned.decision
+        policy = self.settings.policy
+        accept = state.acceptance.estimate(ctx.now, policy.acceptance_memory_half_life_s)
+        predicted = decision.predicted_tokens_per_s
+        rivals = [Setup.parse(label) for label in sorted(predicted, key=lambda k: -predicted[k])]
         current = state.current or decision.current
-        accept = state.acceptance.estimate(
-            self.clock(), self.settings.policy.acceptance_memory_half_life_s
+        return ctx.predictor(state, policy).crossover(
+            current, rivals, accept or from_conditional([])
         )
-        accept = accept or from_conditional([])
-        rivals = sorted(
-            decision.predicted_tokens_per_s, key=lambda k: -decision.predicted_tokens_per_s[k]
+
+    def _log(self, decision: Decision, observation: Observation, phases: dict[str, float]) -> None:
+        self.notifier.log(
+            decision.sentence,
+            decision_id=decision.id,
+            action=decision.action.value,
+            blocked_by=decision.blocked_by.value if decision.blocked_by else None,
+            target=decision.target.label if decision.target else None,
+            gain=round(decision.gain, 4),
+            confidence=round(decision.confidence, 3),
+            window=[round(observation.window_start, 3), round(observation.window_end, 3)],
+            phases_ms={name: round(1000 * s, 1) for name, s in phases.items()},
         )
-        grid = np.arange(1, 1025)
-        mine = None
-        for label in rivals:
-            try:
-                rival = Setup.parse(label)
-            except ValueError:
-                continue
-            if rival.kind is current.kind or max(current.spec_tokens, rival.spec_tokens) > (
-                accept.max_spec_tokens
-            ):
-                continue
-            mine = mine or predict(self.model, self.hardware, current, grid, accept, self.workload)
-            flips = crossover_batches(
-                mine, predict(self.model, self.hardware, rival, grid, accept, self.workload)
-            )
-            if flips:
-                return flips[0].loser, flips[0].winner, flips[0].batch
-        return None
 
     # ----------------------------------------------------------------- the loop
 
     def alive(self) -> bool:
-        interval = self.settings.loop.interval_s
-        return self.last_step_at is None or self.clock() - self.last_step_at < 5 * interval + 30
+        stalled = self.settings.loop.stalled_after_s
+        return self.last_step_at is None or self.clock() - self.last_step_at < stalled
 
     def ready(self) -> tuple[bool, str]:
         if self.last_usable_at is None:
             return False, "no usable observation yet"
         age = self.clock() - self.last_usable_at
-        limit = 3 * self.settings.loop.interval_s + self.settings.loop.window_s
-        if age > limit:
+        if age > self.settings.loop.stale_after_s:
             return False, f"data is {age:.0f}s old"
         return True, "ready"
 
@@ -653,25 +476,39 @@ class Controller:
             try:
                 self.step()
             except Exception as exc:  # one bad step must not kill the sidecar
-                self.metrics.errors.labels("step").inc()
+                self.metrics.errors.labels(ErrorKind.STEP.value).inc()
                 self.logger.exception("step failed: %s", exc)
             self.stop_event.wait(max(0.0, interval - (time.monotonic() - started)))
         self.shutdown()
 
     def shutdown(self) -> None:
-        if (
-            self.elector is not None
-            and self.elector.is_leader
-            and self.actuator is not None
-            and self.state is not None
-        ):
+        leading = self.elector is not None and self.elector.is_leader
+        if leading and self.actuator is not None and self.state is not None:
             try:
                 self.actuator.save_state(self.state.model_dump_json(), expected_version=None)
             except ActuatorError as exc:
-                event(self.logger, f"state not flushed at shutdown: {exc}", logging.WARNING)
+                self.notifier.log(f"state not flushed at shutdown: {exc}", logging.WARNING)
         if self.elector is not None:
             self.elector.release()
-        event(self.logger, "stopped")
+        self.notifier.log("stopped")
+
+
+class PhaseTimer:
+    """Times each named phase of one step (exported per phase, and logged with the step)."""
+
+    def __init__(self, metrics: TunerMetrics) -> None:
+        self.metrics = metrics
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - started
+            self.seconds[phase] = elapsed
+            self.metrics.phase_seconds.labels(phase).observe(elapsed)
 
 
 def build_controller(

@@ -230,7 +230,8 @@ def _view(
     if snapshot.crossover:
         table.add_row(
             "crossover",
-            f"{snapshot.crossover[0]} -> {snapshot.crossover[1]} at batch {snapshot.crossover[2]}",
+            f"{snapshot.crossover.loser} -> {snapshot.crossover.winner} "
+            f"at batch {snapshot.crossover.batch}",
         )
     state = snapshot.state
     check = state.verification.quality if state.verification else state.last_quality

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
 from autotuner import __version__
 from autotuner.core.acceptance import copy_rule, copy_rule_break_even
-from autotuner.core.policy import TunerState
+from autotuner.core.costmodel import Crossover
+from autotuner.core.estimates import Calibration, CalibrationFactor
+from autotuner.core.state import TunerState
 from autotuner.core.types import (
     Action,
     BlockReason,
@@ -28,9 +30,10 @@ from autotuner.core.types import (
     Setup,
     UnusableReason,
 )
+from autotuner.notifier import ErrorKind
 
 PREFIX = "autotuner"
-ERROR_KINDS = ("read", "patch", "conflict", "state", "event", "lease", "step")
+PHASE_BUCKETS = (0.001, 0.005, 0.02, 0.1, 0.5, 2.0, 10.0, 60.0, 300.0)
 
 
 @dataclass
@@ -46,67 +49,69 @@ class Snapshot:
     paused: bool = False
     rollout_stuck: bool = False
     last_usable_at: float | None = None
-    crossover: tuple[str, str, int] | None = None  # (from, to, batch)
-    calibration: dict[str, float] = field(default_factory=dict)
+    crossover: Crossover | None = None
+    calibration: list[CalibrationFactor] = field(default_factory=list)
     quick_rule_rate: float | None = None
     mode: str = "advise"
 
 
 class TunerMetrics:
-    """Counters plus a collector over the latest Snapshot, in a private registry."""
+    """Counters of what happened, plus one collector per concern over the latest Snapshot
+    (status, observation, decision, quality, calibration), in a private registry."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.lock = threading.Lock()
         self.snapshot = Snapshot()
-        self.decisions = Counter(
-            f"{PREFIX}_decisions", "Decisions by action.", ["action"], registry=self.registry
-        )
-        self.patches = Counter(
-            f"{PREFIX}_patches",
-            "Changes written to the target, by kind.",
-            ["kind"],
+        self._counters()
+        self.phase_seconds = Histogram(
+            f"{PREFIX}_step_phase_seconds",
+            "Time spent in each phase of a loop step.",
+            ["phase"],
+            buckets=PHASE_BUCKETS,
             registry=self.registry,
         )
-        self.reverts = Counter(
-            f"{PREFIX}_reverts", "Changes reverted after verification.", registry=self.registry
+        for collector in (
+            StatusCollector,
+            ObservationCollector,
+            DecisionCollector,
+            QualityCollector,
+            CalibrationCollector,
+        ):
+            self.registry.register(collector(self.current))
+
+    def _counters(self) -> None:
+        def counter(name: str, documentation: str, labels: tuple[str, ...] = ()) -> Counter:
+            return Counter(f"{PREFIX}_{name}", documentation, labels, registry=self.registry)
+
+        self.decisions = counter("decisions", "Decisions by action.", ("action",))
+        self.patches = counter("patches", "Changes written to the target, by kind.", ("kind",))
+        self.reverts = counter(
+            "reverts", "Changes reverted (a regression, a stuck rollout, a refused restart)."
         )
-        self.errors = Counter(
-            f"{PREFIX}_errors", "Errors by kind.", ["kind"], registry=self.registry
-        )
-        self.unusable = Counter(
-            f"{PREFIX}_unusable_windows",
-            "Unusable windows by reason.",
-            ["reason"],
-            registry=self.registry,
-        )
-        self.drift = Counter(
-            f"{PREFIX}_drift", "Managed flags changed by someone else.", registry=self.registry
-        )
-        self.canary_runs = Counter(
-            f"{PREFIX}_canary_runs",
+        self.errors = counter("errors", "Errors by kind.", ("kind",))
+        self.unusable = counter("unusable_windows", "Unusable windows by reason.", ("reason",))
+        self.drift = counter("drift", "Managed flags changed by someone else.")
+        self.canary_runs = counter(
+            "canary_runs",
             "Quality canary runs by phase (baseline, before, after) and outcome.",
-            ["phase", "outcome"],
-            registry=self.registry,
+            ("phase", "outcome"),
         )
-        self.quality_regressions = Counter(
-            f"{PREFIX}_quality_regressions",
-            "Switches reverted because the quality canary got worse.",
-            registry=self.registry,
+        self.quality_regressions = counter(
+            "quality_regressions", "Switches the quality canary judged worse (then reverted)."
         )
         # Every label value exists from the start, so rate() and alerts see a 0, not nothing.
         for action in Action:
             self.decisions.labels(action.value)
         for kind in ("switch", "revert"):
             self.patches.labels(kind)
-        for kind in ERROR_KINDS:
-            self.errors.labels(kind)
+        for error in ErrorKind:
+            self.errors.labels(error.value)
         for reason in UnusableReason:
             self.unusable.labels(reason.value)
         for phase in ("baseline", "before", "after"):
             for outcome in ("ok", "skipped", "error"):
                 self.canary_runs.labels(phase, outcome)
-        self.registry.register(_SnapshotCollector(self))
 
     def update(self, snapshot: Snapshot) -> None:
         with self.lock:
@@ -121,14 +126,26 @@ class TunerMetrics:
 
 
 class _SnapshotCollector:
-    def __init__(self, metrics: TunerMetrics) -> None:
-        self.metrics = metrics
+    """A collector over the latest Snapshot. `describe()` yields the families it can produce
+    (without samples), so the registry's duplicate-name check covers them."""
 
-    def describe(self) -> list[Metric]:
-        return []
+    def __init__(self, current: Callable[[], Snapshot]) -> None:
+        self.current = current
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self.families(Snapshot(), describing=True)
 
     def collect(self) -> Iterator[Metric]:
-        s = self.metrics.current()
+        yield from self.families(self.current(), describing=False)
+
+    def families(self, s: Snapshot, *, describing: bool) -> Iterator[Metric]:
+        raise NotImplementedError
+
+
+class StatusCollector(_SnapshotCollector):
+    """Build, leadership, mode, pause, rollout and data freshness."""
+
+    def families(self, s: Snapshot, *, describing: bool) -> Iterator[Metric]:
         info = InfoMetricFamily(f"{PREFIX}_build", "Version of spec-autotuner.")
         info.add_metric([], {"version": __version__})
         yield info
@@ -140,107 +157,18 @@ class _SnapshotCollector:
         )
         staleness = (s.at - s.last_usable_at) if s.last_usable_at is not None else float("inf")
         yield _gauge("data_staleness_seconds", "Seconds since the last usable window.", staleness)
+
+
+class ObservationCollector(_SnapshotCollector):
+    """The latest window: batch, step time, tokens/s, acceptance, the quick rule."""
+
+    def families(self, s: Snapshot, *, describing: bool) -> Iterator[Metric]:
         obs = s.observation
         yield _gauge(
             "observation_usable",
             "1 when the latest window was usable.",
             float(bool(obs and obs.usable)),
         )
-        if obs is not None and obs.batch is not None:
-            batch = GaugeMetricFamily(
-                f"{PREFIX}_observed_batch",
-                "Running requests per engine in the window.",
-                labels=["quantile"],
-            )
-            for label, value in (
-                ("mean", obs.batch.mean),
-                ("0.5", obs.batch.p50),
-                ("0.9", obs.batch.p90),
-                ("0.99", obs.batch.p99),
-            ):
-                batch.add_metric([label], value)
-            yield batch
-        if obs is not None and obs.step_time_s is not None:
-            yield _gauge("observed_step_seconds", "Measured decode step time.", obs.step_time_s)
-        if obs is not None and obs.generation_tokens_per_s is not None:
-            yield _gauge(
-                "observed_tokens_per_second",
-                "Measured generation tokens/s.",
-                obs.generation_tokens_per_s,
-            )
-        if obs is not None and obs.acceptance is not None:
-            rate = GaugeMetricFamily(
-                f"{PREFIX}_acceptance_rate",
-                "Conditional acceptance per draft position.",
-                labels=["position"],
-            )
-            for position, value in enumerate(obs.acceptance.per_position):
-                rate.add_metric([str(position)], value)
-            yield rate
-            yield _gauge(
-                "tau", "Tokens kept per verify step at the deployed K.", obs.acceptance.tau
-            )
-        if s.quick_rule_rate is not None and s.live is not None and s.live.spec_tokens:
-            drafts = s.live.spec_tokens
-            yield _gauge(
-                "quick_rule",
-                "copy_rule(p, T) at the deployed K: > 1 means "
-                "speculation with state copies still wins when state dominates.",
-                copy_rule(s.quick_rule_rate, drafts),
-            )
-            yield _gauge(
-                "quick_rule_break_even_rate",
-                "Acceptance at which the rule is 1.",
-                copy_rule_break_even(drafts),
-            )
-        decision = s.decision
-        if decision is not None:
-            predicted = GaugeMetricFamily(
-                f"{PREFIX}_predicted_tokens_per_second",
-                "Expected tokens/s of each candidate setup over the batch distribution.",
-                labels=["setup"],
-            )
-            for label, value in decision.predicted_tokens_per_s.items():
-                predicted.add_metric([label], value)
-            yield predicted
-            yield _gauge("gain", "Predicted gain of the recommended setup.", decision.gain)
-            yield _gauge("confidence", "Confidence of the recommendation.", decision.confidence)
-            current = GaugeMetricFamily(
-                f"{PREFIX}_current_setup", "The deployed setup.", labels=["setup"]
-            )
-            current.add_metric([(s.live or decision.current).label], 1.0)
-            yield current
-            recommended = GaugeMetricFamily(
-                f"{PREFIX}_recommended_setup", "The setup the policy recommends.", labels=["setup"]
-            )
-            recommended.add_metric([(decision.target or decision.current).label], 1.0)
-            yield recommended
-            blocked = GaugeMetricFamily(
-                f"{PREFIX}_blocked", "The rule that blocked a switch (one-hot).", labels=["reason"]
-            )
-            for reason in BlockReason:
-                blocked.add_metric([reason.value], float(decision.blocked_by is reason))
-            yield blocked
-            yield _gauge("last_decision_id", "Id of the latest decision.", float(decision.id))
-            yield _gauge("last_decision_timestamp_seconds", "When it was made.", decision.at)
-        if s.crossover is not None:
-            crossover = GaugeMetricFamily(
-                f"{PREFIX}_predicted_crossover_batch",
-                "Batch at which the faster setup changes.",
-                labels=["from", "to"],
-            )
-            crossover.add_metric([s.crossover[0], s.crossover[1]], float(s.crossover[2]))
-            yield crossover
-        yield from _quality(s.state)
-        calibration = GaugeMetricFamily(
-            f"{PREFIX}_calibration_factor",
-            "Measured / predicted step time per setup and band.",
-            labels=["setup", "band"],
-        )
-        for key, value in s.calibration.items():
-            label, _, band = key.partition("|")
-            calibration.add_metric([label, band], value)
-        yield calibration
         known = GaugeMetricFamily(
             f"{PREFIX}_unusable_reason",
             "Why the latest window was unusable (one-hot).",
@@ -249,37 +177,160 @@ class _SnapshotCollector:
         for unusable in UnusableReason:
             known.add_metric([unusable.value], float(bool(obs and obs.reason is unusable)))
         yield known
+        if describing or (obs is not None and obs.batch is not None):
+            batch = GaugeMetricFamily(
+                f"{PREFIX}_observed_batch",
+                "Running requests per engine in the window.",
+                labels=["quantile"],
+            )
+            if obs is not None and obs.batch is not None:
+                for label, value in (
+                    ("mean", obs.batch.mean),
+                    ("0.5", obs.batch.p50),
+                    ("0.9", obs.batch.p90),
+                    ("0.99", obs.batch.p99),
+                ):
+                    batch.add_metric([label], value)
+            yield batch
+        step = obs.step_time_s if obs else None
+        if describing or step is not None:
+            yield _gauge("observed_step_seconds", "Measured decode step time.", step or 0.0)
+        tokens = obs.generation_tokens_per_s if obs else None
+        if describing or tokens is not None:
+            yield _gauge(
+                "observed_tokens_per_second", "Measured generation tokens/s.", tokens or 0.0
+            )
+        yield from self._acceptance(s, describing)
+
+    def _acceptance(self, s: Snapshot, describing: bool) -> Iterator[Metric]:
+        stats = s.observation.acceptance if s.observation else None
+        if describing or stats is not None:
+            rate = GaugeMetricFamily(
+                f"{PREFIX}_acceptance_rate",
+                "Conditional acceptance per draft position.",
+                labels=["position"],
+            )
+            for position, value in enumerate(stats.per_position if stats else ()):
+                rate.add_metric([str(position)], value)
+            yield rate
+            tau = stats.tau if stats else 0.0
+            yield _gauge("tau", "Tokens kept per verify step at the deployed K.", tau)
+        drafts = s.live.spec_tokens if s.live else 0
+        if describing or (s.quick_rule_rate is not None and drafts):
+            yield _gauge(
+                "quick_rule",
+                "copy_rule(p, T) at the deployed K: > 1 means "
+                "speculation with state copies still wins when state dominates.",
+                copy_rule(s.quick_rule_rate or 0.0, max(drafts, 1)),
+            )
+            yield _gauge(
+                "quick_rule_break_even_rate",
+                "Acceptance at which the rule is 1.",
+                copy_rule_break_even(max(drafts, 1)),
+            )
+
+
+class DecisionCollector(_SnapshotCollector):
+    """The latest decision: predictions, gain, the setups, what blocked it, the crossover."""
+
+    def families(self, s: Snapshot, *, describing: bool) -> Iterator[Metric]:
+        decision = s.decision
+        if describing or decision is not None:
+            yield from self._decision(s, decision)
+        if describing or s.crossover is not None:
+            crossover = GaugeMetricFamily(
+                f"{PREFIX}_predicted_crossover_batch",
+                "Batch at which the faster setup changes.",
+                labels=["from", "to"],
+            )
+            if s.crossover is not None:
+                flip = s.crossover
+                crossover.add_metric([flip.loser, flip.winner], float(flip.batch))
+            yield crossover
+
+    def _decision(self, s: Snapshot, decision: Decision | None) -> Iterator[Metric]:
+        predicted = GaugeMetricFamily(
+            f"{PREFIX}_predicted_tokens_per_second",
+            "Expected tokens/s of each candidate setup over the batch distribution.",
+            labels=["setup"],
+        )
+        current = GaugeMetricFamily(
+            f"{PREFIX}_current_setup", "The deployed setup.", labels=["setup"]
+        )
+        recommended = GaugeMetricFamily(
+            f"{PREFIX}_recommended_setup", "The setup the policy recommends.", labels=["setup"]
+        )
+        blocked = GaugeMetricFamily(
+            f"{PREFIX}_blocked", "The rule that blocked a switch (one-hot).", labels=["reason"]
+        )
+        if decision is not None:
+            for label, value in decision.predicted_tokens_per_s.items():
+                predicted.add_metric([label], value)
+            current.add_metric([(s.live or decision.current).label], 1.0)
+            recommended.add_metric([(decision.target or decision.current).label], 1.0)
+            for reason in BlockReason:
+                blocked.add_metric([reason.value], float(decision.blocked_by is reason))
+        yield predicted
+        yield _gauge("gain", "Predicted gain of the recommended setup.", _of(decision, "gain"))
+        yield _gauge("confidence", "Confidence of the recommendation.", _of(decision, "confidence"))
+        yield current
+        yield recommended
+        yield blocked
+        yield _gauge("last_decision_id", "Id of the latest decision.", _of(decision, "id"))
+        yield _gauge("last_decision_timestamp_seconds", "When it was made.", _of(decision, "at"))
+
+
+class QualityCollector(_SnapshotCollector):
+    """The latest quality check (one-hot by status), the one in flight, and its confidence."""
+
+    def families(self, s: Snapshot, *, describing: bool) -> Iterator[Metric]:
+        state = s.state
+        checks = (
+            (
+                "quality_check",
+                "The latest finished quality check (one-hot by status).",
+                state.last_quality,
+            ),
+            (
+                "quality_check_in_flight",
+                "The quality check of the verification in flight (one-hot by status).",
+                state.verification.quality if state.verification else None,
+            ),
+        )
+        for name, documentation, check in checks:
+            family = GaugeMetricFamily(f"{PREFIX}_{name}", documentation, labels=["status"])
+            for status in ("pending", "passed", "failed", "skipped"):
+                family.add_metric([status], float(check is not None and check.status == status))
+            yield family
+        confidence = state.last_quality.confidence if state.last_quality else None
+        if describing or confidence is not None:
+            yield _gauge(
+                "quality_regression_confidence",
+                "How sure the latest canary comparison is that quality got worse (1 - p).",
+                confidence or 0.0,
+            )
+
+
+class CalibrationCollector(_SnapshotCollector):
+    """measured / predicted step time per setup and batch band."""
+
+    def families(self, s: Snapshot, *, describing: bool) -> Iterator[Metric]:
+        calibration = GaugeMetricFamily(
+            f"{PREFIX}_calibration_factor",
+            "Measured / predicted step time per setup and band.",
+            labels=["setup", "band"],
+        )
+        for entry in s.calibration:
+            calibration.add_metric([entry.setup, str(entry.band)], entry.factor)
+        yield calibration
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"{PREFIX}_{name}", documentation, value=value)
 
 
-def _quality(state: TunerState) -> Iterator[Metric]:
-    """The latest quality check (one-hot by status) and the one in flight, if any."""
-    checks = (
-        (
-            "quality_check",
-            "The latest finished quality check (one-hot by status).",
-            state.last_quality,
-        ),
-        (
-            "quality_check_in_flight",
-            "The quality check of the verification in flight (one-hot by status).",
-            state.verification.quality if state.verification else None,
-        ),
-    )
-    for name, documentation, check in checks:
-        family = GaugeMetricFamily(f"{PREFIX}_{name}", documentation, labels=["status"])
-        for status in ("pending", "passed", "failed", "skipped"):
-            family.add_metric([status], float(check is not None and check.status == status))
-        yield family
-    if state.last_quality is not None and state.last_quality.confidence is not None:
-        yield _gauge(
-            "quality_regression_confidence",
-            "How sure the latest canary comparison is that quality got worse (1 - p).",
-            state.last_quality.confidence,
-        )
+def _of(decision: Decision | None, name: str) -> float:
+    return float(getattr(decision, name)) if decision is not None else 0.0
 
 
 def decision_document(snapshot: Snapshot) -> dict[str, Any]:
@@ -293,8 +344,8 @@ def decision_document(snapshot: Snapshot) -> dict[str, Any]:
         "live_setup": snapshot.live.label if snapshot.live else None,
         "decision": snapshot.decision.model_dump(mode="json") if snapshot.decision else None,
         "observation": obs.model_dump(mode="json", exclude={"batch": {"values"}}) if obs else None,
-        "crossover": list(snapshot.crossover) if snapshot.crossover else None,
-        "calibration": snapshot.calibration,
+        "crossover": _crossover_document(snapshot.crossover),
+        "calibration": {Calibration.key(f.setup, f.band): f.factor for f in snapshot.calibration},
         "state": {
             "current": snapshot.state.current.label if snapshot.state.current else None,
             "verification": snapshot.state.verification.model_dump(mode="json")
@@ -309,6 +360,11 @@ def decision_document(snapshot: Snapshot) -> dict[str, Any]:
             "refused": {k: r.model_dump(mode="json") for k, r in snapshot.state.refused.items()},
         },
     }
+
+
+def _crossover_document(flip: Crossover | None) -> list[object] | None:
+    """[from, to, batch], as the dashboard's /decision readers expect."""
+    return [flip.loser, flip.winner, flip.batch] if flip is not None else None
 
 
 class ExporterServer:

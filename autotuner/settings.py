@@ -109,6 +109,24 @@ class LoopSettings(BaseModel):
     interval_s: float = Field(15.0, gt=0, description="One loop step, seconds.")
     window_s: float = Field(60.0, gt=0, description="Evaluation window, seconds.")
 
+    @property
+    def stalled_after_s(self) -> float:
+        """/healthz fails when no step finished for this long: five missed steps, plus slack
+        for one slow step (a restart through the exec target blocks its step)."""
+        return 5 * self.interval_s + 30
+
+    @property
+    def stale_after_s(self) -> float:
+        """/readyz fails when the newest usable window is older than three steps past one
+        window."""
+        return 3 * self.interval_s + self.window_s
+
+    @property
+    def state_save_interval_s(self) -> float:
+        """How often what was learned is written to the target between changes (at most once a
+        minute: each write is an API call and, on Kubernetes, a new resourceVersion)."""
+        return max(60.0, self.interval_s)
+
 
 class ExporterSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -10,7 +10,6 @@ forced; a dry run writes nothing and posts nothing.
 
 from __future__ import annotations
 
-import contextlib
 import getpass
 import socket
 import time
@@ -23,7 +22,7 @@ from autotuner.actuators.base import (
     ApplyResult,
     LiveTarget,
 )
-from autotuner.core.policy import TunerState
+from autotuner.core.state import TunerState, read_state
 from autotuner.core.types import Setup
 
 EVENT_REASON = "ManualApply"
@@ -47,20 +46,10 @@ def operator() -> str:
 
 def recorded_state(live: LiveTarget, wanted: Setup, now: float) -> TunerState:
     """The persisted state with `wanted` recorded as a change made at `now`."""
-    state = TunerState()
-    if live.state:
-        with contextlib.suppress(ValueError):  # unreadable: the loop would start afresh too
-            state = TunerState.model_validate_json(live.state)
-    return state.model_copy(
-        update={
-            "current": wanted,
-            "drafter": live.speculative_config or state.drafter,
-            "pending": None,
-            "verification": None,
-            "canary_baseline": None,  # it was a run of the setup being replaced
-            "changes": (*state.changes, now),
-        }
-    )
+    read = read_state(live.state) if live.state else None
+    state = read.state if read is not None and read.state is not None else TunerState()
+    drafter = live.speculative_config or state.drafter
+    return state.applied_by_hand(wanted, drafter, now)
 
 
 def apply_by_hand(

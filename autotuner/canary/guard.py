@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autotuner.canary.compare import Comparison, Verdict, compare
 from autotuner.canary.run import CanaryError, CanaryPrompt, CanaryRun, load_canary, run_canary
-from autotuner.core.policy import QualityCheck
+from autotuner.core.state import QualityCheck
 from autotuner.core.types import Observation, Setup
 from autotuner.durations import format_duration
 from autotuner.errors import InputError

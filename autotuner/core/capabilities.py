@@ -71,3 +71,10 @@ def needed(target: Setup, previous: Setup) -> str | None:
 UPSTREAM = EngineCapabilities(name="upstream")
 REPLAY_SPEC = EngineCapabilities(name="replay-spec", replay_with_speculation=True)
 PRESETS = {c.name: c for c in (UPSTREAM, REPLAY_SPEC)}
+
+
+def configured(preset: str, spec_schedule: bool, max_spec_tokens: int) -> EngineCapabilities:
+    """The engine as the settings describe it (set once; refusals are taken off per step)."""
+    return PRESETS[preset].model_copy(
+        update={"spec_schedule": spec_schedule, "max_spec_tokens": max_spec_tokens}
+    )

@@ -395,13 +395,23 @@ def winner_changes(curves: Sequence[SetupCurve]) -> list[Crossover]:
 
 def crossover_batches(first: SetupCurve, second: SetupCurve) -> list[Crossover]:
     """Batches at which the faster of two setups flips (first batch of the new winner)."""
-    diff = first.tokens_per_s - second.tokens_per_s
-    sign = np.sign(diff)
+    return flips(
+        first.batch,
+        (first.setup.label, first.tokens_per_s),
+        (second.setup.label, second.tokens_per_s),
+    )
+
+
+def flips(
+    batch: npt.NDArray[np.int64], first: tuple[str, Array], second: tuple[str, Array]
+) -> list[Crossover]:
+    """Batches at which the faster of two (label, tokens/s) curves on one grid flips."""
+    sign = np.sign(first[1] - second[1])
     result = []
     for i in range(1, len(sign)):
         if sign[i] != 0 and sign[i] != sign[i - 1]:
             winner, loser = (first, second) if sign[i] > 0 else (second, first)
-            result.append(Crossover(int(first.batch[i]), loser.setup.label, winner.setup.label))
+            result.append(Crossover(int(batch[i]), loser[0], winner[0]))
     return result
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -201,8 +202,17 @@ class Calibration(BaseModel):
         logs = [e.log_factor * decay(now - e.updated_at, half_life_s) for e in same_band]
         return math.exp(sum(logs) / len(logs))
 
-    def factors(self, now: float, half_life_s: float) -> dict[str, float]:
-        return {
-            k: math.exp(e.log_factor * decay(now - e.updated_at, half_life_s))
-            for k, e in self.entries.items()
-        }
+    def factors(self, now: float, half_life_s: float) -> list[CalibrationFactor]:
+        """Every (setup, band) measured, with its correction now."""
+        factors = []
+        for key, entry in self.entries.items():
+            label, _, band = key.rpartition("|")
+            value = math.exp(entry.log_factor * decay(now - entry.updated_at, half_life_s))
+            factors.append(CalibrationFactor(label, int(band), value))
+        return factors
+
+
+class CalibrationFactor(NamedTuple):
+    setup: str
+    band: int
+    factor: float

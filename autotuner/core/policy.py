@@ -8,9 +8,9 @@ here; actuators only carry out the Decision.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -18,12 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autotuner.core.acceptance import AcceptanceEstimate, from_conditional
 from autotuner.core.capabilities import EngineCapabilities
-from autotuner.core.costmodel import Workload, predict
-from autotuner.core.estimates import BATCH_EDGES, AcceptanceMemory, BatchHistogram, Calibration
+from autotuner.core.costmodel import Workload
+from autotuner.core.estimates import BATCH_EDGES, BatchHistogram
 from autotuner.core.hardware import HardwareProfile
 from autotuner.core.model import ModelSpec
+from autotuner.core.predictor import Predictor
+from autotuner.core.state import TunerState, Verification
 from autotuner.core.types import (
     PLAIN,
+    AcceptanceStats,
     Action,
     BlockReason,
     Decision,
@@ -33,7 +36,7 @@ from autotuner.core.types import (
     UnusableReason,
 )
 
-HOUR, DAY = 3600.0, 86400.0
+HOUR = 3600.0
 SCHEDULE_END = BATCH_EDGES[-1] - 1
 
 
@@ -83,78 +86,15 @@ class PolicySettings(BaseModel):
     verify_settle_s: float = Field(300, ge=0, description="Warm-up after a change before judging.")
     regression_tolerance: float = Field(0.10, ge=0, lt=1)
     quarantine_s: float = Field(6 * HOUR, ge=0, description="A reverted setup is not retried.")
+    refusal_s: float = Field(
+        24 * HOUR,
+        ge=0,
+        description="How long a capability the engine refused (it did not come up with a "
+        "setup needing it) is taken as missing.",
+    )
     allow_low_precision_replay: bool = Field(
         False, description="Allow replay with a non-fp32 SSM state (it drifts)."
     )
-
-
-class Pending(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    target: Setup
-    since: float
-
-
-class QualityCheck(BaseModel):
-    """The quality guard's part of a verification (the canary itself runs in the controller).
-
-    pending: the canary ran on the previous setup (`before`) and must run again on the new one;
-    passed / failed: compared, `summary` says how; skipped: no comparison, `summary` says why.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    status: Literal["pending", "passed", "failed", "skipped"]
-    summary: str = ""
-    before: dict[str, Any] | None = None  # the canary run on the previous setup, as JSON
-    confidence: float | None = None  # how sure a failed verdict is (1 - smallest p-value)
-    since: float | None = None  # when the check became pending (the after-run deadline)
-    evidence: tuple[str, ...] = ()  # the prompts that diverged, before vs after
-
-
-class Verification(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    target: Setup
-    previous: Setup
-    switched_at: float
-    predicted_gain: float
-    baseline_rate: float | None = None  # tokens/s per engine before the change
-    baseline_batch: float | None = None  # demand (running + waiting per engine) then
-    quality: QualityCheck | None = None
-
-
-class Refusal(BaseModel):
-    """The engine did not come up with a setup that needed a capability: until `until`, the
-    policy proposes nothing that needs it (e.g. K schedules: static K instead)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    why: str
-    until: float
-
-
-class TunerState(BaseModel):
-    """Everything that must survive a restart of the sidecar (persisted as one annotation)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    current: Setup | None = None
-    last_known_good: Setup | None = None
-    acceptance: AcceptanceMemory = AcceptanceMemory()
-    batch: BatchHistogram = BatchHistogram()
-    calibration: Calibration = Calibration()
-    pending: Pending | None = None
-    verification: Verification | None = None
-    changes: tuple[float, ...] = ()
-    quarantine: dict[str, float] = {}
-    last_rate: float | None = None  # tokens/s per engine, last usable window
-    last_batch: float | None = None  # its demand per engine (running + waiting)
-    last_decision_id: int = 0
-    drafter: dict[str, Any] | None = None  # the operator's speculative config, kept while off
-    canary_baseline: dict[str, Any] | None = None  # latest canary run of `current`, as JSON
-    refused: dict[str, Refusal] = {}  # capability -> why the running engine is taken to lack it
-    last_quality: QualityCheck | None = None  # the latest finished quality check
 
 
 @dataclass(frozen=True)
@@ -171,6 +111,20 @@ class Context:
     leader: bool = True
     paused: bool = False
     rollout_in_progress: bool = False
+    rollout_stuck: str | None = None  # the target says the rollout cannot finish (why)
+    rollout_deadline_s: float = math.inf  # a rollout after our change not done by then is stuck
+    advisory: str | None = None  # why nothing decided is applied (advise mode, not leading)
+
+    def predictor(self, state: TunerState, settings: PolicySettings) -> Predictor:
+        """The calibrated model for this step: every tokens/s figure comes from it."""
+        return Predictor(
+            self.model,
+            self.hardware,
+            self.workload,
+            state.calibration,
+            self.now,
+            settings.calibration_half_life_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -189,27 +143,13 @@ def decide(
     state: TunerState, observation: Observation, ctx: Context, settings: PolicySettings
 ) -> tuple[Decision, TunerState]:
     """One step: absorb the window, verify a change in flight, then keep, switch or hold."""
-    state = absorb(state, observation, ctx, settings)
-    current = state.current or PLAIN
-    decision_id = state.last_decision_id + 1
-    state = state.model_copy(update={"last_decision_id": decision_id})
-
-    def make(action: Action, sentence: str, **fields: object) -> Decision:
-        return Decision.model_validate(
-            {
-                "id": decision_id,
-                "at": ctx.now,
-                "action": action,
-                "current": current,
-                "sentence": sentence,
-                **fields,
-            }
-        )
-
+    state = absorb(state, observation, ctx, settings).decided()
+    make = _maker(state, ctx)
     if state.verification is not None:
         verdict = _verify(state, observation, ctx, settings, make)
         if verdict is not None:
             return verdict
+    current = state.current or PLAIN
     evaluation = evaluate(state, ctx, settings, current)
     if evaluation is None:
         reason = BlockReason.STALE_DATA if not observation.usable else BlockReason.INSUFFICIENT_DATA
@@ -219,48 +159,102 @@ def decide(
             f"setups ({_why_unusable(observation)})",
             blocked_by=reason,
         ), state
-    numbers = {
-        "target": evaluation.best,
-        "gain": evaluation.gain,
-        "confidence": evaluation.confidence,
-        "predicted_tokens_per_s": evaluation.values,
-        "notes": evaluation.notes,
-    }
-    best, gain = evaluation.best, evaluation.gain
-    state = _track_dwell(state, observation, ctx, settings, current, best)
-    if best == current or gain <= 0:
+    state = _track_dwell(state, observation, ctx, settings, current, evaluation.best)
+    if evaluation.best == current or evaluation.gain <= 0:
         return make(
             Action.KEEP,
             f"keep {current.label}: best of {len(evaluation.values)} "
             f"candidates ({evaluation.current_value:,.0f} tokens/s expected over the "
             f"batch distribution, p50 batch {state.batch.quantile(0.5):.0f})",
-            **numbers,
+            **_numbers(evaluation),
         ), state
     blocked = _first_block(state, observation, ctx, settings, evaluation)
     if blocked is not None:
         reason, why = blocked
         return make(
             Action.HOLD,
-            f"hold {current.label}: {best.label} would gain {_percent(gain)} but {why}",
+            f"hold {current.label}: {evaluation.best.label} would gain "
+            f"{_percent(evaluation.gain)} but {why}",
             blocked_by=reason,
-            **numbers,
+            **_numbers(evaluation),
         ), state
-    verification = Verification(
-        target=best,
-        previous=current,
-        switched_at=ctx.now,
-        predicted_gain=gain,
-        baseline_rate=state.last_rate,
-        baseline_batch=state.last_batch,
-    )
-    state = state.model_copy(
-        update={
-            "current": best,
-            "last_known_good": current,
-            "pending": None,
-            "verification": verification,
-            "changes": (*_recent(state.changes, ctx.now), ctx.now),
-        }
+    return _switch(state, ctx, settings, evaluation, make)
+
+
+class _Make:
+    """Builds this step's Decisions: id, time and running setup filled in, every other field
+    named (a misspelt one is a TypeError, not a silently dropped key)."""
+
+    def __init__(self, decision_id: int, now: float, current: Setup) -> None:
+        self.decision_id, self.now, self.current = decision_id, now, current
+
+    def __call__(
+        self,
+        action: Action,
+        sentence: str,
+        *,
+        target: Setup | None = None,
+        blocked_by: BlockReason | None = None,
+        gain: float = 0.0,
+        confidence: float = 0.0,
+        predicted_tokens_per_s: dict[str, float] | None = None,
+        notes: tuple[str, ...] = (),
+        current: Setup | None = None,
+    ) -> Decision:
+        return Decision(
+            id=self.decision_id,
+            at=self.now,
+            action=action,
+            current=current or self.current,
+            sentence=sentence,
+            target=target,
+            blocked_by=blocked_by,
+            gain=gain,
+            confidence=confidence,
+            predicted_tokens_per_s=predicted_tokens_per_s or {},
+            notes=notes,
+        )
+
+
+def _maker(state: TunerState, ctx: Context) -> _Make:
+    return _Make(state.last_decision_id, ctx.now, state.current or PLAIN)
+
+
+class _Numbers(TypedDict):
+    target: Setup
+    gain: float
+    confidence: float
+    predicted_tokens_per_s: dict[str, float]
+    notes: tuple[str, ...]
+
+
+def _numbers(evaluation: Evaluation) -> _Numbers:
+    return {
+        "target": evaluation.best,
+        "gain": evaluation.gain,
+        "confidence": evaluation.confidence,
+        "predicted_tokens_per_s": evaluation.values,
+        "notes": evaluation.notes,
+    }
+
+
+def _switch(
+    state: TunerState,
+    ctx: Context,
+    settings: PolicySettings,
+    evaluation: Evaluation,
+    make: _Make,
+) -> tuple[Decision, TunerState]:
+    current, best = make.current, evaluation.best
+    state = state.verifying(
+        Verification(
+            target=best,
+            previous=current,
+            switched_at=ctx.now,
+            predicted_gain=evaluation.gain,
+            baseline_rate=state.last_rate,
+            baseline_batch=state.last_batch,
+        )
     )
     payback = (
         settings.restart_downtime_s
@@ -270,11 +264,11 @@ def decide(
     )
     return make(
         Action.SWITCH,
-        f"switch {current.label} -> {best.label}: {_percent(gain)} "
+        f"switch {current.label} -> {best.label}: {_percent(evaluation.gain)} "
         f"({evaluation.best_value:,.0f} vs {evaluation.current_value:,.0f} tokens/s "
         f"expected, p50 batch {state.batch.quantile(0.5):.0f}); the restart pays back in "
         f"{payback / 60:.0f} min; confidence {evaluation.confidence:.2f}",
-        **numbers,
+        **_numbers(evaluation),
     ), state
 
 
@@ -296,7 +290,7 @@ def _track_dwell(
     if not observation.usable or observation.batch is None:
         return state
     if best == current:
-        return state.model_copy(update={"pending": None})
+        return state.not_pending()
     recent = BatchHistogram().add(demand(observation), ctx.now, settings.batch_half_life_s)
     batches, weights = recent.distribution()
     accept = state.acceptance.estimate(ctx.now, settings.acceptance_memory_half_life_s)
@@ -304,9 +298,8 @@ def _track_dwell(
     now_current = objective(current, batches, weights, state, ctx, settings, accept)
     favoured = now_current > 0 and now_best / now_current - 1 >= settings.min_gain
     if not favoured:
-        return state.model_copy(update={"pending": None})
-    since = state.pending.since if state.pending is not None else ctx.now
-    return state.model_copy(update={"pending": Pending(target=best, since=since)})
+        return state.not_pending()
+    return state.pending_since(best, ctx.now)
 
 
 def absorb(
@@ -316,62 +309,76 @@ def absorb(
     nothing but the believed current setup)."""
     # What runs: the target's args when an actuator reads them (they show schedules), else
     # what the engine reports in its metrics, else what we last believed.
-    live_setup = observation.live_setup.setup if observation.live_setup else None
-    current = ctx.deployed or (live_setup if observation.usable else None) or state.current
-    update: dict[str, object] = {"current": current or PLAIN}
-    if not observation.usable or observation.batch is None:
-        return state.model_copy(update=update)
-    now = ctx.now
-    if state.verification is None or observation.window_start >= (
-        state.verification.switched_at + settings.verify_settle_s
-    ):
-        update["batch"] = state.batch.add(demand(observation), now, settings.batch_half_life_s)
-    acceptance = state.acceptance
-    stats = observation.acceptance
-    if stats is not None and stats.sufficient and current is not None and current.schedule:
-        # Under a K schedule, drafts of a band with smaller K never reach the later positions:
-        # only positions every observed band drafted are unbiased.
-        k_used = int(
-            current.spec_tokens_at(observation.batch.values or [batch_mean(observation)]).min()
-        )
-        stats = (
-            None
-            if k_used == 0
-            else stats.model_copy(
-                update={"accepted_per_position": stats.accepted_per_position[:k_used]}
-            )
-        )
-    if stats is not None and stats.sufficient:
-        acceptance = acceptance.add(stats, now, settings.acceptance_half_life_s)
-        update["acceptance"] = acceptance
     live = observation.live_setup.setup if observation.live_setup else None
-    batch = observation.batch.mean
-    estimate = acceptance.estimate(now, settings.acceptance_memory_half_life_s)
-    calibrated_setup = current or live
-    if (
-        observation.step_time_s
-        and batch >= 1
-        and calibrated_setup is not None
-        and (live is None or live.spec_tokens == calibrated_setup.spec_tokens)
-    ):
-        accept = estimate or from_conditional([0.0] * calibrated_setup.spec_tokens)
-        if calibrated_setup.spec_tokens <= accept.max_spec_tokens:
-            curve = predict(
-                ctx.model, ctx.hardware, calibrated_setup, [round(batch)], accept, ctx.workload
-            )
-            update["calibration"] = state.calibration.add(
-                calibrated_setup.label,
-                batch,
-                observation.step_time_s,
-                float(curve.step_time_s[0]),
-                now,
-                half_life_s=settings.calibration_half_life_s,
-                bounds=settings.calibration_bounds,
-            )
+    known = ctx.deployed or (live if observation.usable else None) or state.current
+    current = known or PLAIN
+    state = state.running(current)
+    if not observation.usable or observation.batch is None:
+        return state
+    update: dict[str, object] = {}
+    settled = state.verification is None or observation.window_start >= (
+        state.verification.switched_at + settings.verify_settle_s
+    )
+    if settled:
+        update["batch"] = state.batch.add(demand(observation), ctx.now, settings.batch_half_life_s)
+    stats = _unbiased_acceptance(observation, current)
+    if stats is not None and stats.sufficient:
+        update["acceptance"] = state.acceptance.add(stats, ctx.now, settings.acceptance_half_life_s)
+    state = state.updated(**update)
+    if known is not None and (live is None or live.spec_tokens == known.spec_tokens):
+        state = _calibrate(state, observation, ctx, settings, known)
     if observation.generation_tokens_per_s and observation.series:
-        update["last_rate"] = observation.generation_tokens_per_s / observation.series
-        update["last_batch"] = float(np.mean(demand(observation)))
-    return state.model_copy(update=update)
+        state = state.updated(
+            last_rate=observation.generation_tokens_per_s / observation.series,
+            last_batch=float(np.mean(demand(observation))),
+        )
+    return state
+
+
+def _unbiased_acceptance(observation: Observation, current: Setup) -> AcceptanceStats | None:
+    """The window's acceptance counts, cut to the positions every observed batch drafted."""
+    stats = observation.acceptance
+    if stats is None or not stats.sufficient or not current.schedule:
+        return stats
+    assert observation.batch is not None
+    # Under a K schedule, drafts of a band with smaller K never reach the later positions:
+    # only positions every observed band drafted are unbiased.
+    k_used = int(
+        current.spec_tokens_at(observation.batch.values or [batch_mean(observation)]).min()
+    )
+    if k_used == 0:
+        return None
+    return stats.model_copy(update={"accepted_per_position": stats.accepted_per_position[:k_used]})
+
+
+def _calibrate(
+    state: TunerState,
+    observation: Observation,
+    ctx: Context,
+    settings: PolicySettings,
+    current: Setup,
+) -> TunerState:
+    """measured / predicted step time of the running setup at the observed batch."""
+    assert observation.batch is not None
+    batch = observation.batch.mean
+    if not observation.step_time_s or batch < 1:
+        return state
+    estimate = state.acceptance.estimate(ctx.now, settings.acceptance_memory_half_life_s)
+    accept = estimate or from_conditional([0.0] * current.spec_tokens)
+    if current.spec_tokens > accept.max_spec_tokens:
+        return state
+    curve = ctx.predictor(state, settings).model_curve(current, [round(batch)], accept)
+    return state.updated(
+        calibration=state.calibration.add(
+            current.label,
+            batch,
+            observation.step_time_s,
+            float(curve.step_time_s[0]),
+            ctx.now,
+            half_life_s=settings.calibration_half_life_s,
+            bounds=settings.calibration_bounds,
+        )
+    )
 
 
 def demand(observation: Observation) -> list[float]:
@@ -514,14 +521,7 @@ def calibrated(
     acceptance: AcceptanceEstimate,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Predicted tokens/s and step time per batch, corrected by measured/predicted factors."""
-    curve = predict(ctx.model, ctx.hardware, setup, batches, acceptance, ctx.workload)
-    factors = np.array(
-        [
-            state.calibration.factor(setup.label, b, ctx.now, settings.calibration_half_life_s)
-            for b in batches
-        ]
-    )
-    return curve.tokens_per_s / factors, curve.step_time_s * factors
+    return ctx.predictor(state, settings).curve(setup, batches, acceptance)
 
 
 def _schedules(
@@ -584,7 +584,7 @@ def _first_block(
     dwelt = (now - pending.since) if pending is not None else 0.0
     gain_tokens = evaluation.best_value - evaluation.current_value
     restart_tokens = settings.restart_downtime_s * evaluation.current_value * settings.restart_share
-    recent = _recent(state.changes, now)
+    recent = state.recent_changes(now)
     last_hour = sum(1 for t in recent if t > now - HOUR)
     last_change = max(recent) if recent else None
     checks: list[tuple[bool, BlockReason, str]] = [
@@ -655,7 +655,7 @@ def _verify(
     observation: Observation,
     ctx: Context,
     settings: PolicySettings,
-    make: Callable[..., Decision],
+    make: _Make,
 ) -> tuple[Decision, TunerState] | None:
     """Judge a change once the rollout settled: revert it when it measures worse."""
     verification = state.verification
@@ -664,7 +664,7 @@ def _verify(
     quality = verification.quality
     if quality is not None and quality.status == "failed":
         # Quality before speed: changed answers revert whatever the throughput says.
-        return _revert(
+        return revert(
             state,
             ctx,
             settings,
@@ -672,17 +672,7 @@ def _verify(
             f"the quality canary got worse ({quality.summary})",
             confidence=quality.confidence or 0.0,
         )
-    settled_at = verification.switched_at + settings.verify_settle_s
-    live = observation.live_setup.setup if observation.live_setup else None
-    waiting = (
-        ctx.rollout_in_progress
-        or not observation.usable
-        or observation.window_start < settled_at
-        or (live is not None and live.spec_tokens != target.spec_tokens)
-        or not observation.generation_tokens_per_s
-        or observation.batch is None
-    )
-    if waiting:
+    if _unsettled(verification, observation, ctx, settings):
         decision = make(
             Action.HOLD,
             f"verifying {previous.label} -> {target.label}: waiting for a settled "
@@ -691,26 +681,9 @@ def _verify(
             blocked_by=BlockReason.VERIFYING,
         )
         return decision, state
-    assert observation.generation_tokens_per_s is not None
-    # Compare engines' throughput at the same demand: per-request rates would mislead when
-    # the two setups fit different numbers of requests.
-    batch = float(np.mean(demand(observation)))
-    measured = observation.generation_tokens_per_s / max(observation.series, 1)
-    accept = state.acceptance.estimate(ctx.now, settings.acceptance_memory_half_life_s)
-    accept = accept or from_conditional([])
-    sizes = np.asarray([max(round(batch), 1)])
-    expected_previous = float("nan")
-    if previous.spec_tokens <= accept.max_spec_tokens:
-        tokens, _ = calibrated(previous, sizes, state, ctx, settings, accept)
-        expected_previous = float(tokens[0])
-    baseline = verification.baseline_rate
-    same_band = (
-        verification.baseline_batch is not None
-        and abs(math.log2(max(batch, 1) / max(verification.baseline_batch, 1))) < 0.5
-    )
-    reference = baseline if same_band and baseline else expected_previous
+    measured, reference, batch = _measured_against_previous(state, observation, ctx, settings)
     if math.isfinite(reference) and measured < reference * (1 - settings.regression_tolerance):
-        return _revert(
+        return revert(
             state,
             ctx,
             settings,
@@ -729,7 +702,6 @@ def _verify(
             blocked_by=BlockReason.VERIFYING,
         )
         return decision, state
-    state = state.model_copy(update={"verification": None, "last_known_good": target})
     decision = make(
         Action.KEEP,
         f"verified {target.label}: {measured:,.0f} tokens/s per engine at demand "
@@ -739,50 +711,85 @@ def _verify(
         gain=measured / reference - 1 if reference else 0.0,
         notes=(f"quality: {quality.status}: {quality.summary}",) if quality else (),
     )
-    return decision, state
+    return decision, state.verified()
 
 
-def _revert(
+def _unsettled(
+    verification: Verification, observation: Observation, ctx: Context, settings: PolicySettings
+) -> bool:
+    """No window yet that shows the new setup alone, warmed up and measured."""
+    live = observation.live_setup.setup if observation.live_setup else None
+    return (
+        ctx.rollout_in_progress
+        or not observation.usable
+        or observation.window_start < verification.switched_at + settings.verify_settle_s
+        or (live is not None and live.spec_tokens != verification.target.spec_tokens)
+        or not observation.generation_tokens_per_s
+        or observation.batch is None
+    )
+
+
+def _measured_against_previous(
+    state: TunerState, observation: Observation, ctx: Context, settings: PolicySettings
+) -> tuple[float, float, float]:
+    """(measured tokens/s per engine, what the previous setup gives at this demand, demand).
+
+    Compare engines' throughput at the same demand: per-request rates would mislead when the
+    two setups fit different numbers of requests. The reference is the rate measured before
+    the change when demand is in the same band, else the previous setup's calibrated
+    prediction (nan when it cannot be predicted)."""
+    verification = state.verification
+    assert verification is not None
+    assert observation.generation_tokens_per_s is not None
+    previous = verification.previous
+    batch = float(np.mean(demand(observation)))
+    measured = observation.generation_tokens_per_s / max(observation.series, 1)
+    accept = state.acceptance.estimate(ctx.now, settings.acceptance_memory_half_life_s)
+    accept = accept or from_conditional([])
+    expected_previous = float("nan")
+    if previous.spec_tokens <= accept.max_spec_tokens:
+        sizes = np.asarray([max(round(batch), 1)])
+        expected_previous = float(calibrated(previous, sizes, state, ctx, settings, accept)[0][0])
+    baseline = verification.baseline_rate
+    same_band = (
+        verification.baseline_batch is not None
+        and abs(math.log2(max(batch, 1) / max(verification.baseline_batch, 1))) < 0.5
+    )
+    reference = baseline if same_band and baseline else expected_previous
+    return measured, reference, batch
+
+
+def revert(
     state: TunerState,
     ctx: Context,
     settings: PolicySettings,
-    make: Callable[..., Decision],
+    make: _Make,
     why: str,
-    **numbers: float,
+    *,
+    gain: float = 0.0,
+    confidence: float = 0.0,
 ) -> tuple[Decision, TunerState]:
     """Back to the previous setup; the tried one is quarantined."""
     verification = state.verification
     assert verification is not None
     target, previous = verification.target, verification.previous
-    quarantine = dict(state.quarantine)
-    quarantine[target.label] = ctx.now + settings.quarantine_s
-    state = state.model_copy(
-        update={
-            "current": previous,
-            "verification": None,
-            "pending": None,
-            "quarantine": quarantine,
-            "changes": (*_recent(state.changes, ctx.now), ctx.now),
-        }
-    )
+    state = state.reverted(ctx.now, ctx.now + settings.quarantine_s)
     decision = make(
         Action.REVERT,
         f"revert {target.label} -> {previous.label}: {why}; {target.label} quarantined for "
         f"{settings.quarantine_s / 3600:.1f} h",
         target=previous,
+        current=target,
         notes=(f"predicted gain was {verification.predicted_gain:+.1%}",),
-        **numbers,
+        gain=gain,
+        confidence=confidence,
     )
-    return decision.model_copy(update={"current": target}), state
+    return decision, state
 
 
 def _percent(gain: float) -> str:
     """A gain for a sentence; infinite when the running setup has no estimate yet."""
     return f"{gain:+.1%}" if math.isfinite(gain) else "an unknown amount (no estimate for now)"
-
-
-def _recent(changes: Sequence[float], now: float) -> tuple[float, ...]:
-    return tuple(t for t in changes if t > now - DAY)
 
 
 def _why_unusable(observation: Observation) -> str:

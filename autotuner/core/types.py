@@ -317,7 +317,7 @@ class BlockReason(str, Enum):
 class Decision(BaseModel):
     """One decision with every number behind it (DESIGN.md rule 8)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: int
     at: float
@@ -330,3 +330,7 @@ class Decision(BaseModel):
     predicted_tokens_per_s: dict[str, float] = {}  # candidate label -> objective value
     sentence: str
     notes: tuple[str, ...] = ()
+
+    def noted(self, *notes: str) -> Decision:
+        """The same decision with more notes (what carrying it out found)."""
+        return Decision.model_validate({**dict(self), "notes": (*self.notes, *notes)})

@@ -18,7 +18,8 @@ from autotuner.core.costmodel import Workload, crossover_batches, predict
 from autotuner.core.hardware import datasheet
 from autotuner.core.hf_config import from_hf_config
 from autotuner.core.model import DrafterKind
-from autotuner.core.policy import Context, PolicySettings, TunerState, candidates
+from autotuner.core.policy import Context, PolicySettings, candidates
+from autotuner.core.state import TunerState
 from autotuner.core.registry import load_model
 from autotuner.core.types import PLAIN, Setup
 

@@ -12,7 +12,8 @@ from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import HardwareProfile, datasheet
 from autotuner.core.model import ModelSpec
 from autotuner.core.observation import ObservationLimits
-from autotuner.core.policy import Context, PolicySettings, QualityCheck, TunerState, decide
+from autotuner.core.policy import Context, PolicySettings, decide
+from autotuner.core.state import QualityCheck, TunerState
 from autotuner.core.registry import load_model
 from autotuner.core.types import Action, BlockReason, Decision, Observation, Setup, UnusableReason
 from autotuner.sim.truth import TruthEngine, realistic_error

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from autotuner.canary.guard import QualityGuard, QualitySettings, admission
-from autotuner.core.policy import QualityCheck
+from autotuner.core.state import QualityCheck
 from autotuner.core.types import Observation, Setup
 from autotuner.durations import format_duration, parse_duration
 

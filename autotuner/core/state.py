@@ -1,0 +1,249 @@
+"""What the tuner carries between steps (and across its own restarts): the TunerState, its named
+transitions, and reading a persisted state of this or an older schema.
+
+Every change goes through a transition that says what happened (`verifying`, `reverted`,
+`quarantined`, ...); the fields are validated on every change, so a misspelt name fails loudly
+instead of becoming a stray attribute. The list of recent changes is kept to one day in one
+place (`_changed`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from autotuner.core.estimates import AcceptanceMemory, BatchHistogram, Calibration
+from autotuner.core.types import Setup
+
+DAY = 86400.0
+SCHEMA_VERSION = 2  # 1: the first wave's state, written without a version
+SET_ASIDE_CHARS = 65536  # an unreadable state is kept (this much of it) for the operator
+
+
+class Pending(BaseModel):
+    """Since when recent load has pointed at leaving the running setup for `target`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target: Setup
+    since: float
+
+
+class QualityCheck(BaseModel):
+    """The quality guard's part of a verification (the canary itself runs in the controller).
+
+    pending: the canary ran on the previous setup (`before`) and must run again on the new one;
+    passed / failed: compared, `summary` says how; skipped: no comparison, `summary` says why.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    status: Literal["pending", "passed", "failed", "skipped"]
+    summary: str = ""
+    before: dict[str, Any] | None = None  # the canary run on the previous setup, as JSON
+    confidence: float | None = None  # how sure a failed verdict is (1 - smallest p-value)
+    since: float | None = None  # when the check became pending (the after-run deadline)
+    evidence: tuple[str, ...] = ()  # the prompts that diverged, before vs after
+
+
+class Verification(BaseModel):
+    """A change in flight: judged once the new setup serves a settled window."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target: Setup
+    previous: Setup
+    switched_at: float
+    predicted_gain: float
+    baseline_rate: float | None = None  # tokens/s per engine before the change
+    baseline_batch: float | None = None  # demand (running + waiting per engine) then
+    quality: QualityCheck | None = None
+
+    def with_quality(self, check: QualityCheck) -> Verification:
+        return Verification.model_validate({**dict(self), "quality": check})
+
+
+class Refusal(BaseModel):
+    """The engine did not come up with a setup that needed a capability: until `until`, the
+    policy proposes nothing that needs it (e.g. K schedules: static K instead)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    why: str
+    until: float
+
+
+class TunerState(BaseModel):
+    """Everything that must survive a restart of the sidecar (persisted as one annotation)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    current: Setup | None = None
+    last_known_good: Setup | None = None
+    acceptance: AcceptanceMemory = AcceptanceMemory()
+    batch: BatchHistogram = BatchHistogram()
+    calibration: Calibration = Calibration()
+    pending: Pending | None = None
+    verification: Verification | None = None
+    changes: tuple[float, ...] = ()  # when changes happened (ours and drift), last day only
+    quarantine: dict[str, float] = {}  # setup label -> until
+    last_rate: float | None = None  # tokens/s per engine, last usable window
+    last_batch: float | None = None  # its demand per engine (running + waiting)
+    last_decision_id: int = 0
+    drafter: dict[str, Any] | None = None  # the operator's speculative config, kept while off
+    canary_baseline: dict[str, Any] | None = None  # latest canary run of `current`, as JSON
+    refused: dict[str, Refusal] = {}  # capability -> why the running engine is taken to lack it
+    last_quality: QualityCheck | None = None  # the latest finished quality check
+    set_aside: str | None = None  # a persisted state that could not be read, kept verbatim
+
+    # ---------------------------------------------------------------- transitions
+
+    def updated(self, **fields: Any) -> TunerState:
+        """These fields changed, validated (an unknown name raises)."""
+        return TunerState.model_validate({**dict(self), **fields})
+
+    def decided(self) -> TunerState:
+        """One more decision was made (its id is the new `last_decision_id`)."""
+        return self.updated(last_decision_id=self.last_decision_id + 1)
+
+    def running(self, setup: Setup) -> TunerState:
+        """What the target (or the engine) says runs now."""
+        return self if setup == self.current else self.updated(current=setup)
+
+    def pending_since(self, target: Setup, now: float) -> TunerState:
+        """Recent load favours leaving for `target`; the dwell clock keeps its start while
+        load keeps favouring a change (the best sibling may change meanwhile)."""
+        since = self.pending.since if self.pending is not None else now
+        return self.updated(pending=Pending(target=target, since=since))
+
+    def not_pending(self) -> TunerState:
+        return self if self.pending is None else self.updated(pending=None)
+
+    def verifying(self, verification: Verification) -> TunerState:
+        """A switch was decided: the new setup runs, the old one is the known good."""
+        return self._changed(verification.switched_at).updated(
+            current=verification.target,
+            last_known_good=verification.previous,
+            pending=None,
+            verification=verification,
+        )
+
+    def verified(self) -> TunerState:
+        assert self.verification is not None
+        return self.updated(verification=None, last_known_good=self.verification.target)
+
+    def reverted(self, now: float, quarantine_until: float) -> TunerState:
+        """Back to the previous setup; the one tried is not proposed again until then."""
+        assert self.verification is not None
+        tried, previous = self.verification.target, self.verification.previous
+        return (
+            self._changed(now)
+            .quarantined(tried, quarantine_until)
+            .updated(current=previous, verification=None, pending=None)
+        )
+
+    def adopted(self, setup: Setup, now: float) -> TunerState:
+        """Someone else changed the managed flags: theirs is what runs (a change all the same)."""
+        return self._changed(now).updated(current=setup, verification=None, pending=None)
+
+    def applied_by_hand(
+        self, setup: Setup, drafter: dict[str, Any] | None, now: float
+    ) -> TunerState:
+        """`autotuner apply` changed the target: a known change (not drift) that counts for
+        the budget and cooldown; the canary baseline was a run of the setup replaced."""
+        return self._changed(now).updated(
+            current=setup,
+            drafter=drafter,
+            pending=None,
+            verification=None,
+            canary_baseline=None,
+        )
+
+    def quarantined(self, setup: Setup, until: float) -> TunerState:
+        return self.updated(quarantine={**self.quarantine, setup.label: until})
+
+    def refusing(self, capability: str, refusal: Refusal) -> TunerState:
+        return self.updated(refused={**self.refused, capability: refusal})
+
+    def checking_quality(self, check: QualityCheck) -> TunerState:
+        """The verification in flight gets (or updates) its quality check; a finished or
+        skipped check is also the latest one."""
+        assert self.verification is not None
+        fields: dict[str, Any] = {"verification": self.verification.with_quality(check)}
+        if check.status != "pending":
+            fields["last_quality"] = check
+        return self.updated(**fields)
+
+    def with_canary_baseline(self, record: dict[str, Any]) -> TunerState:
+        return self.updated(canary_baseline=record)
+
+    def keeping_drafter(self, config: dict[str, Any]) -> TunerState:
+        """The operator's speculative config, remembered while speculation is off."""
+        return self if config == self.drafter else self.updated(drafter=config)
+
+    def advisory(self, before: TunerState) -> TunerState:
+        """Nothing was applied: keep what this step learned, not what it would have changed."""
+        return self.updated(
+            current=before.current,
+            last_known_good=before.last_known_good,
+            verification=before.verification,
+            changes=before.changes,
+            quarantine=before.quarantine,
+        )
+
+    def setting_aside(self, unreadable: str) -> TunerState:
+        return self.updated(set_aside=unreadable[:SET_ASIDE_CHARS])
+
+    def recent_changes(self, now: float) -> tuple[float, ...]:
+        return tuple(t for t in self.changes if t > now - DAY)
+
+    def _changed(self, now: float) -> TunerState:
+        return self.updated(changes=(*self.recent_changes(now), now))
+
+
+@dataclass(frozen=True)
+class StateRead:
+    """A persisted state as read: the state (None when unreadable), the schema it was written
+    in, and what went wrong or was dropped."""
+
+    state: TunerState | None
+    written_as: int | None = None
+    problem: str | None = None
+
+    @property
+    def migrated(self) -> bool:
+        return self.state is not None and self.written_as != SCHEMA_VERSION
+
+
+def read_state(text: str) -> StateRead:
+    """Parse a persisted state of this or an older schema (migrated, never dropped)."""
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        return StateRead(None, problem=f"not JSON: {exc}")
+    if not isinstance(record, dict):
+        return StateRead(None, problem="not a JSON object")
+    version = record.get("schema_version", 1)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        return StateRead(
+            None, written_as=None, problem=f"schema {version!r} is newer than this sidecar's"
+        )
+    migrated = _MIGRATIONS[version](record) if version < SCHEMA_VERSION else record
+    try:
+        return StateRead(TunerState.model_validate(migrated), written_as=version)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return StateRead(None, written_as=version, problem=f"{where}: {first['msg']}")
+
+
+def _from_v1(record: dict[str, Any]) -> dict[str, Any]:
+    """The first wave's state: the same fields, no version."""
+    return {**record, "schema_version": SCHEMA_VERSION}
+
+
+_MIGRATIONS = {1: _from_v1}
