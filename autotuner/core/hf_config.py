@@ -26,7 +26,6 @@ from autotuner.core.weights import (
     Scheme,
     describe,
     plan,
-    role_formats,
     scheme_of,
     uniform,
     weight_format,
@@ -832,6 +831,6 @@ def from_hf_config(
         }
     spec = spec.model_copy(update=update)
     if scheme.label not in UNQUANTIZED or weights:
-        notes.insert(0, f"weights: {role_formats(shares)}; {describe(shares)}")
+        notes.insert(0, f"weights from {scheme.source}: {describe(shares)}")
     notes += name_notes + _state_note(spec)
     return spec.model_copy(update={"notes": (*spec.notes, *notes)})

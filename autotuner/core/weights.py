@@ -426,21 +426,12 @@ def _name_notes(scheme: Scheme, unmatched: Sequence[str]) -> list[str]:
 
 
 def describe(shares: Sequence[WeightShare]) -> str:
-    """`nvfp4 17.1B, fp8 7.2B, bfloat16 1.3B params`: the formats in order of size."""
-    by_format: dict[str, int] = {}
+    """`nvfp4 17.11B params (mlp), fp8 7.24B (attention, ssm)`: formats by size, with roles."""
+    params: dict[str, int] = {}
+    roles: dict[str, list[str]] = {}
     for share in shares:
-        by_format[share.dtype] = by_format.get(share.dtype, 0) + share.params
-    ranked = sorted(by_format.items(), key=lambda item: -item[1])
-    return ", ".join(f"{fmt} {params / 1e9:.2f}B" for fmt, params in ranked) + " params"
-
-
-def role_formats(shares: Sequence[WeightShare]) -> str:
-    """`attention fp8, experts nvfp4, ...`: each role's format (several: the largest first)."""
-    roles: dict[str, list[WeightShare]] = {}
-    for share in shares:
-        roles.setdefault(share.role, []).append(share)
-    parts = []
-    for role, items in sorted(roles.items()):
-        items.sort(key=lambda s: -s.params)
-        parts.append(f"{role} " + "/".join(s.dtype for s in items))
-    return ", ".join(parts)
+        params[share.dtype] = params.get(share.dtype, 0) + share.params
+        roles.setdefault(share.dtype, []).append(share.role)
+    ranked = sorted(params, key=lambda fmt: -params[fmt])
+    parts = [f"{fmt} {params[fmt] / 1e9:.2f}B ({', '.join(sorted(roles[fmt]))})" for fmt in ranked]
+    return ", ".join(parts).replace("B (", "B params (", 1)

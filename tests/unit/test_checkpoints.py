@@ -472,7 +472,7 @@ def test_an_override_replaces_what_the_files_say_and_says_so() -> None:
     assert spec.weight_bytes == load_model(str(CONFIGS / "qwen3.5-27b.config.json")).weight_bytes
     assert (spec.weight_dtype, spec.weight_source) == ("bfloat16", "override")
     assert spec.summary()["weight_source"] == "override"
-    note = next(n for n in spec.notes if "override" in n)
+    note = next(n for n in spec.notes if "given as an override" in n)
     assert "bfloat16 given as an override" in note
     assert "mixed (config.json quantization_config (MIXED_PRECISION))" in note
 
