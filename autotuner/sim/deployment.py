@@ -1,7 +1,9 @@
 """A simulated vLLM deployment: the simulated engine behind HTTP, restarted (with a gap and a
 counter reset) whenever the managed flags in its manifest change. The demo and the end-to-end
 tests point `autotuner run` at it; its step times come from a TruthEngine, so they differ from
-the cost model by a hidden error."""
+the cost model by a hidden error. Nothing is served during the gap, and a setup the model or
+the engine build cannot run does not come up (the server stays down until the manifest
+asks for one it can run)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 from autotuner.actuators.base import ActuatorError
 from autotuner.actuators.manifest import ManifestActuator
 from autotuner.core.acceptance import from_conditional
+from autotuner.core.capabilities import REPLAY_SPEC, EngineCapabilities
 from autotuner.core.costmodel import predict
 from autotuner.core.types import Setup
 from autotuner.sim.completions import CompletionsEngine
@@ -34,9 +37,11 @@ class SimulatedDeployment:
         poll_s: float = 0.1,
         clock: Callable[[], float] = time.time,
         generate: Callable[[str, int], str] | None = None,
+        engine: EngineCapabilities | None = None,
     ) -> None:
         self.manifest = ManifestActuator(manifest)
         self.truth = truth
+        self.engine = engine or REPLAY_SPEC
         self.acceptance = tuple(acceptance)
         self.restart_gap_s = restart_gap_s
         self.poll_s = poll_s
@@ -86,6 +91,19 @@ class SimulatedDeployment:
         )
         return float(curve.max_batch)
 
+    def refusal(self, setup: Setup) -> str | None:
+        """Why this engine would not come up with `setup` (None: it runs it). A model without
+        recurrent state has no replay; the engine build accepts what its capabilities say."""
+        if setup.replay_window and not self.truth.model.is_hybrid:
+            return f"{self.truth.model.name} has no recurrent state: no --use-replayssm"
+        return self.engine.refusal(setup)
+
+    def served(self) -> float:
+        """Tokens generated so far, across restarts, counted up to this moment."""
+        with self.server.lock:
+            self.sim.advance_to(self.clock())
+            return self.sim.total_generated
+
     def _watch(self) -> None:
         current = self.sim.setup.setup
         while not self.stop_event.wait(self.poll_s):
@@ -97,12 +115,17 @@ class SimulatedDeployment:
                 continue
             with self.server.lock:
                 self.server.up = False
+                self.sim.stop()  # nothing is served while it restarts
             if self.stop_event.wait(self.restart_gap_s):
                 return
+            current = wanted
+            refused = self.refusal(wanted)
+            if refused is not None:  # it does not come up; down until the manifest changes
+                self.history.append((self.clock(), f"refused {wanted.label}: {refused}"))
+                continue
             with self.server.lock:
                 self.sim.restart(SimSetup.of(wanted, self.acceptance))
                 self.server.up = True
-            current = wanted
             self.restarts += 1
             self.history.append((self.clock(), wanted.label))
 
@@ -118,11 +141,19 @@ class SimulatedDeployment:
         self.close()
 
 
-def demo_manifest(model_id: str, setup: Setup, drafter: str = "mtp") -> str:
-    """A vLLM Deployment like deploy/ ships, for the demo and the end-to-end tests."""
+def demo_manifest(model_id: str, setup: Setup, drafter: str | None = "mtp") -> str:
+    """A vLLM Deployment like deploy/ ships, for the demo and the end-to-end tests (without a
+    drafter: no --speculative-config, the model cannot speculate)."""
     import json
 
     config = json.dumps({"method": drafter, "num_speculative_tokens": setup.spec_tokens or 3})
+    speculation = (
+        f"""
+            - --speculative-config
+            - '{config}'"""
+        if drafter
+        else ""
+    )
     return f"""\
 # A vLLM Deployment tuned by spec-autotuner (simulated: no cluster, no GPU).
 apiVersion: apps/v1
@@ -146,9 +177,7 @@ spec:
           image: vllm/vllm-openai:v0.20.0
           args:
             - --model
-            - {model_id}
-            - --speculative-config
-            - '{config}'
+            - {model_id}{speculation}
             - --max-num-seqs
             - "1024"
           resources:

@@ -135,6 +135,7 @@ class SimulatedVllm:
         self.clock = clock
         self.engine_count = engines
         self.now = clock()
+        self.serving = True  # False between stop() and restart(): a server that is down
         self.engines = [EngineCounters(created=self.now) for _ in range(engines)]
         self._reset_engines()
 
@@ -146,9 +147,16 @@ class SimulatedVllm:
             engine.running = min(demand, max(limit, 1.0))
             engine.waiting = demand - engine.running
 
+    def stop(self) -> None:
+        """The server goes down: everything up to now is counted, then nothing is served (and
+        no token is counted) until `restart`."""
+        self.advance_to(self.clock())
+        self.serving = False
+
     def restart(self, setup: SimSetup | None = None) -> None:
         """A restarted server: new setup, counters from zero, new `_created` stamps."""
         self.advance_to(self.clock())
+        self.serving = True
         if setup is not None:
             self.setup = setup
         self.engines = [EngineCounters(created=self.now) for _ in range(self.engine_count)]
@@ -157,6 +165,9 @@ class SimulatedVllm:
     def advance_to(self, t: float) -> None:
         dt = t - self.now
         if dt <= 0:
+            return
+        if not self.serving:
+            self.now = t
             return
         demand = max(float(self.load(t)), 0.0)
         setup = self.setup

@@ -1,0 +1,101 @@
+"""The simulated deployment restarts as a real one does: nothing is served while it is down, and
+a setup the model or the engine build cannot run does not come up."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from autotuner.actuators.manifest import ManifestActuator
+from autotuner.core.capabilities import UPSTREAM
+from autotuner.core.hardware import datasheet
+from autotuner.core.registry import load_model
+from autotuner.core.types import Setup
+from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
+from autotuner.sim.truth import TruthEngine
+
+HYBRID = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
+DENSE = "meta-llama/Llama-3.1-70B-Instruct-FP8"
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def deployment(
+    tmp_path: Path, model_id: str, clock: Clock, **options: object
+) -> SimulatedDeployment:
+    manifest = tmp_path / "vllm.yaml"
+    manifest.write_text(demo_manifest(model_id, Setup(spec_tokens=3)))
+    truth = TruthEngine(load_model(model_id), datasheet("H100-SXM"))
+    return SimulatedDeployment(
+        manifest,
+        truth,
+        load=lambda t: 64.0,
+        acceptance=(0.8, 0.7, 0.6),
+        restart_gap_s=0.05,
+        poll_s=0.01,
+        clock=clock,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def switch(dep: SimulatedDeployment, setup: Setup) -> None:
+    ManifestActuator(dep.manifest.path).apply(
+        setup, state=None, expected_version=None, saved_speculative_config={"method": "mtp"}
+    )
+
+
+def test_nothing_is_served_while_the_server_restarts(tmp_path: Path) -> None:
+    clock = Clock()
+    with deployment(tmp_path, HYBRID, clock) as dep:
+        clock.t += 10
+        served = dep.served()
+        assert served > 0
+        switch(dep, Setup(replay_window=16))
+        wait_until(lambda: not dep.server.up, "the server to go down")
+        down_at = dep.served()
+        clock.t += 600  # a long restart: ten minutes without a token
+        wait_until(lambda: dep.restarts == 1, "the restart")
+        assert dep.served() == down_at
+        assert dep.sim.setup.setup == Setup(replay_window=16)
+        clock.t += 10
+        assert dep.served() > down_at  # serving again
+
+
+def test_a_dense_model_never_comes_up_with_replay(tmp_path: Path) -> None:
+    clock = Clock()
+    with deployment(tmp_path, DENSE, clock, engine=UPSTREAM) as dep:
+        assert dep.refusal(Setup(replay_window=16)) is not None
+        assert dep.refusal(Setup(spec_tokens=2, replay_window=16)) is not None
+        assert dep.refusal(Setup(spec_tokens=2)) is None
+        switch(dep, Setup(replay_window=16))
+        wait_until(lambda: any("refused" in h for _, h in dep.history), "the refusal")
+        assert not dep.server.up
+        assert httpx.get(dep.url).status_code == 503
+        assert dep.sim.setup.setup == Setup(spec_tokens=3)
+        assert dep.restarts == 0
+        switch(dep, Setup(spec_tokens=2))
+        wait_until(lambda: dep.restarts == 1, "the restart with spec:2")
+        assert httpx.get(dep.url).status_code == 200
+        assert dep.sim.setup.setup == Setup(spec_tokens=2)
+
+
+def test_the_engine_build_refuses_what_it_lacks(tmp_path: Path) -> None:
+    with deployment(tmp_path, HYBRID, Clock(), engine=UPSTREAM) as dep:
+        assert dep.refusal(Setup(spec_tokens=2, replay_window=16)) is not None
+        assert dep.refusal(Setup(replay_window=16)) is None
