@@ -726,7 +726,7 @@ def demo(
     acceptance: Annotated[str, typer.Option(help="Conditional acceptance per position.")] = (
         "0.8,0.7,0.6"
     ),
-    out: Annotated[Path, typer.Option(help="Folder for demo.svg and demo.json.")] = Path(
+    out: Annotated[Path, typer.Option(help="Folder for demo.png, demo.svg and demo.json.")] = Path(
         "autotuner-demo"
     ),
     no_live: Annotated[bool, typer.Option(help="No live view (logs and summary only).")] = False,
@@ -763,9 +763,14 @@ def demo(
     switches = [d for d in result.decisions if d.action.value in ("switch", "revert")]
     for decision in switches:
         console.print(f"  {decision.action.value}: {decision.sentence}")
-    console.print(
-        f"{result.restarts} restart(s); plot: {result.plot}; details: {out / 'demo.json'}"
-    )
+    console.print(f"{result.restarts} restart(s); details: {out / 'demo.json'}")
+    console.print(_plots_line(result.plots))
+
+
+def _plots_line(paths: list[Path]) -> str:
+    from autotuner.plots import INSTALL_HINT
+
+    return f"plots: {', '.join(map(str, paths))}" if paths else f"no plots: {INSTALL_HINT}"
 
 
 @app.command()
@@ -864,6 +869,7 @@ def bench(
     console.print(table)
     for label, verdict in quality.items():
         console.print(f"  quality {label}: {verdict['verdict']}: {verdict['summary']}")
+    console.print(_plots_line(sweep.plots))
 
 
 @app.command()

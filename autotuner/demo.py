@@ -1,9 +1,10 @@
 """`autotuner demo`: the whole loop on a laptop, no cluster and no GPU.
 
-A simulated vLLM (cost model x a hidden error, restarted whenever its manifest changes) serves
-metrics; the sidecar's controller runs in act mode against the manifest in a temp folder while
-the load ramps from batch 4 to 512 and back. A live view shows what the tuner sees and does; at
-the end, tokens served are compared with every static setup and a plot is written.
+A simulated vLLM (cost model x a hidden error, restarted whenever its manifest changes, serving
+nothing while it restarts) serves metrics; the sidecar's controller runs in act mode against the
+manifest in a temp folder while the load ramps from batch 4 to 512 and back. A live view shows
+what the tuner sees and does; at the end, tokens served are compared with every static setup the
+model and the engine build can run, and the figures are drawn (with the `plots` extra).
 """
 
 from __future__ import annotations
@@ -11,50 +12,49 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from autotuner.controller import build_controller
+from autotuner import plots
+from autotuner.controller import Controller, build_controller
+from autotuner.core.capabilities import EngineCapabilities, configured
 from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import datasheet
-from autotuner.core.model import DrafterKind
+from autotuner.core.model import DrafterKind, ModelSpec
 from autotuner.core.registry import load_model
-from autotuner.core.types import Decision, Setup
+from autotuner.core.types import PLAIN, Action, Decision, Setup
 from autotuner.exporter import TunerMetrics
 from autotuner.logs import configure
-from autotuner.settings import cli_overrides, load_settings
+from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.truth import TruthEngine, realistic_error
 
-STATICS = (Setup(), Setup(spec_tokens=3), Setup(replay_window=16), Setup(replay_window=8))
-
-
-@dataclass
-class Sample:
-    t: float
-    demand: float
-    setup: str
-    tokens: float  # cumulative tokens served by the simulated server
+Load = Callable[[float], float]
 
 
 @dataclass
 class DemoResult:
-    samples: list[Sample] = field(default_factory=list)
+    series: plots.DemoSeries
     decisions: list[Decision] = field(default_factory=list)
-    tokens: float = 0.0
-    statics: dict[str, float] = field(default_factory=dict)
+    tokens: float = 0.0  # served by the tuned run over the sampled span
+    statics: dict[str, float] = field(default_factory=dict)  # label -> tokens, same span
     restarts: int = 0
-    plot: Path | None = None
+    plots: list[Path] = field(default_factory=list)  # demo.png and demo.svg, when drawn
+
+    @property
+    def best_static(self) -> str:
+        return max(self.statics, key=lambda label: self.statics[label])
 
 
-def ramp(start: float, duration: float, low: float = 4, high: float = 512):  # type: ignore[no-untyped-def]
+def ramp(start: float, duration: float, low: float = 4, high: float = 512) -> Load:
     """Demand per engine: low -> high -> low over the run (a compressed day)."""
 
     def load(t: float) -> float:
@@ -62,6 +62,61 @@ def ramp(start: float, duration: float, low: float = 4, high: float = 512):  # t
         return low + (high - low) * (1 - math.cos(2 * math.pi * phase)) / 2
 
     return load
+
+
+def statics_for(
+    model: ModelSpec, engine: EngineCapabilities, spec_tokens: int, drafter: bool
+) -> tuple[Setup, ...]:
+    """The static setups worth comparing: only those the model and the engine can run (no
+    replay without recurrent state, no speculation without a drafter)."""
+    setups = [PLAIN]
+    if drafter:
+        setups.append(Setup(spec_tokens=spec_tokens))
+    if model.is_hybrid:
+        setups += [Setup(replay_window=16), Setup(replay_window=8)]
+    return tuple(s for s in setups if engine.accepts(s))
+
+
+def demo_settings(
+    *, model_id: str, gpu: str, duration_s: float, manifest: Path, tp: int, drafter: str | None
+) -> Settings:
+    """The sidecar's settings with every duration scaled to one simulated day in the run."""
+    scale = duration_s / 86400
+    settings, _ = load_settings(
+        cli=cli_overrides(
+            [
+                "mode=act",
+                f"target.uri=file://{manifest}",
+                f"model.id={model_id}",
+                f"model.tensor_parallel={tp}",
+                *([f"model.drafter={drafter}"] if drafter else []),
+                f"model.gpu={gpu}",
+                f"loop.interval_s={max(0.2, duration_s / 400):.3f}",
+                f"loop.window_s={max(1.0, duration_s / 90):.3f}",
+                f"policy.dwell_s={900 * scale * 4:.3f}",
+                f"policy.cooldown_s={1800 * scale * 4:.3f}",
+                f"policy.verify_settle_s={max(1.0, 300 * scale * 4):.3f}",
+                f"policy.batch_half_life_s={900 * scale * 4:.3f}",
+                f"policy.horizon_s={4 * 3600 * scale:.3f}",
+                f"policy.restart_downtime_s={restart_gap(duration_s):.3f}",
+                "policy.max_changes_per_hour=100",
+                f"policy.max_changes_per_day={max(6, int(6 * 86400 * scale / 3600) + 6)}",
+                f"quality.after_deadline_s={max(1.0, 900 * scale * 4):.3f}",
+                f"quality.baseline_max_age_s={max(1.0, 6 * 3600 * scale):.3f}",
+                "quality.max_tokens=8",
+                "limits.min_drafts=20",
+                "limits.min_batch_samples=2",
+                "policy.min_batch_weight=2",
+                f"limits.max_age_s={max(5.0, duration_s / 20):.3f}",
+            ]
+        )
+    )
+    return settings
+
+
+def restart_gap(duration_s: float) -> float:
+    """A vLLM restart (about 3 minutes) in the compressed day."""
+    return max(0.5, 180 * duration_s / 86400 * 4)
 
 
 def run_demo(
@@ -77,118 +132,176 @@ def run_demo(
     live: bool = True,
 ) -> DemoResult:
     console = console or Console()
-    model, hardware = load_model(model_id), datasheet(gpu)
+    model = load_model(model_id)
     kind = DrafterKind(drafter) if drafter else None
+    speculates = (kind or model.drafter) is not DrafterKind.NONE
     truth = TruthEngine(
         model,
-        hardware,
+        datasheet(gpu),
         Workload(tensor_parallel=tensor_parallel, drafter=kind),
         error=realistic_error,
     )
-    folder = Path(tempfile.mkdtemp(prefix="autotuner-demo-"))
-    manifest = folder / "vllm.yaml"
-    manifest.write_text(demo_manifest(model_id, Setup(spec_tokens=len(acceptance))))
+    manifest = Path(tempfile.mkdtemp(prefix="autotuner-demo-")) / "vllm.yaml"
+    first = Setup(spec_tokens=len(acceptance)) if speculates else PLAIN
+    method = (kind or model.drafter).value if speculates else None
+    manifest.write_text(demo_manifest(model_id, first, drafter=method))
+    settings = demo_settings(
+        model_id=model_id,
+        gpu=gpu,
+        duration_s=duration_s,
+        manifest=manifest,
+        tp=tensor_parallel,
+        drafter=drafter,
+    )
+    engine = configured(
+        settings.engine.capabilities, settings.engine.spec_schedule, settings.engine.max_spec_tokens
+    )
     start = time.time() + 1.0
     load = ramp(start, duration_s)
-    # One simulated day squeezed into the run: every duration is scaled alike.
-    scale = duration_s / 86400
-    gap = max(0.5, 180 * scale * 4)
-    settings, _ = load_settings(
-        cli=cli_overrides(
-            [
-                "mode=act",
-                f"target.uri=file://{manifest}",
-                f"model.id={model_id}",
-                f"model.tensor_parallel={tensor_parallel}",
-                *([f"model.drafter={drafter}"] if drafter else []),
-                f"model.gpu={gpu}",
-                f"loop.interval_s={max(0.2, duration_s / 400):.3f}",
-                f"loop.window_s={max(1.0, duration_s / 90):.3f}",
-                f"policy.dwell_s={900 * scale * 4:.3f}",
-                f"policy.cooldown_s={1800 * scale * 4:.3f}",
-                f"policy.verify_settle_s={max(1.0, 300 * scale * 4):.3f}",
-                f"policy.batch_half_life_s={900 * scale * 4:.3f}",
-                f"policy.horizon_s={4 * 3600 * scale:.3f}",
-                f"policy.restart_downtime_s={gap:.3f}",
-                "policy.max_changes_per_hour=100",
-                f"policy.max_changes_per_day={max(6, int(6 * 86400 * scale / 3600) + 6)}",
-                f"quality.after_deadline_s={max(1.0, 900 * scale * 4):.3f}",
-                f"quality.baseline_max_age_s={max(1.0, 6 * 3600 * scale):.3f}",
-                "quality.max_tokens=8",
-                "limits.min_drafts=20",
-                "limits.min_batch_samples=2",
-                "policy.min_batch_weight=2",
-                f"limits.max_age_s={max(5.0, duration_s / 20):.3f}",
-            ]
+    result = DemoResult(
+        series=plots.DemoSeries(
+            title=f"{model.name} on a simulated {gpu}", seconds_per_hour=duration_s / 24
         )
     )
-    result = DemoResult()
     with SimulatedDeployment(
-        manifest, truth, load=load, acceptance=acceptance, restart_gap_s=gap
+        manifest,
+        truth,
+        load=load,
+        acceptance=acceptance,
+        restart_gap_s=restart_gap(duration_s),
+        engine=engine,
     ) as deployment:
         settings = settings.model_copy(
             update={"source": settings.source.model_copy(update={"urls": [deployment.url]})}
         )
-        logger = configure("json", "warning")
-        controller = build_controller(settings, TunerMetrics(), logger)
-        progress = Progress(
-            TextColumn("[bold]demo"),
-            BarColumn(),
-            TextColumn("{task.percentage:>3.0f}%"),
-            TimeRemainingColumn(),
-        )
-        task = progress.add_task("run", total=duration_s)
-        end = start + duration_s
-        with (
-            Live(Group(progress), console=console, refresh_per_second=4, transient=False)
-            if live
-            else _NoLive() as view
-        ):
-            while time.time() < end:
-                step_started = time.time()
-                decision = controller.step()
-                now = time.time()
-                result.decisions.append(decision)
-                result.samples.append(
-                    Sample(
-                        now - start,
-                        load(now),
-                        deployment.sim.setup.setup.label,
-                        deployment.sim.total_generated,
-                    )
-                )
-                progress.update(task, completed=min(now - start, duration_s))
-                view.update(Group(progress, _view(controller, decision, load(now), deployment)))
-                time.sleep(max(0.0, settings.loop.interval_s - (time.time() - step_started)))
-        deployment.sim.advance_to(time.time())
-        result.tokens = deployment.sim.total_generated
+        controller = build_controller(settings, TunerMetrics(), configure("json", "warning"))
+        _loop(controller, deployment, load, start, duration_s, result, console, live)
         result.restarts = deployment.restarts
-    rates = list(acceptance)
-    times = [s.t for s in result.samples]
-    for static in STATICS:
-        total = 0.0
-        for i in range(1, len(times)):
-            dt = times[i] - times[i - 1]
-            total += truth.tokens_per_s(static, load(start + times[i]), rates) * dt
-        result.statics[static.label] = total
-    out.mkdir(parents=True, exist_ok=True)
-    result.plot = write_plot(result, out / "demo.svg")
-    (out / "demo.json").write_text(
-        json.dumps(
-            {
-                "tokens": result.tokens,
-                "statics": result.statics,
-                "restarts": result.restarts,
-                "decisions": [
-                    d.model_dump(mode="json")
-                    for d in result.decisions
-                    if d.action.value in ("switch", "revert")
-                ],
-            },
-            indent=2,
-        )
-    )
+    statics = statics_for(model, engine, len(acceptance), speculates)
+    _compare_statics(result, statics, truth, load, start, acceptance)
+    _write(result, out)
     return result
+
+
+def _loop(
+    controller: Controller,
+    deployment: SimulatedDeployment,
+    load: Load,
+    start: float,
+    duration_s: float,
+    result: DemoResult,
+    console: Console,
+    live: bool,
+) -> None:
+    """Step the sidecar every interval until the run ends, recording what it saw and did."""
+    progress = Progress(
+        TextColumn("[bold]demo"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeRemainingColumn(),
+    )
+    task = progress.add_task("run", total=duration_s)
+    interval = controller.settings.loop.interval_s
+    served: list[float] = []
+    view = Live(Group(progress), console=console, refresh_per_second=4) if live else _NoLive()
+    with view:
+        while time.time() < start + duration_s:
+            step_started = time.time()
+            decision = controller.step()
+            now = time.time()
+            served.append(deployment.served())
+            _record(result, controller, decision, now - start, load(now), deployment, served)
+            progress.update(task, completed=min(now - start, duration_s))
+            view.update(Group(progress, _view(controller, decision, load(now), deployment)))
+            time.sleep(max(0.0, interval - (time.time() - step_started)))
+    result.tokens = served[-1] - served[0] if served else 0.0
+
+
+def _record(
+    result: DemoResult,
+    controller: Controller,
+    decision: Decision,
+    t: float,
+    demand: float,
+    deployment: SimulatedDeployment,
+    served: list[float],
+) -> None:
+    """One step of the series: what was asked, seen, predicted, run and served."""
+    series = result.series
+    snapshot = controller.metrics.current()
+    obs = snapshot.observation
+    usable = obs is not None and obs.usable and obs.batch is not None
+    series.t.append(t)
+    series.demand.append(demand)
+    series.observed_batch.append(obs.batch.mean if usable and obs and obs.batch else math.nan)
+    series.crossover_batch.append(
+        float(snapshot.crossover.batch) if snapshot.crossover else math.nan
+    )
+    series.setups.append(deployment.sim.setup.setup.label)
+    rate = math.nan
+    if len(served) > 1 and t > series.t[-2]:
+        rate = (served[-1] - served[-2]) / (t - series.t[-2])
+    series.tuned.append(rate)
+    result.decisions.append(decision)
+    if decision.action in (Action.SWITCH, Action.REVERT) and decision.target is not None:
+        series.decisions.append((t, f"{decision.current.label} -> {decision.target.label}"))
+
+
+def _compare_statics(
+    result: DemoResult,
+    statics: tuple[Setup, ...],
+    truth: TruthEngine,
+    load: Load,
+    start: float,
+    acceptance: tuple[float, ...],
+) -> None:
+    """What each static setup would have served over the same span, step by step (no restarts,
+    no learning: the true tokens/s at each step's demand)."""
+    times = result.series.t
+    for static in statics:
+        rates = [truth.tokens_per_s(static, load(start + t), acceptance) for t in times]
+        result.series.statics[static.label] = rates
+        result.statics[static.label] = sum(
+            rates[i] * (times[i] - times[i - 1]) for i in range(1, len(times))
+        )
+
+
+def _write(result: DemoResult, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    if result.statics and len(result.series.t) > 1 and plots.available():
+        best = result.best_static
+        result.series.title += (
+            f": tuned {result.tokens:,.0f} tokens, best static ({best}) {result.statics[best]:,.0f}"
+        )
+        result.plots = plots.save(plots.demo_figure(result.series, best), out / "demo")
+    (out / "demo.json").write_text(json.dumps(_document(result), indent=2))
+
+
+def _document(result: DemoResult) -> dict[str, Any]:
+    series = result.series
+
+    def finite(values: list[float]) -> list[float | None]:
+        return [round(v, 3) if math.isfinite(v) else None for v in values]
+
+    return {
+        "tokens": result.tokens,
+        "statics": result.statics,
+        "restarts": result.restarts,
+        "decisions": [
+            d.model_dump(mode="json")
+            for d in result.decisions
+            if d.action in (Action.SWITCH, Action.REVERT)
+        ],
+        "series": {
+            "t": finite(series.t),
+            "demand": finite(series.demand),
+            "observed_batch": finite(series.observed_batch),
+            "crossover_batch": finite(series.crossover_batch),
+            "setup": series.setups,
+            "tuned_tokens_per_s": finite(series.tuned),
+            "static_tokens_per_s": {k: finite(v) for k, v in series.statics.items()},
+        },
+    }
 
 
 class _NoLive:
@@ -241,61 +354,6 @@ def _view(
     return table
 
 
-def write_plot(result: DemoResult, path: Path) -> Path:
-    """An SVG of demand, throughput and the running setup over the run (no plotting deps)."""
-    width, height, left, top = 900, 420, 60, 20
-    plot_w, plot_h = width - left - 20, 300
-    if len(result.samples) < 2:
-        path.write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")
-        return path
-    t_end = result.samples[-1].t or 1.0
-    demand_max = max(s.demand for s in result.samples) or 1.0
-    rates = [0.0] + [
-        (b.tokens - a.tokens) / max(b.t - a.t, 1e-9)
-        for a, b in zip(result.samples, result.samples[1:], strict=False)
-    ]
-    rate_max = max(rates) or 1.0
-
-    def x(t: float) -> float:
-        return left + plot_w * t / t_end
-
-    def y(value: float, top_value: float) -> float:
-        return top + plot_h * (1 - value / top_value)
-
-    palette = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d"]
-    colours: dict[str, str] = {}
-    bands = []
-    for a, b in zip(result.samples, result.samples[1:], strict=False):
-        colour = colours.setdefault(a.setup, palette[len(colours) % len(palette)])
-        bands.append(
-            f"<rect x='{x(a.t):.1f}' y='{top + plot_h + 8}' width='{x(b.t) - x(a.t):.1f}'"
-            f" height='14' fill='{colour}'/>"
-        )
-    demand = " ".join(f"{x(s.t):.1f},{y(s.demand, demand_max):.1f}" for s in result.samples)
-    served = " ".join(
-        f"{x(s.t):.1f},{y(r, rate_max):.1f}" for s, r in zip(result.samples, rates, strict=True)
-    )
-    legend = "".join(
-        f"<rect x='{left + 150 * i}' y='{height - 40}' width='12' height='12' fill='{c}'/>"
-        f"<text x='{left + 150 * i + 16}' y='{height - 30}' font-size='12'>{label}</text>"
-        for i, (label, c) in enumerate(colours.items())
-    )
-    svg = f"""<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}'
- font-family='sans-serif'>
-<rect width='100%' height='100%' fill='white'/>
-<text x='{left}' y='14' font-size='13'>demand per engine (grey, max {demand_max:,.0f}) and
- tokens/s served (blue, max {rate_max:,.0f}); bar: running setup</text>
-<polyline points='{demand}' fill='none' stroke='#999' stroke-width='2'/>
-<polyline points='{served}' fill='none' stroke='#1f5fa8' stroke-width='1.5'/>
-<line x1='{left}' y1='{top + plot_h}' x2='{left + plot_w}' y2='{top + plot_h}' stroke='black'/>
-{"".join(bands)}
-{legend}
-</svg>
-"""
-    path.write_text(svg)
-    return path
-
-
 def summary_table(result: DemoResult) -> Table:
     table = Table(title="Tokens served over the run")
     for column in ("strategy", "tokens", "vs tuned"):
@@ -308,6 +366,3 @@ def summary_table(result: DemoResult) -> Table:
             f"{tokens / result.tokens:.2f}" if result.tokens else "-",
         )
     return table
-
-
-__all__ = ["run_demo", "summary_table", "threading"]

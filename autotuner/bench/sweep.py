@@ -5,7 +5,7 @@ Results go to DIR: header.json (what is held fixed), results.jsonl (one line per
 point, appended as it finishes: an interrupted sweep continues from there), canary/SETUP.json
 (one greedy canary run per setup, on the idle server right after the switch), and at the end
 results.csv, results.json (with each setup's canary compared with the first setup's) and
-plot.svg.
+plot.png / plot.svg (with the `plots` extra).
 """
 
 from __future__ import annotations
@@ -97,6 +97,7 @@ class Sweep:
         self.ready_timeout_s = ready_timeout_s
         self.on_point = on_point
         self.results = out / "results.jsonl"
+        self.plots: list[Path] = []  # the figures written at the end (none without matplotlib)
 
     # ----------------------------------------------------------------- bookkeeping
 
@@ -299,10 +300,11 @@ class Sweep:
     def _write_outputs(self) -> None:
         points = sorted(self.finished().values(), key=lambda p: (p.setup, p.batch, p.repeat))
         rows = [asdict(p) for p in points]
+        header = json.loads((self.out / "header.json").read_text())
         (self.out / "results.json").write_text(
             json.dumps(
                 {
-                    "header": json.loads((self.out / "header.json").read_text()),
+                    "header": header,
                     "points": rows,
                     "quality": self.quality(),
                 },
@@ -317,58 +319,20 @@ class Sweep:
                 writer.writerow(
                     {**row, "acceptance": " ".join(f"{a:.4f}" for a in row["acceptance"])}
                 )
-        write_plot(points, self.out / "plot.svg")
+        title = f"{header['model']} on {header['gpu']} (vLLM {header['vllm_version']})"
+        self.plots = write_plots(points, self.out / "plot", f"{title}: measured vs cost model")
 
 
-def write_plot(points: list[Point], path: Path) -> None:
-    """tokens/s vs batch per setup (solid: measured mean; dashed: predicted)."""
+def write_plots(points: list[Point], stem: Path, title: str) -> list[Path]:
+    """STEM.png and STEM.svg: measured (with the repeats' spread) vs predicted tokens/s by batch
+    per setup; none without matplotlib (the `plots` extra)."""
+    from autotuner import plots
+
     ok = [p for p in points if p.status == "ok"]
-    width, height, left, top, plot_w, plot_h = 760, 440, 70, 30, 640, 320
-    if not ok:
-        path.write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")
-        return
-    batches = sorted({p.batch for p in ok})
-    top_rate = max(max(p.tokens_per_s, p.predicted_tokens_per_s or 0) for p in ok) or 1.0
-    palette = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2"]
-
-    def x(batch: int) -> float:
-        return left + plot_w * (batches.index(batch) + 0.5) / len(batches)
-
-    def y(rate: float) -> float:
-        return top + plot_h * (1 - rate / top_rate)
-
-    lines = []
-    for i, label in enumerate(sorted({p.setup for p in ok})):
-        colour = palette[i % len(palette)]
-        mine = [p for p in ok if p.setup == label]
-        measured, predicted = [], []
-        for batch in batches:
-            at = [p for p in mine if p.batch == batch]
-            if at:
-                measured.append(
-                    f"{x(batch):.1f},{y(sum(p.tokens_per_s for p in at) / len(at)):.1f}"
-                )
-                predicted.append(f"{x(batch):.1f},{y(at[0].predicted_tokens_per_s or 0):.1f}")
-        lines.append(
-            f"<polyline points='{' '.join(measured)}' fill='none' stroke='{colour}' "
-            "stroke-width='2'/>"
-        )
-        lines.append(
-            f"<polyline points='{' '.join(predicted)}' fill='none' stroke='{colour}' "
-            "stroke-dasharray='6 4'/>"
-        )
-        lines.append(
-            f"<text x='{left + 10}' y='{top + 16 * (i + 1)}' fill='{colour}' "
-            f"font-size='12'>{label}</text>"
-        )
-    ticks = "".join(
-        f"<text x='{x(b) - 10:.1f}' y='{top + plot_h + 18}' font-size='11'>{b}</text>"
-        for b in batches
+    if not ok or not plots.available():
+        return []
+    figure = plots.bench_figure(
+        [plots.BenchPoint(p.setup, p.batch, p.tokens_per_s, p.predicted_tokens_per_s) for p in ok],
+        title,
     )
-    path.write_text(f"""<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}'
- font-family='sans-serif'><rect width='100%' height='100%' fill='white'/>
-<text x='{left}' y='18' font-size='13'>tokens/s by batch (solid: measured, dashed: cost model;
- max {top_rate:,.0f})</text>
-<line x1='{left}' y1='{top + plot_h}' x2='{left + plot_w}' y2='{top + plot_h}' stroke='black'/>
-{"".join(lines)}{ticks}</svg>
-""")
+    return plots.save(figure, stem)

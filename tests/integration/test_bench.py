@@ -80,12 +80,14 @@ def test_full_sweep_matches_the_simulators_truth(tmp_path: Path) -> None:
         assert spec.acceptance == pytest.approx(list(ACCEPTANCE), abs=0.01)
         assert spec.step_time_s is not None
         assert spec.predicted_tokens_per_s is not None
-    for name in ("header.json", "results.jsonl", "results.csv", "results.json", "plot.svg"):
+    files = ("header.json", "results.jsonl", "results.csv", "results.json", "plot.png", "plot.svg")
+    for name in files:
         assert (out / name).exists(), name
     header = json.loads((out / "header.json").read_text())
     assert header["model"] == MODEL_ID
     assert header["output_len"] == 96
-    assert "<polyline" in (out / "plot.svg").read_text()
+    assert (out / "plot.png").read_bytes().startswith(b"\x89PNG")
+    assert "matplotlib" in (out / "plot.svg").read_text().lower()
 
 
 def test_each_setup_gets_a_canary_and_the_report_shows_quality(tmp_path: Path) -> None:

@@ -1,0 +1,32 @@
+"""The demo compares only setups that the model and the engine build can run."""
+
+from autotuner.core.capabilities import REPLAY_SPEC, UPSTREAM
+from autotuner.core.registry import load_model
+from autotuner.core.types import Setup
+from autotuner.demo import statics_for
+
+HYBRID = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
+DENSE = load_model("meta-llama/Llama-3.1-70B-Instruct-FP8")
+
+
+def labels(setups: tuple[Setup, ...]) -> list[str]:
+    return [s.label for s in setups]
+
+
+def test_a_hybrid_model_gets_replay_statics() -> None:
+    assert labels(statics_for(HYBRID, UPSTREAM, 3, drafter=True)) == [
+        "plain",
+        "spec:3",
+        "replay:16",
+        "replay:8",
+    ]
+
+
+def test_a_dense_model_gets_no_replay_statics() -> None:
+    assert labels(statics_for(DENSE, REPLAY_SPEC, 3, drafter=True)) == ["plain", "spec:3"]
+
+
+def test_no_drafter_no_speculation_and_the_engine_refuses_what_it_lacks() -> None:
+    assert labels(statics_for(DENSE, UPSTREAM, 3, drafter=False)) == ["plain"]
+    no_replay = UPSTREAM.model_copy(update={"replay": False})
+    assert labels(statics_for(HYBRID, no_replay, 2, drafter=True)) == ["plain", "spec:2"]

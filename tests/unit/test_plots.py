@@ -1,0 +1,91 @@
+"""The figures: what each panel shows, and both files written (matplotlib is a test extra)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+from matplotlib.container import ErrorbarContainer
+from matplotlib.lines import Line2D
+
+from autotuner import plots
+
+
+def series() -> plots.DemoSeries:
+    t = [float(i) for i in range(10)]
+    return plots.DemoSeries(
+        title="demo",
+        seconds_per_hour=10 / 24,
+        t=t,
+        demand=[4, 16, 64, 256, 512, 512, 256, 64, 16, 4],
+        observed_batch=[4, 16, 60, math.nan, math.nan, 500, 250, 64, 16, 4],
+        crossover_batch=[math.nan, 180, 180, 180, 190, 190, 190, 190, 190, 190],
+        setups=["spec:3"] * 4 + ["replay:16"] * 5 + ["spec:2"],
+        tuned=[math.nan, 900, 1500, 0, 0, 3000, 2800, 1500, 900, 500],
+        statics={
+            "replay:16": [800, 1000, 1400, 2600, 3000, 3000, 2800, 1400, 1000, 800],
+            "plain": [700, 900, 1200, 2000, 2400, 2400, 2000, 1200, 900, 700],
+            "spec:3": [1000, 1300, 1600, 1500, 1400, 1400, 1500, 1600, 1300, 1000],
+        },
+        decisions=[(3.0, "spec:3 -> replay:16"), (9.0, "replay:16 -> spec:2")],
+    )
+
+
+def ydata(line: Line2D) -> list[float]:
+    values: list[float] = np.asarray(line.get_ydata(), dtype=float).tolist()
+    return values
+
+
+def labels(ax: object) -> list[str]:
+    return [line.get_label() for line in ax.get_lines()]  # type: ignore[attr-defined]
+
+
+def test_the_demo_figure_shows_batch_rates_setups_and_decisions(tmp_path: Path) -> None:
+    figure = plots.demo_figure(series(), "replay:16")
+    batch, rate, band = figure.axes[:3]
+    assert labels(batch)[:3] == ["demand (requests)", "observed batch", "predicted crossover batch"]
+    assert batch.get_yscale() == "log"
+    assert batch.get_ylabel() == "requests per engine"
+    assert labels(rate)[:3] == ["spec-autotuner (served)", "best static: replay:16", "plain"]
+    assert rate.get_ylabel() == "tokens/s per engine"
+    assert band.get_xlabel() == "seconds into the run"
+    assert len(band.collections) == 3  # spec:3, replay:16, spec:2: one span each
+    legend = band.get_legend()
+    assert legend is not None
+    assert [text.get_text() for text in legend.get_texts()] == ["spec:3", "replay:16", "spec:2"]
+    notes = [text.get_text() for text in batch.texts]
+    assert notes == ["spec:3 -> replay:16", "replay:16 -> spec:2"]
+    (hours,) = batch.child_axes
+    assert hours.get_xlabel() == "simulated hour of the day"
+    paths = plots.save(figure, tmp_path / "demo")
+    assert [p.name for p in paths] == ["demo.png", "demo.svg"]
+    assert paths[0].read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert "<svg" in paths[1].read_text()
+
+
+def test_the_bench_figure_has_error_bars_from_the_repeats() -> None:
+    points = [
+        plots.BenchPoint("spec:3", 16, 900.0, 1000.0),
+        plots.BenchPoint("spec:3", 16, 1100.0, 1000.0),
+        plots.BenchPoint("spec:3", 64, 2000.0, 2100.0),
+        plots.BenchPoint("replay:16", 16, 800.0, None),
+        plots.BenchPoint("replay:16", 64, 2500.0, 2400.0),
+    ]
+    figure = plots.bench_figure(points, "bench")
+    (ax,) = figure.axes
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert [b.get_label() for b in bars] == ["replay:16", "spec:3"]
+    spec = bars[1]
+    line, _, (spread,) = spec.lines
+    assert ydata(line) == [1000.0, 2000.0]
+    segments = spread.get_segments()
+    assert [tuple(s[:, 1]) for s in segments] == [(900.0, 1100.0), (2000.0, 2000.0)]
+    predicted = [line for line in ax.get_lines() if line.get_linestyle() == "--" and ydata(line)]
+    replay, spec_predicted = (ydata(line) for line in predicted)
+    assert math.isnan(replay[0])
+    assert replay[1] == 2400.0
+    assert spec_predicted == [1000.0, 2100.0]
+    assert ax.get_xscale() == "log"
+    assert ax.get_xlabel() == "batch (concurrent streams)"
+    assert ax.get_ylabel() == "output tokens/s"
