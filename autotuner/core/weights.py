@@ -92,7 +92,7 @@ _BLOCKS: dict[str, frozenset[str]] = {
     "feed_forward": FFN,
     "block_sparse_moe": FFN,
     "moe": FFN,
-    "shared_mlp": frozenset({"shared_experts"}),
+    "shared_mlp": frozenset({"shared_experts", "mlp"}),  # Granite: shared expert or dense MLP
     "mixer": LAYER_ROLES,  # NemotronH: whatever the layer holds
 }
 _FFN_PARTS: dict[str, frozenset[str]] = {
@@ -143,8 +143,9 @@ def _token_roles(token: str, table: Mapping[str, frozenset[str]]) -> frozenset[s
 
 
 def _refine(block: frozenset[str], rest: Sequence[str]) -> frozenset[str]:
-    """`mlp.experts` -> experts, `mixer.gate` -> router, `mlp.gate_proj` -> mlp, `mlp` -> all."""
-    if not rest or rest[0] in ("*", ""):
+    """`mlp.experts` -> experts, `mixer.gate` -> router, `mlp.gate_proj` -> mlp, `mlp` -> all;
+    blocks without experts (attention, ssm, shared_mlp) are what they are."""
+    if EXPERTS not in block or not rest or rest[0] in ("*", ""):
         return block
     token = rest[0]
     part = _token_roles(token, _FFN_PARTS)

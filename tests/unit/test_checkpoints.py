@@ -616,6 +616,8 @@ NAMES: list[tuple[str, str | None, set[str]]] = [
     ("backbone.layers.0.mixer.in_proj", "0", {"ssm", "attention", "mlp"}),
     ("backbone.layers.2*", "2*", ALL),
     ("model.layers.3.block_sparse_moe.experts.1.w1", "3", {"experts"}),
+    ("model.layers.3.block_sparse_moe.input_linear", "3", {"experts"}),
+    ("model.layers.3.shared_mlp.input_linear", "3", {"shared_experts", "mlp"}),
     ("lm_head", None, {"lm_head"}),
     ("head", None, {"lm_head"}),
     ("model.embed_tokens", None, {"embedding"}),
