@@ -139,6 +139,51 @@ def rendered(
         raise ActuatorError(f"{where}: {exc}") from None
 
 
+def checked_render(
+    where: str,
+    live: LiveTarget,
+    setup: Setup,
+    *,
+    expected_version: str | None,
+    names: FlagNames,
+    saved_speculative_config: dict[str, Any] | None,
+    allow_low_precision_replay: bool,
+) -> tuple[list[str], list[str]]:
+    """Every apply's preamble: the target must be as it was read (else ConflictError, nothing
+    written), then the (command, args) that configure `setup`."""
+    if expected_version is not None and live.version != expected_version:
+        raise ConflictError(
+            f"{where} changed since it was read ({expected_version} -> {live.version})"
+        )
+    return rendered(
+        where,
+        live,
+        setup,
+        names=names,
+        saved_speculative_config=saved_speculative_config,
+        allow_low_precision_replay=allow_low_precision_replay,
+    )
+
+
+def select_container(containers: Sequence[Any], wanted: str | None, where: str) -> Any:
+    """The vLLM container of a pod template: the one named, else the only one, else the only
+    one whose name says vllm."""
+    names = [str(c.get("name")) for c in containers]
+    if wanted is not None:
+        for container, name in zip(containers, names, strict=True):
+            if name == wanted:
+                return container
+        raise ActuatorError(f"{where}: no container named {wanted!r}")
+    if len(containers) == 1:
+        return containers[0]
+    vllm = [c for c, name in zip(containers, names, strict=True) if "vllm" in name]
+    if len(vllm) == 1:
+        return vllm[0]
+    raise ActuatorError(
+        f"{where}: several containers ({', '.join(names)}); name the vLLM one in the target"
+    )
+
+
 class Actuator(Protocol):
     """Reads the live vLLM setup and carries out changes. It never decides."""
 

@@ -18,14 +18,13 @@ from typing import Any
 from autotuner.actuators.base import (
     ActuatorError,
     ApplyResult,
-    ConflictError,
     LiveTarget,
     RestartError,
     RolloutStatus,
     args_diff,
     atomic_write,
+    checked_render,
     live_target,
-    rendered,
 )
 from autotuner.actuators.flags import FlagNames
 from autotuner.core.types import Setup
@@ -95,12 +94,11 @@ class ExecActuator:
         dry_run: bool = False,
     ) -> ApplyResult:
         live = self.read()
-        if expected_version is not None and live.version != expected_version:
-            raise ConflictError(f"{self.args_file} changed since it was read")
-        _, new = rendered(
+        _, new = checked_render(
             str(self.args_file),
             live,
             setup,
+            expected_version=expected_version,
             names=self.names,
             saved_speculative_config=saved_speculative_config,
             allow_low_precision_replay=self.allow_low_precision_replay,

@@ -27,8 +27,9 @@ from autotuner.actuators.base import (
     LiveTarget,
     RolloutStatus,
     args_diff,
+    checked_render,
     live_target,
-    rendered,
+    select_container,
 )
 from autotuner.actuators.flags import (
     FlagNames,
@@ -149,24 +150,15 @@ class KubernetesActuator:
 
     def _container(self, raw: dict[str, Any]) -> dict[str, Any]:
         containers = raw["spec"]["template"]["spec"]["containers"]
-        wanted = self.target.container
-        if wanted is None:
-            if len(containers) == 1:
-                return containers[0]  # type: ignore[no-any-return]
-            vllm = [c for c in containers if "vllm" in c["name"]]
-            if len(vllm) == 1:
-                return vllm[0]  # type: ignore[no-any-return]
-            raise ActuatorError(
-                f"{self.target}: several containers ({', '.join(c['name'] for c in containers)})"
-                "; name the vLLM one in the target"
-            )
-        for container in containers:
-            if container["name"] == wanted:
-                return container  # type: ignore[no-any-return]
-        raise ActuatorError(f"{self.target}: no container named {wanted!r}")
+        container: dict[str, Any] = select_container(
+            containers, self.target.container, str(self.target)
+        )
+        return container
 
     def read(self) -> LiveTarget:
-        raw = self._get()
+        return self._live(self._get())
+
+    def _live(self, raw: dict[str, Any]) -> LiveTarget:
         self._uid = raw["metadata"].get("uid")
         container = self._container(raw)
         return live_target(
@@ -180,9 +172,9 @@ class KubernetesActuator:
             rollout=_rollout(raw),
         )
 
-    def surge_risk(self) -> str | None:
+    def surge_risk(self, raw: dict[str, Any] | None = None) -> str | None:
         """A reason the rollout can deadlock on GPUs (maxSurge >= 1), or None."""
-        raw = self._get()
+        raw = raw if raw is not None else self._get()
         if self.target.kind != "deployment":
             return None
         strategy = raw["spec"].get("strategy") or {}
@@ -213,28 +205,26 @@ class KubernetesActuator:
         saved_speculative_config: dict[str, Any] | None = None,
         dry_run: bool = False,
     ) -> ApplyResult:
-        live = self.read()
-        if expected_version is not None and live.version != expected_version:
-            raise ConflictError(
-                f"{self.target} changed since it was read ({expected_version} -> {live.version})"
-            )
-        risk = self.surge_risk()
-        if risk and not self.allow_surge:
-            raise ActuatorError(f"refused: {risk}")
-        command, args = rendered(
+        raw = self._get()  # one read: the live args, the rollout strategy and the container
+        live = self._live(raw)
+        command, args = checked_render(
             str(self.target),
             live,
             setup,
+            expected_version=expected_version,
             names=self.names,
             saved_speculative_config=saved_speculative_config,
             allow_low_precision_replay=self.allow_low_precision_replay,
         )
+        risk = self.surge_risk(raw)
+        if risk and not self.allow_surge:
+            raise ActuatorError(f"refused: {risk}")
         before = (*live.command, *live.args)
         after = (*command, *args)
         diff = args_diff(before, after, str(self.target))
         if after == before and (state is None or state == live.state):
             return ApplyResult(False, dry_run, before, after, "", live.version)
-        container = self._container(self._get())["name"]
+        container = self._container(raw)["name"]
         body: dict[str, Any] = {
             "metadata": {"resourceVersion": live.version},
             "spec": {

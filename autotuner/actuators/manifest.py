@@ -22,12 +22,12 @@ from autotuner.actuators.base import (
     STATE_ANNOTATION,
     ActuatorError,
     ApplyResult,
-    ConflictError,
     LiveTarget,
     RolloutStatus,
     atomic_write,
+    checked_render,
     live_target,
-    rendered,
+    select_container,
 )
 from autotuner.actuators.flags import (
     FlagNames,
@@ -99,17 +99,8 @@ class ManifestActuator:
             containers = workload["spec"]["template"]["spec"]["containers"]
         except (KeyError, TypeError):
             raise ActuatorError(f"{self.path}: workload has no pod template containers") from None
-        if self.container_name is None:
-            if len(containers) == 1:
-                return containers[0]  # type: ignore[no-any-return]
-            vllm = [c for c in containers if "vllm" in str(c.get("name"))]
-            if len(vllm) == 1:
-                return vllm[0]  # type: ignore[no-any-return]
-            raise ActuatorError(f"{self.path}: several containers; name the vLLM one")
-        for container in containers:
-            if container.get("name") == self.container_name:
-                return container  # type: ignore[no-any-return]
-        raise ActuatorError(f"{self.path}: no container named {self.container_name!r}")
+        container: CommentedMap = select_container(containers, self.container_name, str(self.path))
+        return container
 
     def read(self) -> LiveTarget:
         text, documents = self._load()
@@ -136,12 +127,11 @@ class ManifestActuator:
         dry_run: bool = False,
     ) -> ApplyResult:
         live = self.read()
-        if expected_version is not None and live.version != expected_version:
-            raise ConflictError(f"{self.path} changed since it was read")
-        command, args = rendered(
+        command, args = checked_render(
             str(self.path),
             live,
             setup,
+            expected_version=expected_version,
             names=self.names,
             saved_speculative_config=saved_speculative_config,
             allow_low_precision_replay=self.allow_low_precision_replay,

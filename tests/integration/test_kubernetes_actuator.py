@@ -71,7 +71,10 @@ def test_read_reports_setup_state_and_rollout(server: FakeApiServer) -> None:
 def test_apply_patches_args_and_state_in_one_guarded_patch(server: FakeApiServer) -> None:
     act = actuator(server)
     live = act.read()
+    server.requests.clear()
     result = act.apply(Setup(replay_window=16), state='{"v":1}', expected_version=live.version)
+    # One read gives the args, the rollout strategy and the container (it was three).
+    assert [r[0] for r in server.requests] == ["GET", "PATCH", "PATCH"]
     assert result.changed
     assert "--use-replayssm" in result.diff
     obj = server.get("Deployment", "llm", "vllm")
