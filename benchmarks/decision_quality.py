@@ -21,8 +21,8 @@ from autotuner.core.capabilities import REPLAY_SPEC, UPSTREAM, EngineCapabilitie
 from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import datasheet
 from autotuner.core.policy import Context, PolicySettings, decide
-from autotuner.core.state import TunerState
 from autotuner.core.registry import load_model
+from autotuner.core.state import TunerState
 from autotuner.core.types import Action, Setup
 from autotuner.sim.truth import TruthEngine, realistic_error
 

@@ -9,11 +9,12 @@ import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
 
-from autotuner.actuators.base import ActuatorError
+from autotuner.actuators.base import STATE_ANNOTATION, ActuatorError
 from autotuner.actuators.flags import parse_setup
 from autotuner.actuators.kubernetes import K8sTarget, KubernetesActuator, api_client
 from autotuner.canary.guard import QualityGuard
@@ -292,3 +293,37 @@ def test_disabled_guard_says_it_skipped(server: FakeApiServer) -> None:
     assert switch is not None
     assert "quality: the quality guard is disabled (quality.enabled=false)" in switch.notes
     assert replica.asked == []
+
+
+@pytest.mark.parametrize(
+    ("persisted", "resumed"),
+    [
+        ("{not json", False),
+        ((Path(__file__).parent.parent / "unit/data/tuner_state_v1.json"), True),
+    ],
+    ids=["unreadable", "first wave's schema"],
+)
+def test_a_persisted_state_is_migrated_or_kept_aside_never_dropped(
+    server: FakeApiServer, persisted: str | Path, resumed: bool
+) -> None:
+    text = persisted.read_text() if isinstance(persisted, Path) else persisted
+    obj = server.get("Deployment", "llm", "vllm")
+    obj["metadata"]["annotations"] = {STATE_ANNOTATION: text}
+    server.put("Deployment", obj)
+    clock = [1000.0]
+    tuner = controller(server, Replica(server), clock)
+    steps(tuner, clock, 2)
+    state = tuner.state
+    assert state is not None
+    errors = tuner.metrics.registry.get_sample_value("autotuner_errors_total", {"kind": "state"})
+    told = [e for e in server.events if e["reason"] == "StateSetAside"]
+    if resumed:
+        assert state.last_decision_id == 42 + 2  # the old state's decisions, continued
+        assert state.quarantine.get("spec:1") == 9000.0
+        assert state.set_aside is None
+        assert told == []
+    else:
+        assert state.set_aside == text  # kept for the operator, and persisted with the state
+        assert errors == 1  # said once, not at every step
+        assert len(told) == 1
+        assert "cannot be read (not JSON" in told[0]["message"]

@@ -13,8 +13,8 @@ from autotuner.core.hardware import HardwareProfile, datasheet
 from autotuner.core.model import ModelSpec
 from autotuner.core.observation import ObservationLimits
 from autotuner.core.policy import Context, PolicySettings, decide
-from autotuner.core.state import QualityCheck, TunerState
 from autotuner.core.registry import load_model
+from autotuner.core.state import QualityCheck, TunerState
 from autotuner.core.types import Action, BlockReason, Decision, Observation, Setup, UnusableReason
 from autotuner.sim.truth import TruthEngine, realistic_error
 
@@ -103,11 +103,29 @@ class Run:
 HIGH = (0.8, 0.7, 0.6)
 
 
+def policy_crossover(run: Run) -> float:
+    """The batch where the running setup and its strongest rival of another kind swap places,
+    as the policy's own (calibrated) Predictor sees it now: no number taken from the model."""
+    context = Context(
+        now=run.now,
+        model=run.model,
+        hardware=run.hardware,
+        engine=run.engine,
+        workload=run.workload,
+    )
+    accept = run.state.acceptance.estimate(run.now, run.settings.acceptance_memory_half_life_s)
+    assert accept is not None
+    rivals = [Setup(), Setup(replay_window=16)]
+    flip = context.predictor(run.state, run.settings).crossover(run.start, rivals, accept)
+    assert flip is not None, "no crossover within batch 1024"
+    return float(flip.batch)
+
+
 def test_noise_around_the_crossover_changes_at_most_once() -> None:
     run = Run()
     # Find the crossover the policy itself sees, then hover around it for 6 hours.
     run.run(20, lambda m: 64, HIGH)
-    crossover = 180.0
+    crossover = policy_crossover(run)
     wobble = [0.7, 1.3, 0.9, 1.2, 0.8, 1.1]
     run.run(360, lambda m: crossover * wobble[m % len(wobble)], HIGH)
     assert len(run.changes()) <= 1

@@ -1,0 +1,165 @@
+"""The TunerState's named transitions, and reading persisted states: this schema, the first
+wave's (migrated), and records that cannot be read (said, never silently dropped)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from autotuner.core.state import (
+    DAY,
+    SCHEMA_VERSION,
+    QualityCheck,
+    Refusal,
+    TunerState,
+    Verification,
+    read_state,
+)
+from autotuner.core.types import Setup
+
+V1 = Path(__file__).parent / "data" / "tuner_state_v1.json"  # written by the first wave's code
+SPEC3, REPLAY, PLAIN = Setup(spec_tokens=3), Setup(replay_window=16), Setup()
+NOW = 200_000.0
+
+
+def switched(at: float = NOW) -> TunerState:
+    verification = Verification(target=REPLAY, previous=SPEC3, switched_at=at, predicted_gain=0.2)
+    return TunerState(current=SPEC3).verifying(verification)
+
+
+def test_verifying_runs_the_target_and_records_one_change() -> None:
+    state = TunerState(current=SPEC3, changes=(NOW - 2 * DAY, NOW - 60)).pending_since(REPLAY, 1)
+    after = state.verifying(
+        Verification(target=REPLAY, previous=SPEC3, switched_at=NOW, predicted_gain=0.2)
+    )
+    assert after.current == REPLAY
+    assert after.last_known_good == SPEC3
+    assert after.pending is None
+    assert after.verification is not None
+    assert after.changes == (NOW - 60, NOW)  # older than a day pruned, in the one place
+
+
+def test_verified_keeps_the_target_as_known_good() -> None:
+    after = switched().verified()
+    assert after.verification is None
+    assert after.last_known_good == REPLAY
+    assert after.current == REPLAY
+
+
+def test_reverted_goes_back_and_quarantines_the_tried_setup() -> None:
+    after = switched(NOW - 600).reverted(NOW, NOW + 3600)
+    assert after.current == SPEC3
+    assert after.verification is None
+    assert after.quarantine == {REPLAY.label: NOW + 3600}
+    assert after.changes == (NOW - 600, NOW)
+
+
+def test_adopted_drift_is_a_change_and_ends_a_verification() -> None:
+    after = switched(NOW - 600).adopted(PLAIN, NOW)
+    assert after.current == PLAIN
+    assert after.verification is None
+    assert after.changes[-1] == NOW
+
+
+def test_pending_keeps_its_start_while_a_change_is_favoured() -> None:
+    state = TunerState().pending_since(REPLAY, 10.0).pending_since(SPEC3, 20.0)
+    assert state.pending is not None
+    assert (state.pending.target, state.pending.since) == (SPEC3, 10.0)
+    assert state.not_pending().pending is None
+
+
+def test_quality_checks_attach_to_the_verification_and_finished_ones_are_the_latest() -> None:
+    pending = switched().checking_quality(QualityCheck(status="pending", since=NOW))
+    assert pending.verification is not None
+    assert pending.verification.quality is not None
+    assert pending.last_quality is None
+    failed = pending.checking_quality(QualityCheck(status="failed", summary="worse: 0/12"))
+    assert failed.last_quality is not None
+    assert failed.last_quality.status == "failed"
+
+
+def test_refusing_and_quarantined_add_without_losing_others() -> None:
+    state = TunerState().quarantined(SPEC3, 5.0).quarantined(REPLAY, 6.0)
+    state = state.refusing("spec_schedule", Refusal(why="exit 1", until=7.0))
+    assert state.quarantine == {SPEC3.label: 5.0, REPLAY.label: 6.0}
+    assert set(state.refused) == {"spec_schedule"}
+
+
+def test_advisory_keeps_what_was_learned_and_nothing_it_would_change() -> None:
+    before = TunerState(current=SPEC3, last_decision_id=4)
+    would = switched().updated(last_decision_id=5, last_rate=123.0)
+    after = would.advisory(before)
+    assert after.current == SPEC3
+    assert after.verification is None
+    assert after.changes == ()
+    assert after.last_rate == 123.0
+    assert after.last_decision_id == 5
+
+
+def test_applied_by_hand_is_a_known_change_that_drops_the_old_canary() -> None:
+    state = TunerState(current=SPEC3, canary_baseline={"setup": "spec:3"})
+    after = state.applied_by_hand(PLAIN, {"method": "mtp"}, NOW)
+    assert after.current == PLAIN
+    assert after.drafter == {"method": "mtp"}
+    assert after.canary_baseline is None
+    assert after.changes == (NOW,)
+
+
+def test_a_misspelt_field_is_an_error_not_a_stray_attribute() -> None:
+    with pytest.raises(ValidationError):
+        TunerState().updated(quarantined={"x": 1.0})
+    with pytest.raises(ValidationError):
+        TunerState().updated(current="spec:3")
+
+
+def test_this_schema_round_trips() -> None:
+    state = switched().quarantined(SPEC3, 1.0)
+    read = read_state(state.model_dump_json())
+    assert read.state == state
+    assert read.written_as == SCHEMA_VERSION
+    assert not read.migrated
+
+
+def test_the_first_waves_state_is_migrated_with_everything_in_it() -> None:
+    read = read_state(V1.read_text())
+    assert read.problem is None
+    assert read.migrated
+    assert read.written_as == 1
+    state = read.state
+    assert state is not None
+    assert state.schema_version == SCHEMA_VERSION
+    assert state.verification is not None
+    assert state.verification.quality is not None
+    assert state.verification.quality.status == "pending"
+    assert state.quarantine == {"spec:1": 9000.0}
+    assert state.refused["spec_schedule"].until == 90000.0
+    assert state.drafter == {"method": "mtp", "num_speculative_tokens": 3}
+    assert state.last_decision_id == 42
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{not json", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        (json.dumps({"schema_version": SCHEMA_VERSION + 1}), "newer than this sidecar's"),
+        (json.dumps({"current": {"spec_tokens": -1}}), "current.spec_tokens"),
+        (json.dumps({"quarantine": {"spec:3": "soon"}}), "quarantine.spec:3"),
+    ],
+    ids=["not json", "not an object", "newer schema", "bad setup", "bad quarantine"],
+)
+def test_an_unreadable_state_says_why(text: str, problem: str) -> None:
+    read = read_state(text)
+    assert read.state is None
+    assert read.problem is not None
+    assert problem in read.problem
+
+
+def test_an_unreadable_state_is_kept_aside() -> None:
+    state = TunerState().setting_aside("{not json" * 10)
+    assert state.set_aside is not None
+    assert state.set_aside.startswith("{not json")
+    assert read_state(state.model_dump_json()).state == state

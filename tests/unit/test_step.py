@@ -1,0 +1,272 @@
+"""The decision core, pure: every rule the controller used to apply itself (drift, a stuck
+rollout, advise mode, a refused restart, the throttled blocked Event) and each blocking reason,
+as tables of (state, observation, context) -> Step."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from autotuner.core.acceptance import from_conditional
+from autotuner.core.capabilities import EngineCapabilities
+from autotuner.core.hardware import datasheet
+from autotuner.core.observation import ObservationLimits
+from autotuner.core.policy import Context, PolicySettings, evaluate, objective
+from autotuner.core.registry import load_model
+from autotuner.core.state import TunerState, Verification
+from autotuner.core.step import NoticeKind, restart_refused, step
+from autotuner.core.types import Action, BlockReason, Decision, Observation, ScheduleBand, Setup
+from autotuner.sim.truth import TruthEngine
+
+MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
+H200 = datasheet("H200")
+TRUTH = TruthEngine(MODEL, H200)
+ENGINE = EngineCapabilities(name="static-k", spec_schedule=False)
+SPEC3, PLAIN, REPLAY = Setup(spec_tokens=3), Setup(), Setup(replay_window=16)
+RATES = (0.8, 0.7, 0.6)
+# Nothing in the way of a switch: each table row below turns one rule back on.
+OPEN = PolicySettings(
+    dwell_s=0,
+    cooldown_s=0,
+    verify_settle_s=60,
+    restart_downtime_s=1,
+    min_batch_weight=1,
+    min_confidence=0,
+    spec_tokens=(1, 2, 3),
+    replay_windows=(16,),
+    max_changes_per_hour=100,
+    max_changes_per_day=100,
+)
+NOW = 100_000.0
+
+
+def window(setup: Setup, batch: float = 512, now: float = NOW) -> Observation:
+    return TRUTH.observation(
+        now=now,
+        window_s=60,
+        setup=setup,
+        batch=batch,
+        rates=RATES,
+        limits=ObservationLimits(min_drafts=10),
+    )
+
+
+def context(**fields: object) -> Context:
+    base = Context(now=NOW, model=MODEL, hardware=H200, engine=ENGINE, deployed=SPEC3)
+    return replace(base, **fields)  # type: ignore[arg-type]
+
+
+def learned(setup: Setup = SPEC3, batch: float = 512) -> TunerState:
+    """A state that has watched `setup` at `batch` for ten minutes (nothing applied)."""
+    state = TunerState(current=setup)
+    for minute in range(10, 0, -1):
+        now = NOW - 60 * minute
+        ctx = context(now=now, deployed=setup, paused=True)
+        state = step(state, window(setup, batch, now), ctx, OPEN).state
+    return state
+
+
+def in_flight(switched_at: float = NOW - 120) -> TunerState:
+    verification = Verification(
+        target=REPLAY, previous=SPEC3, switched_at=switched_at, predicted_gain=0.3
+    )
+    return learned().verifying(verification)
+
+
+def test_the_open_table_row_switches() -> None:
+    made = step(learned(), window(SPEC3), context(), OPEN)
+    assert made.decision.action is Action.SWITCH
+    assert made.decision.target is not None
+    assert made.decision.target.replay_window  # replay wins at batch 512 here
+    assert made.state.verification is not None
+    assert made.state.current == made.decision.target
+    assert made.state.changes[-1] == NOW
+
+
+def _high_scenario_gain(state: TunerState, ctx: Context) -> tuple[float, float]:
+    """(point gain, gain with the optimistic acceptance) of the best candidate over spec:3."""
+    evaluation = evaluate(state, ctx, OPEN, SPEC3)
+    assert evaluation is not None
+    point = state.acceptance.estimate(ctx.now, OPEN.acceptance_memory_half_life_s)
+    assert point is not None
+    high = from_conditional(point.conditional_high)
+    batches, weights = state.batch.distribution()
+
+    def value(setup: Setup) -> float:
+        return objective(setup, batches, weights, state, ctx, OPEN, high)
+
+    return evaluation.gain, value(evaluation.best) / value(SPEC3) - 1
+
+
+def _row(reason: BlockReason) -> tuple[TunerState, Observation, Context, PolicySettings]:
+    state, observation, ctx, settings = learned(), window(SPEC3), context(), OPEN
+    if reason is BlockReason.BELOW_MIN_GAIN:
+        settings = replace_settings(min_gain=50.0)
+    elif reason is BlockReason.LOW_CONFIDENCE:
+        point, high = _high_scenario_gain(state, ctx)
+        assert high < point
+        settings = replace_settings(min_gain=(point + high) / 2, min_confidence=1.0)
+    elif reason is BlockReason.DWELL:
+        settings = replace_settings(dwell_s=3600)
+    elif reason is BlockReason.RESTART_COST:
+        settings = replace_settings(restart_downtime_s=10**9)
+    elif reason is BlockReason.BUDGET:
+        settings = replace_settings(max_changes_per_day=0)
+    elif reason is BlockReason.COOLDOWN:
+        state = state.updated(changes=(NOW - 60,))
+        settings = replace_settings(cooldown_s=3600)
+    elif reason is BlockReason.STALE_DATA:
+        observation = observation.model_copy(update={"usable": False})
+    elif reason is BlockReason.INSUFFICIENT_DATA:
+        # No replay here: at batch 192 the recommendation is a shorter K, and this window has
+        # too few drafts to trust acceptance.
+        settings = replace_settings(replay_windows=())
+        state = learned(SPEC3, batch=192)
+        stats = window(SPEC3, batch=192).acceptance
+        assert stats is not None
+        short = stats.model_copy(update={"sufficient": False})
+        observation = window(SPEC3, batch=192).model_copy(update={"acceptance": short})
+    elif reason is BlockReason.ROLLOUT:
+        ctx = context(rollout_in_progress=True)
+    elif reason is BlockReason.PAUSED:
+        ctx = context(paused=True)
+    elif reason is BlockReason.NOT_LEADER:
+        ctx = context(leader=False)
+    return state, observation, ctx, settings
+
+
+def replace_settings(**fields: object) -> PolicySettings:
+    return PolicySettings.model_validate({**OPEN.model_dump(), **fields})
+
+
+BLOCKS = [r for r in BlockReason if r is not BlockReason.VERIFYING]
+
+
+@pytest.mark.parametrize("reason", BLOCKS, ids=[r.value for r in BLOCKS])
+def test_each_blocking_reason_holds_the_switch_and_changes_nothing(reason: BlockReason) -> None:
+    state, observation, ctx, settings = _row(reason)
+    made = step(state, observation, ctx, settings)
+    if reason is BlockReason.STALE_DATA and made.decision.target is None:
+        pytest.fail(f"no recommendation to hold: {made.decision.sentence}")
+    assert made.decision.action is Action.HOLD, made.decision.sentence
+    assert made.decision.blocked_by is reason, made.decision.sentence
+    assert made.decision.target is not None
+    assert made.state.current == state.current
+    assert made.state.verification is None
+    assert made.state.changes == state.changes
+
+
+def test_a_verification_in_flight_holds_while_the_window_is_not_settled() -> None:
+    made = step(in_flight(switched_at=NOW - 30), window(REPLAY), context(deployed=REPLAY), OPEN)
+    assert made.decision.action is Action.HOLD
+    assert made.decision.blocked_by is BlockReason.VERIFYING
+
+
+@pytest.mark.parametrize(
+    ("ctx_fields", "why"),
+    [
+        ({"rollout_stuck": "ProgressDeadlineExceeded: 0/1 nodes"}, "ProgressDeadlineExceeded"),
+        ({"rollout_in_progress": True, "rollout_deadline_s": 60.0}, "deadline passed"),
+    ],
+    ids=["the target says stuck", "the deadline passed"],
+)
+def test_a_stuck_rollout_reverts_and_quarantines(ctx_fields: dict[str, object], why: str) -> None:
+    state = in_flight(switched_at=NOW - 120)
+    made = step(state, window(REPLAY), context(deployed=REPLAY, **ctx_fields), OPEN)
+    assert made.decision.action is Action.REVERT
+    assert made.decision.target == SPEC3
+    assert made.decision.current == REPLAY
+    assert why in made.decision.sentence
+    assert made.rollout_stuck
+    assert made.state.current == SPEC3
+    assert made.state.verification is None
+    assert made.state.quarantine[REPLAY.label] == NOW + OPEN.quarantine_s
+    assert made.state.changes[-1] == NOW
+
+
+def test_a_rollout_within_its_deadline_is_waited_for() -> None:
+    state = in_flight(switched_at=NOW - 120)
+    ctx = context(deployed=REPLAY, rollout_in_progress=True, rollout_deadline_s=900.0)
+    made = step(state, window(REPLAY), ctx, OPEN)
+    assert made.decision.action is Action.HOLD
+    assert not made.rollout_stuck
+    assert made.state.verification is not None
+
+
+def test_drift_is_adopted_noted_and_counts_as_a_change() -> None:
+    state = learned()
+    made = step(state, window(PLAIN), context(deployed=PLAIN), replace_settings(cooldown_s=600))
+    assert [n.kind for n in made.notices] == [NoticeKind.DRIFT]
+    assert made.decision.blocked_by is BlockReason.COOLDOWN  # backing off
+    assert "managed flags changed outside the tuner (spec:3 -> plain)" in made.notices[0].message
+    assert made.notices[0].message in made.decision.notes
+    assert made.state.current == PLAIN
+    assert NOW in made.state.changes
+
+
+def test_no_drift_while_our_own_change_is_what_runs() -> None:
+    made = step(in_flight(), window(REPLAY), context(deployed=REPLAY), OPEN)
+    assert all(n.kind is not NoticeKind.DRIFT for n in made.notices)
+
+
+@pytest.mark.parametrize("why", ["advisory mode", "not the leader", "no target to patch"])
+def test_advise_mode_recommends_and_keeps_only_what_it_learned(why: str) -> None:
+    before = learned()
+    made = step(before, window(SPEC3), context(advisory=why), OPEN)
+    assert made.decision.action is Action.SWITCH
+    assert f"{why}: not applied" in made.decision.notes
+    assert [n.kind for n in made.notices] == [NoticeKind.RECOMMENDED]
+    assert made.state.current == before.current
+    assert made.state.verification is None
+    assert made.state.changes == before.changes
+    assert made.state.batch != before.batch  # the window was learned from
+    assert made.state.last_decision_id == before.last_decision_id + 1
+
+
+def test_a_refused_schedule_means_static_k_for_the_refusal_period() -> None:
+    scheduled = Setup(
+        spec_tokens=3,
+        schedule=(
+            ScheduleBand(start_batch=1, end_batch=4, spec_tokens=3),
+            ScheduleBand(start_batch=5, end_batch=8191, spec_tokens=1),
+        ),
+    )
+    decision = Decision(
+        id=7, at=NOW, action=Action.SWITCH, current=SPEC3, target=scheduled, sentence="switch"
+    )
+    made = restart_refused(learned(), decision, "exit 1", context(), OPEN)
+    assert made.state.quarantine[scheduled.label] == NOW + OPEN.quarantine_s
+    assert made.state.refused["spec_schedule"].until == NOW + OPEN.refusal_s
+    assert [n.kind for n in made.notices] == [NoticeKind.REVERTED, NoticeKind.CAPABILITY_REFUSED]
+    assert "rolled back to spec:3" in made.decision.notes[-1]
+    can_schedule = ENGINE.model_copy(update={"spec_schedule": True})
+    active = [name for name, r in made.state.refused.items() if r.until > NOW]
+    assert not can_schedule.without(active).spec_schedule
+
+
+def test_a_refused_change_that_needed_nothing_new_only_quarantines() -> None:
+    decision = Decision(
+        id=7,
+        at=NOW,
+        action=Action.SWITCH,
+        current=SPEC3,
+        target=Setup(spec_tokens=2),
+        sentence="switch",
+    )
+    made = restart_refused(learned(), decision, "exit 1", context(), OPEN)
+    assert made.state.refused == {}
+    assert "spec:2" in made.state.quarantine
+    assert [n.kind for n in made.notices] == [NoticeKind.REVERTED]
+
+
+@pytest.mark.parametrize(
+    ("last_id", "told"), [(0, True), (1, False), (20, True), (21, False)], ids=str
+)
+def test_a_blocked_switch_is_told_at_the_first_decision_and_every_twentieth(
+    last_id: int, told: bool
+) -> None:
+    state = learned().updated(last_decision_id=last_id, changes=(NOW - 60,))
+    made = step(state, window(SPEC3), context(), replace_settings(cooldown_s=3600))
+    assert made.decision.blocked_by is BlockReason.COOLDOWN
+    assert (NoticeKind.BLOCKED in [n.kind for n in made.notices]) is told
