@@ -97,7 +97,7 @@ def _batch_panel(ax: Axes, series: DemoSeries) -> None:
     ax.set_yscale("log", base=2)
     ax.set_ylabel("requests per engine")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(loc="upper left", fontsize="small")
+    ax.legend(loc="lower center", fontsize="small")
 
 
 def _rate_panel(ax: Axes, series: DemoSeries, best_static: str) -> None:
