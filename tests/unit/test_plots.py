@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -89,3 +91,22 @@ def test_the_bench_figure_has_error_bars_from_the_repeats() -> None:
     assert ax.get_xscale() == "log"
     assert ax.get_xlabel() == "batch (concurrent streams)"
     assert ax.get_ylabel() == "output tokens/s"
+
+
+def test_the_sidecar_stays_lean() -> None:
+    """matplotlib is an extra: not a dependency, not in the sidecar image, never imported by the
+    command line or the sidecar until a figure is drawn."""
+    root = Path(__file__).resolve().parents[2]
+    pyproject = (root / "pyproject.toml").read_text()
+    dependencies = pyproject.split("dependencies = [", 1)[1].split("]", 1)[0]
+    assert "matplotlib" not in dependencies
+    assert 'plots = ["matplotlib>=3.8"]' in pyproject
+    containerfile = (root / "deploy" / "Containerfile").read_text()
+    assert "pip install --no-cache-dir --prefix=/install ." in containerfile
+    assert "[plots]" not in containerfile
+    probe = "import sys, autotuner.cli, autotuner.demo, autotuner.plots; "
+    probe += "print('matplotlib' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=root
+    )
+    assert result.stdout.strip() == "False"
