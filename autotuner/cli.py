@@ -19,12 +19,12 @@ from autotuner.core.capabilities import PRESETS
 from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import HardwareProfile, datasheet, load_profile
 from autotuner.core.model import DrafterKind
-from autotuner.core.observation import ObservationLimits
 from autotuner.core.registry import load_model
 from autotuner.core.report import build_report
 from autotuner.core.types import Observation
 from autotuner.durations import parse_duration
 from autotuner.errors import AutotunerError, InputError
+from autotuner.settings import ObservationLimits
 
 DEFAULT_MODEL = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
 
@@ -664,9 +664,9 @@ def run(
     import signal
     import threading
 
-    from autotuner.controller import build_controller
     from autotuner.exporter import ExporterServer, TunerMetrics
     from autotuner.logs import configure, event
+    from autotuner.wiring import build_controller
 
     try:
         settings, _ = _settings(

@@ -4,8 +4,6 @@ time. Everything it knows between steps is in the TunerState, persisted on the t
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,11 +22,9 @@ from autotuner.canary.phase import CanaryPhase, Capacity
 from autotuner.core.acceptance import from_conditional
 from autotuner.core.capabilities import EngineCapabilities, configured
 from autotuner.core.costmodel import Crossover, Workload
-from autotuner.core.hardware import HardwareProfile, datasheet, load_profile
+from autotuner.core.hardware import HardwareProfile
 from autotuner.core.model import ModelSpec
-from autotuner.core.observation import unusable
 from autotuner.core.policy import Context
-from autotuner.core.registry import load_model
 from autotuner.core.report import equivalent_rate
 from autotuner.core.state import TunerState, read_state
 from autotuner.core.step import Notice, NoticeKind, Step, restart_refused, step
@@ -36,54 +32,13 @@ from autotuner.core.types import Action, Decision, Observation, Setup
 from autotuner.exporter import Snapshot, TunerMetrics
 from autotuner.notifier import ErrorKind, Notifier
 from autotuner.settings import Settings
-from autotuner.sources.errors import SourceError
 
 if TYPE_CHECKING:  # the Kubernetes client is heavy: imported only for k8s targets
     from autotuner.actuators.lease import LeaseElector
     from autotuner.canary.guard import QualityGuard
 
-Observer = Callable[[], Observation]
+Observer = Callable[[], Observation]  # one window per call (sources/observers.py)
 GUARD_DISABLED = "the quality guard is disabled (quality.enabled=false)"
-
-
-class ScrapeObserver:
-    """Direct scrape: one scrape per step into a rolling window."""
-
-    def __init__(self, settings: Settings) -> None:
-        from autotuner.sources.vllm_scrape import VllmScraper
-
-        self.window_s = settings.loop.window_s
-        self.limits = settings.limits
-        self.scraper = VllmScraper(
-            settings.source.urls,
-            timeout_s=settings.source.timeout_s,
-            max_bytes=settings.source.max_bytes,
-        )
-
-    def __call__(self) -> Observation:
-        try:
-            self.scraper.record(self.scraper.scrape(), keep_s=2 * self.window_s)
-        except SourceError as exc:
-            now = time.time()
-            return unusable("vllm", exc.reason, exc.detail, start=now - self.window_s, end=now)
-        return self.scraper.observation(self.window_s, self.limits)
-
-
-class PrometheusObserver:
-    def __init__(self, settings: Settings) -> None:
-        from autotuner.sources.prometheus_api import PrometheusSource
-
-        self.window_s = settings.loop.window_s
-        self.limits = settings.limits
-        self.source = PrometheusSource(
-            settings.source.urls[0],
-            settings.source.selector,
-            timeout_s=settings.source.timeout_s,
-            scrape_interval_s=settings.source.scrape_interval_s,
-        )
-
-    def __call__(self) -> Observation:
-        return self.source.observe(self.window_s, limits=self.limits)
 
 
 @dataclass
@@ -509,83 +464,3 @@ class PhaseTimer:
             elapsed = time.perf_counter() - started
             self.seconds[phase] = elapsed
             self.metrics.phase_seconds.labels(phase).observe(elapsed)
-
-
-def build_controller(
-    settings: Settings, metrics: TunerMetrics, logger: logging.Logger
-) -> Controller:
-    """Wire the parts the settings name."""
-    from autotuner.actuators.targets import open_target
-
-    model = load_model(settings.model.id)
-    hardware = (
-        load_profile(settings.model.profile)
-        if settings.model.profile
-        else datasheet(settings.model.gpu)
-    )
-    observe: Observer = (
-        ScrapeObserver(settings) if settings.source.kind == "vllm" else PrometheusObserver(settings)
-    )
-    target = settings.target
-    identity = target.identity or os.environ.get("POD_NAME") or socket.gethostname()
-    uri = target.uri
-    if not uri and os.environ.get("POD_NAME") and os.environ.get("POD_NAMESPACE"):
-        from autotuner.actuators.kubernetes import api_client, discover_target
-
-        found = discover_target(
-            api_client(target.kube_server), os.environ["POD_NAMESPACE"], os.environ["POD_NAME"]
-        )
-        uri = str(found)
-    actuator = (
-        open_target(
-            uri,
-            kube_server=target.kube_server,
-            names=settings.engine.flags,
-            allow_surge=target.allow_surge,
-            allow_low_precision_replay=settings.policy.allow_low_precision_replay,
-            identity=identity,
-        )
-        if uri
-        else None
-    )
-    elector = None
-    if uri.startswith("k8s://"):
-        from autotuner.actuators.kubernetes import K8sTarget, api_client
-        from autotuner.actuators.lease import LeaseElector
-
-        parsed = K8sTarget.parse(uri)
-        elector = LeaseElector(
-            api_client(target.kube_server),
-            namespace=parsed.namespace,
-            name=target.lease_name or f"spec-autotuner-{parsed.name}",
-            identity=identity,
-            lease_duration_s=target.lease_duration_s,
-        )
-    quality, quality_off = quality_guard(settings)
-    return Controller(
-        settings=settings,
-        model=model,
-        hardware=hardware,
-        observe=observe,
-        actuator=actuator,
-        metrics=metrics,
-        logger=logger,
-        elector=elector,
-        quality=quality,
-        quality_off=quality_off,
-    )
-
-
-def quality_guard(settings: Settings) -> tuple[QualityGuard | None, str]:
-    """The canary guard the settings ask for, or why there is none."""
-    from autotuner.canary.guard import QualityGuard
-
-    quality = settings.quality
-    if not quality.enabled:
-        return None, GUARD_DISABLED
-    url = quality.url
-    if not url and settings.source.kind == "vllm":
-        url = settings.source.urls[0].removesuffix("/").removesuffix("/metrics")
-    if not url:
-        return None, "no canary URL: set quality.url to a replica's OpenAI-compatible base URL"
-    return QualityGuard(quality, url), ""

@@ -24,7 +24,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from autotuner import plots
-from autotuner.controller import Controller, build_controller
+from autotuner.controller import Controller
 from autotuner.core.capabilities import EngineCapabilities, configured
 from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import datasheet
@@ -36,6 +36,7 @@ from autotuner.logs import configure
 from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.truth import TruthEngine, realistic_error
+from autotuner.wiring import build_controller
 
 Load = Callable[[float], float]
 

@@ -16,13 +16,145 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
-from autotuner.actuators.flags import FlagNames
-from autotuner.canary.guard import QualitySettings
 from autotuner.core.model import DrafterKind
-from autotuner.core.observation import ObservationLimits
-from autotuner.core.policy import PolicySettings
 from autotuner.durations import parse_duration
 from autotuner.errors import InputError
+
+HOUR = 3600.0
+
+
+class FlagNames(BaseModel):
+    """The spelling of each managed flag in one vLLM version range (overridable in settings)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    speculative_config: str = "--speculative-config"
+    use_replayssm: str = "--use-replayssm"
+    replayssm_buffer_len: str = "--replayssm-buffer-len"
+    mamba_ssm_cache_dtype: str = "--mamba-ssm-cache-dtype"
+
+
+# Version range -> flag names. ReplaySSM flags exist from the build that merged PR #48018.
+
+
+class ObservationLimits(BaseModel):
+    """When a window is good enough to act on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_batch_samples: int = Field(
+        3, ge=1, description="Running-request samples needed for a batch distribution."
+    )
+    min_drafts: float = Field(
+        200, ge=0, description="Drafts needed before acceptance is trusted (else: insufficient)."
+    )
+    max_age_s: float = Field(
+        60, gt=0, description="A window whose newest sample is older than this is stale."
+    )
+
+
+class QualitySettings(BaseModel):
+    """The quality guard: a greedy canary before and after every switch (docs/quality.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(True, description="Run the canary around every switch.")
+    url: str = Field(
+        "",
+        description="OpenAI-compatible base URL of one replica; default: the first source URL "
+        "without /metrics (direct vllm source only).",
+    )
+    prompts: Path | None = Field(None, description="Canary set (JSON list); default built-in.")
+    model: str = Field("", description="Model name sent in requests; default the served one.")
+    max_tokens: int = Field(32, ge=1, le=1024, description="Greedy tokens per prompt.")
+    seed: int = Field(0, description="Sent with every request (greedy ignores it; some don't).")
+    priority: int | None = Field(
+        None,
+        description="vLLM request priority for canary requests (higher = later); only for "
+        "servers run with --scheduling-policy priority, which others reject: unset by default.",
+    )
+    timeout_s: float = Field(30.0, gt=0, description="HTTP timeout per canary request, seconds.")
+    budget_share: float = Field(
+        0.01,
+        gt=0,
+        le=1,
+        description="Largest share of one minute's capacity (tokens) one canary run may cost.",
+    )
+    max_waiting: float = Field(
+        0.5,
+        ge=0,
+        description="Saturated above this many waiting requests per engine: no canary then.",
+    )
+    after_deadline_s: float = Field(
+        900.0,
+        gt=0,
+        description="How long after a switch the after-run may wait (saturated server, not "
+        "answering) before the check is skipped, seconds.",
+    )
+    baseline_max_age_s: float = Field(
+        6 * 3600.0, gt=0, description="Refresh the running setup's canary after this, seconds."
+    )
+    noise_rate: float = Field(
+        0.05, ge=0, lt=1, description="Tolerated share of outputs diverging early (kernels)."
+    )
+    alpha: float = Field(0.05, gt=0, lt=1, description="A p-value below this is 'worse'.")
+
+
+class PolicySettings(BaseModel):
+    """How cautious the policy is. Every duration is in seconds and may be fractional."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_gain: float = Field(0.05, ge=0, description="Smallest predicted gain (fraction) to act on.")
+    min_confidence: float = Field(
+        0.6, ge=0, le=1, description="Share of acceptance scenarios (low/point/high) agreeing."
+    )
+    dwell_s: float = Field(900, ge=0, description="How long a recommendation must hold first.")
+    horizon_s: float = Field(
+        4 * HOUR, gt=0, description="How long a new setup is expected to stay: gain x horizon."
+    )
+    restart_downtime_s: float = Field(
+        180, ge=0, description="Downtime of one restart (default until measured)."
+    )
+    restart_share: float = Field(
+        1.0, gt=0, le=1, description="Share of replicas restarting at once (rollout strategy)."
+    )
+    restart_margin: float = Field(2.0, ge=1, description="Gain must beat the restart cost x this.")
+    cooldown_s: float = Field(1800, ge=0, description="Quiet time after any change.")
+    max_changes_per_hour: int = Field(2, ge=0)
+    max_changes_per_day: int = Field(6, ge=0)
+    acceptance_half_life_s: float = Field(
+        1800, gt=0, description="Half-life of pooled acceptance counts while speculation runs."
+    )
+    acceptance_memory_half_life_s: float = Field(
+        6 * HOUR, gt=0, description="How fast remembered acceptance loses confidence when off."
+    )
+    batch_half_life_s: float = Field(
+        900, gt=0, description="Half-life of the batch history the expected gain is taken over."
+    )
+    calibration_half_life_s: float = Field(6 * HOUR, gt=0)
+    calibration_bounds: tuple[float, float] = (0.5, 2.0)
+    min_batch_weight: float = Field(
+        5, ge=0, description="Batch samples (decayed) needed before deciding."
+    )
+    spec_tokens: tuple[int, ...] = Field((1, 2, 3, 4), description="Draft lengths allowed.")
+    replay_windows: tuple[int, ...] = Field((8, 16, 32), description="Replay windows allowed.")
+    use_schedule: bool = Field(True, description="Use per-batch K schedules when the engine can.")
+    objective: Literal["throughput", "latency_slo"] = "throughput"
+    latency_slo_s: float | None = Field(None, gt=0, description="Time per output token limit.")
+    latency_percentile: float = Field(0.9, gt=0, lt=1)
+    verify_settle_s: float = Field(300, ge=0, description="Warm-up after a change before judging.")
+    regression_tolerance: float = Field(0.10, ge=0, lt=1)
+    quarantine_s: float = Field(6 * HOUR, ge=0, description="A reverted setup is not retried.")
+    refusal_s: float = Field(
+        24 * HOUR,
+        ge=0,
+        description="How long a capability the engine refused (it did not come up with a "
+        "setup needing it) is taken as missing.",
+    )
+    allow_low_precision_replay: bool = Field(
+        False, description="Allow replay with a non-fp32 SSM state (it drifts)."
+    )
 
 
 class SourceSettings(BaseModel):

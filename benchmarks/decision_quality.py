@@ -20,10 +20,11 @@ import numpy as np
 from autotuner.core.capabilities import REPLAY_SPEC, UPSTREAM, EngineCapabilities
 from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import datasheet
-from autotuner.core.policy import Context, PolicySettings, decide
+from autotuner.core.policy import Context, decide
 from autotuner.core.registry import load_model
 from autotuner.core.state import TunerState
 from autotuner.core.types import Action, Setup
+from autotuner.settings import PolicySettings
 from autotuner.sim.truth import TruthEngine, realistic_error
 
 DAY = 86400.0

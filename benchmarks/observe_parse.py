@@ -17,7 +17,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from autotuner.core.observation import ObservationLimits, build_observation
+from autotuner.core.observation import build_observation
+from autotuner.settings import ObservationLimits
 from autotuner.sources.invariants import check_scrape
 from autotuner.sources.promtext import parse
 from autotuner.sources.vllm_metrics import Snapshot, engine_samples, wanted_names, window_totals

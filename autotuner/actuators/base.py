@@ -12,13 +12,13 @@ from typing import Any, Protocol
 
 from autotuner.actuators.flags import (
     ArgsError,
-    FlagNames,
     container_setup,
     container_speculative_config,
     render_container,
 )
 from autotuner.core.types import Setup
 from autotuner.errors import AutotunerError
+from autotuner.settings import FlagNames
 
 STATE_ANNOTATION = "spec-autotuner.io/state"
 PAUSE_ANNOTATION = "spec-autotuner.io/paused"

@@ -26,8 +26,8 @@ from autotuner.actuators.base import (
     checked_render,
     live_target,
 )
-from autotuner.actuators.flags import FlagNames
 from autotuner.core.types import Setup
+from autotuner.settings import FlagNames
 
 
 class ExecActuator:

@@ -15,24 +15,10 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from autotuner.core.types import ScheduleBand, Setup
 from autotuner.errors import InputError
+from autotuner.settings import FlagNames
 
-
-class FlagNames(BaseModel):
-    """The spelling of each managed flag in one vLLM version range (overridable in settings)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    speculative_config: str = "--speculative-config"
-    use_replayssm: str = "--use-replayssm"
-    replayssm_buffer_len: str = "--replayssm-buffer-len"
-    mamba_ssm_cache_dtype: str = "--mamba-ssm-cache-dtype"
-
-
-# Version range -> flag names. ReplaySSM flags exist from the build that merged PR #48018.
 FLAG_TABLE: dict[str, FlagNames] = {"default": FlagNames()}
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"

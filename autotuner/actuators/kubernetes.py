@@ -31,11 +31,9 @@ from autotuner.actuators.base import (
     live_target,
     select_container,
 )
-from autotuner.actuators.flags import (
-    FlagNames,
-)
 from autotuner.core.types import Setup
 from autotuner.errors import InputError
+from autotuner.settings import FlagNames
 
 SMP = "application/strategic-merge-patch+json"
 

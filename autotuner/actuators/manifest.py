@@ -29,10 +29,8 @@ from autotuner.actuators.base import (
     live_target,
     select_container,
 )
-from autotuner.actuators.flags import (
-    FlagNames,
-)
 from autotuner.core.types import Setup
+from autotuner.settings import FlagNames
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 

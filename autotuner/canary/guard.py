@@ -10,11 +10,9 @@ result the controller stores in the TunerState, so a restarted sidecar finishes 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
 
 from autotuner.canary.compare import Comparison, Verdict, compare
 from autotuner.canary.run import CanaryError, CanaryPrompt, CanaryRun, load_canary, run_canary
@@ -22,53 +20,7 @@ from autotuner.core.state import QualityCheck
 from autotuner.core.types import Observation, Setup
 from autotuner.durations import format_duration
 from autotuner.errors import InputError
-
-
-class QualitySettings(BaseModel):
-    """The quality guard: a greedy canary before and after every switch (docs/quality.md)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    enabled: bool = Field(True, description="Run the canary around every switch.")
-    url: str = Field(
-        "",
-        description="OpenAI-compatible base URL of one replica; default: the first source URL "
-        "without /metrics (direct vllm source only).",
-    )
-    prompts: Path | None = Field(None, description="Canary set (JSON list); default built-in.")
-    model: str = Field("", description="Model name sent in requests; default the served one.")
-    max_tokens: int = Field(32, ge=1, le=1024, description="Greedy tokens per prompt.")
-    seed: int = Field(0, description="Sent with every request (greedy ignores it; some don't).")
-    priority: int | None = Field(
-        None,
-        description="vLLM request priority for canary requests (higher = later); only for "
-        "servers run with --scheduling-policy priority, which others reject: unset by default.",
-    )
-    timeout_s: float = Field(30.0, gt=0, description="HTTP timeout per canary request, seconds.")
-    budget_share: float = Field(
-        0.01,
-        gt=0,
-        le=1,
-        description="Largest share of one minute's capacity (tokens) one canary run may cost.",
-    )
-    max_waiting: float = Field(
-        0.5,
-        ge=0,
-        description="Saturated above this many waiting requests per engine: no canary then.",
-    )
-    after_deadline_s: float = Field(
-        900.0,
-        gt=0,
-        description="How long after a switch the after-run may wait (saturated server, not "
-        "answering) before the check is skipped, seconds.",
-    )
-    baseline_max_age_s: float = Field(
-        6 * 3600.0, gt=0, description="Refresh the running setup's canary after this, seconds."
-    )
-    noise_rate: float = Field(
-        0.05, ge=0, lt=1, description="Tolerated share of outputs diverging early (kernels)."
-    )
-    alpha: float = Field(0.05, gt=0, lt=1, description="A p-value below this is 'worse'.")
+from autotuner.settings import QualitySettings
 
 
 def admission(

@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from autotuner.core.acceptance import from_counts
 from autotuner.core.types import (
@@ -22,22 +21,7 @@ from autotuner.core.types import (
     UnusableReason,
 )
 from autotuner.errors import InputError
-
-
-class ObservationLimits(BaseModel):
-    """When a window is good enough to act on."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    min_batch_samples: int = Field(
-        3, ge=1, description="Running-request samples needed for a batch distribution."
-    )
-    min_drafts: float = Field(
-        200, ge=0, description="Drafts needed before acceptance is trusted (else: insufficient)."
-    )
-    max_age_s: float = Field(
-        60, gt=0, description="A window whose newest sample is older than this is stale."
-    )
+from autotuner.settings import ObservationLimits
 
 
 @dataclass

@@ -10,11 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypedDict
+from typing import TypedDict
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
 
 from autotuner.core.acceptance import AcceptanceEstimate, from_conditional
 from autotuner.core.capabilities import EngineCapabilities
@@ -35,66 +34,10 @@ from autotuner.core.types import (
     Setup,
     UnusableReason,
 )
+from autotuner.settings import PolicySettings
 
 HOUR = 3600.0
 SCHEDULE_END = BATCH_EDGES[-1] - 1
-
-
-class PolicySettings(BaseModel):
-    """How cautious the policy is. Every duration is in seconds and may be fractional."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    min_gain: float = Field(0.05, ge=0, description="Smallest predicted gain (fraction) to act on.")
-    min_confidence: float = Field(
-        0.6, ge=0, le=1, description="Share of acceptance scenarios (low/point/high) agreeing."
-    )
-    dwell_s: float = Field(900, ge=0, description="How long a recommendation must hold first.")
-    horizon_s: float = Field(
-        4 * HOUR, gt=0, description="How long a new setup is expected to stay: gain x horizon."
-    )
-    restart_downtime_s: float = Field(
-        180, ge=0, description="Downtime of one restart (default until measured)."
-    )
-    restart_share: float = Field(
-        1.0, gt=0, le=1, description="Share of replicas restarting at once (rollout strategy)."
-    )
-    restart_margin: float = Field(2.0, ge=1, description="Gain must beat the restart cost x this.")
-    cooldown_s: float = Field(1800, ge=0, description="Quiet time after any change.")
-    max_changes_per_hour: int = Field(2, ge=0)
-    max_changes_per_day: int = Field(6, ge=0)
-    acceptance_half_life_s: float = Field(
-        1800, gt=0, description="Half-life of pooled acceptance counts while speculation runs."
-    )
-    acceptance_memory_half_life_s: float = Field(
-        6 * HOUR, gt=0, description="How fast remembered acceptance loses confidence when off."
-    )
-    batch_half_life_s: float = Field(
-        900, gt=0, description="Half-life of the batch history the expected gain is taken over."
-    )
-    calibration_half_life_s: float = Field(6 * HOUR, gt=0)
-    calibration_bounds: tuple[float, float] = (0.5, 2.0)
-    min_batch_weight: float = Field(
-        5, ge=0, description="Batch samples (decayed) needed before deciding."
-    )
-    spec_tokens: tuple[int, ...] = Field((1, 2, 3, 4), description="Draft lengths allowed.")
-    replay_windows: tuple[int, ...] = Field((8, 16, 32), description="Replay windows allowed.")
-    use_schedule: bool = Field(True, description="Use per-batch K schedules when the engine can.")
-    objective: Literal["throughput", "latency_slo"] = "throughput"
-    latency_slo_s: float | None = Field(None, gt=0, description="Time per output token limit.")
-    latency_percentile: float = Field(0.9, gt=0, lt=1)
-    verify_settle_s: float = Field(300, ge=0, description="Warm-up after a change before judging.")
-    regression_tolerance: float = Field(0.10, ge=0, lt=1)
-    quarantine_s: float = Field(6 * HOUR, ge=0, description="A reverted setup is not retried.")
-    refusal_s: float = Field(
-        24 * HOUR,
-        ge=0,
-        description="How long a capability the engine refused (it did not come up with a "
-        "setup needing it) is taken as missing.",
-    )
-    allow_low_precision_replay: bool = Field(
-        False, description="Allow replay with a non-fp32 SSM state (it drifts)."
-    )
 
 
 @dataclass(frozen=True)
@@ -579,6 +522,8 @@ def _first_block(
     settings: PolicySettings,
     evaluation: Evaluation,
 ) -> tuple[BlockReason, str] | None:
+    # One table, in the order the rules apply (the first that fails is named): longer than
+    # most functions here on purpose, since splitting it would hide that order.
     now = ctx.now
     pending = state.pending
     dwelt = (now - pending.since) if pending is not None else 0.0
@@ -702,10 +647,20 @@ def _verify(
             blocked_by=BlockReason.VERIFYING,
         )
         return decision, state
+    return _verified(state, make, measured, reference, batch)
+
+
+def _verified(
+    state: TunerState, make: _Make, measured: float, reference: float, batch: float
+) -> tuple[Decision, TunerState]:
+    """The change held up (and its quality check passed or was skipped): it is the known good."""
+    verification = state.verification
+    assert verification is not None
+    target, quality = verification.target, verification.quality
     decision = make(
         Action.KEEP,
         f"verified {target.label}: {measured:,.0f} tokens/s per engine at demand "
-        f"{batch:.0f} vs {reference:,.0f} for {previous.label} "
+        f"{batch:.0f} vs {reference:,.0f} for {verification.previous.label} "
         f"({measured / reference - 1:+.1%}; predicted {verification.predicted_gain:+.1%})",
         target=target,
         gain=measured / reference - 1 if reference else 0.0,

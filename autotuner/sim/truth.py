@@ -13,8 +13,9 @@ from autotuner.core.acceptance import from_conditional
 from autotuner.core.costmodel import Workload, predict
 from autotuner.core.hardware import HardwareProfile
 from autotuner.core.model import ModelSpec
-from autotuner.core.observation import ObservationLimits, Ratio, WindowTotals, build_observation
+from autotuner.core.observation import Ratio, WindowTotals, build_observation
 from autotuner.core.types import Observation, Setup
+from autotuner.settings import ObservationLimits
 
 StepError = Callable[[Setup, float], float]
 

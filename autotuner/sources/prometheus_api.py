@@ -14,13 +14,13 @@ from typing import Any
 import httpx
 
 from autotuner.core.observation import (
-    ObservationLimits,
     Ratio,
     WindowTotals,
     build_observation,
     unusable,
 )
 from autotuner.core.types import Observation, UnusableReason
+from autotuner.settings import ObservationLimits
 from autotuner.sources.errors import SourceError
 from autotuner.sources.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS, PER_POSITION
 

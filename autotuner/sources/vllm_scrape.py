@@ -9,8 +9,9 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from autotuner.core.observation import ObservationLimits, build_observation, unusable
+from autotuner.core.observation import build_observation, unusable
 from autotuner.core.types import Observation, UnusableReason
+from autotuner.settings import ObservationLimits
 from autotuner.sources.errors import SourceError
 from autotuner.sources.invariants import check_scrape
 from autotuner.sources.promtext import parse

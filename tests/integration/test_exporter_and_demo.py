@@ -11,11 +11,11 @@ import httpx
 from typer.testing import CliRunner
 
 from autotuner.cli import app
-from autotuner.controller import build_controller
 from autotuner.exporter import ExporterServer, TunerMetrics
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sim.server import SimServer
+from autotuner.wiring import build_controller
 
 
 def test_healthz_readyz_decision_and_metrics() -> None:

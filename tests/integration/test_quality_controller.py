@@ -18,13 +18,14 @@ from autotuner.actuators.base import STATE_ANNOTATION, ActuatorError
 from autotuner.actuators.flags import parse_setup
 from autotuner.actuators.kubernetes import K8sTarget, KubernetesActuator, api_client
 from autotuner.canary.guard import QualityGuard
-from autotuner.controller import Controller, quality_guard
+from autotuner.controller import Controller
 from autotuner.core.hardware import datasheet
 from autotuner.core.registry import load_model
 from autotuner.core.types import Action, Decision, Observation, Setup
 from autotuner.exporter import TunerMetrics, decision_document
 from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
+from autotuner.wiring import quality_guard
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver
 
 MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")

@@ -18,10 +18,11 @@ from autotuner.core.costmodel import Workload, crossover_batches, predict
 from autotuner.core.hardware import datasheet
 from autotuner.core.hf_config import from_hf_config
 from autotuner.core.model import DrafterKind
-from autotuner.core.policy import Context, PolicySettings, candidates
+from autotuner.core.policy import Context, candidates
 from autotuner.core.registry import load_model
 from autotuner.core.state import TunerState
 from autotuner.core.types import PLAIN, Setup
+from autotuner.settings import PolicySettings
 
 LLAMA_70B = load_model("meta-llama/Llama-3.1-70B-Instruct")
 H100 = datasheet("H100-SXM")

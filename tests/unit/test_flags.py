@@ -7,7 +7,6 @@ from hypothesis import strategies as st
 
 from autotuner.actuators.flags import (
     ArgsError,
-    FlagNames,
     parse_setup,
     parse_shell,
     render,
@@ -16,6 +15,7 @@ from autotuner.actuators.flags import (
     speculative_config,
 )
 from autotuner.core.types import Setup
+from autotuner.settings import FlagNames
 
 MTP = '{"method":"mtp","num_speculative_tokens":3}'
 BASE = [

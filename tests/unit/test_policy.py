@@ -11,11 +11,11 @@ from autotuner.core.capabilities import UPSTREAM, EngineCapabilities
 from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import HardwareProfile, datasheet
 from autotuner.core.model import ModelSpec
-from autotuner.core.observation import ObservationLimits
-from autotuner.core.policy import Context, PolicySettings, decide
+from autotuner.core.policy import Context, decide
 from autotuner.core.registry import load_model
 from autotuner.core.state import QualityCheck, TunerState
 from autotuner.core.types import Action, BlockReason, Decision, Observation, Setup, UnusableReason
+from autotuner.settings import ObservationLimits, PolicySettings
 from autotuner.sim.truth import TruthEngine, realistic_error
 
 MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from autotuner.canary.guard import QualityGuard, QualitySettings, admission
+from autotuner.canary.guard import QualityGuard, admission
 from autotuner.core.state import QualityCheck
 from autotuner.core.types import Observation, Setup
 from autotuner.durations import format_duration, parse_duration
+from autotuner.settings import QualitySettings
 
 SPEC = Setup(spec_tokens=3)
 REPLAY = Setup(replay_window=16)

@@ -11,12 +11,12 @@ import pytest
 from autotuner.core.acceptance import from_conditional
 from autotuner.core.capabilities import EngineCapabilities
 from autotuner.core.hardware import datasheet
-from autotuner.core.observation import ObservationLimits
-from autotuner.core.policy import Context, PolicySettings, evaluate, objective
+from autotuner.core.policy import Context, evaluate, objective
 from autotuner.core.registry import load_model
 from autotuner.core.state import TunerState, Verification
 from autotuner.core.step import NoticeKind, restart_refused, step
 from autotuner.core.types import Action, BlockReason, Decision, Observation, ScheduleBand, Setup
+from autotuner.settings import ObservationLimits, PolicySettings
 from autotuner.sim.truth import TruthEngine
 
 MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")

@@ -5,8 +5,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from autotuner.core.observation import ObservationLimits
 from autotuner.core.types import Observation, UnusableReason
+from autotuner.settings import ObservationLimits
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sources.errors import SourceError
 from autotuner.sources.promtext import parse

@@ -19,9 +19,9 @@ from autotuner.bench.sweep import Plan, Sweep
 from autotuner.canary import Verdict, compare, run_canary
 from autotuner.canary.run import BUILT_IN as CANARY
 from autotuner.core.hardware import datasheet
-from autotuner.core.observation import ObservationLimits
 from autotuner.core.registry import load_model
 from autotuner.core.types import Observation, Setup
+from autotuner.settings import ObservationLimits
 from autotuner.sources.vllm_scrape import VllmScraper
 from tests.integration.conftest import free_port
 from tests.vllm.conftest import (

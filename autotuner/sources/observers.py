@@ -1,0 +1,51 @@
+"""Observers: one call, one window. The direct scrape keeps a rolling window of its own
+scrapes; the Prometheus observer asks the server for the window."""
+
+from __future__ import annotations
+
+import time
+
+from autotuner.core.observation import unusable
+from autotuner.core.types import Observation
+from autotuner.settings import Settings
+from autotuner.sources.errors import SourceError
+
+
+class ScrapeObserver:
+    """Direct scrape: one scrape per step into a rolling window."""
+
+    def __init__(self, settings: Settings) -> None:
+        from autotuner.sources.vllm_scrape import VllmScraper
+
+        self.window_s = settings.loop.window_s
+        self.limits = settings.limits
+        self.scraper = VllmScraper(
+            settings.source.urls,
+            timeout_s=settings.source.timeout_s,
+            max_bytes=settings.source.max_bytes,
+        )
+
+    def __call__(self) -> Observation:
+        try:
+            self.scraper.record(self.scraper.scrape(), keep_s=2 * self.window_s)
+        except SourceError as exc:
+            now = time.time()
+            return unusable("vllm", exc.reason, exc.detail, start=now - self.window_s, end=now)
+        return self.scraper.observation(self.window_s, self.limits)
+
+
+class PrometheusObserver:
+    def __init__(self, settings: Settings) -> None:
+        from autotuner.sources.prometheus_api import PrometheusSource
+
+        self.window_s = settings.loop.window_s
+        self.limits = settings.limits
+        self.source = PrometheusSource(
+            settings.source.urls[0],
+            settings.source.selector,
+            timeout_s=settings.source.timeout_s,
+            scrape_interval_s=settings.source.scrape_interval_s,
+        )
+
+    def __call__(self) -> Observation:
+        return self.source.observe(self.window_s, limits=self.limits)

@@ -1,0 +1,101 @@
+"""Wiring: the parts the settings name, put together into a Controller."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import TYPE_CHECKING
+
+from autotuner.controller import GUARD_DISABLED, Controller, Observer
+from autotuner.core.hardware import datasheet, load_profile
+from autotuner.core.registry import load_model
+from autotuner.exporter import TunerMetrics
+from autotuner.settings import Settings
+from autotuner.sources.observers import PrometheusObserver, ScrapeObserver
+
+if TYPE_CHECKING:
+    import logging
+
+    from autotuner.actuators.base import Actuator
+    from autotuner.actuators.lease import LeaseElector
+    from autotuner.canary.guard import QualityGuard
+
+
+def build_controller(
+    settings: Settings, metrics: TunerMetrics, logger: logging.Logger
+) -> Controller:
+    """Wire the parts the settings name."""
+    model = load_model(settings.model.id)
+    profile = settings.model.profile
+    hardware = load_profile(profile) if profile else datasheet(settings.model.gpu)
+    observe: Observer = (
+        ScrapeObserver(settings) if settings.source.kind == "vllm" else PrometheusObserver(settings)
+    )
+    target = settings.target
+    identity = target.identity or os.environ.get("POD_NAME") or socket.gethostname()
+    uri = target.uri or _own_workload(settings)
+    quality, quality_off = quality_guard(settings)
+    return Controller(
+        settings=settings,
+        model=model,
+        hardware=hardware,
+        observe=observe,
+        actuator=_actuator(settings, uri, identity) if uri else None,
+        metrics=metrics,
+        logger=logger,
+        elector=_elector(settings, uri, identity) if uri.startswith("k8s://") else None,
+        quality=quality,
+        quality_off=quality_off,
+    )
+
+
+def _own_workload(settings: Settings) -> str:
+    """In a pod with no target set: the Deployment (or StatefulSet) that owns this pod."""
+    pod, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+    if not (pod and namespace):
+        return ""
+    from autotuner.actuators.kubernetes import api_client, discover_target
+
+    return str(discover_target(api_client(settings.target.kube_server), namespace, pod))
+
+
+def _actuator(settings: Settings, uri: str, identity: str) -> Actuator:
+    from autotuner.actuators.targets import open_target
+
+    return open_target(
+        uri,
+        kube_server=settings.target.kube_server,
+        names=settings.engine.flags,
+        allow_surge=settings.target.allow_surge,
+        allow_low_precision_replay=settings.policy.allow_low_precision_replay,
+        identity=identity,
+    )
+
+
+def _elector(settings: Settings, uri: str, identity: str) -> LeaseElector:
+    from autotuner.actuators.kubernetes import K8sTarget, api_client
+    from autotuner.actuators.lease import LeaseElector
+
+    target, parsed = settings.target, K8sTarget.parse(uri)
+    return LeaseElector(
+        api_client(target.kube_server),
+        namespace=parsed.namespace,
+        name=target.lease_name or f"spec-autotuner-{parsed.name}",
+        identity=identity,
+        lease_duration_s=target.lease_duration_s,
+    )
+
+
+def quality_guard(settings: Settings) -> tuple[QualityGuard | None, str]:
+    """The canary guard the settings ask for, or why there is none."""
+    from autotuner.canary.guard import QualityGuard
+
+    quality = settings.quality
+    if not quality.enabled:
+        return None, GUARD_DISABLED
+    url = quality.url
+    if not url and settings.source.kind == "vllm":
+        url = settings.source.urls[0].removesuffix("/").removesuffix("/metrics")
+    if not url:
+        return None, "no canary URL: set quality.url to a replica's OpenAI-compatible base URL"
+    return QualityGuard(quality, url), ""
