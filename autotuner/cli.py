@@ -764,7 +764,7 @@ def demo(
     for decision in switches:
         console.print(f"  {decision.action.value}: {decision.sentence}")
     console.print(f"{result.restarts} restart(s); details: {out / 'demo.json'}")
-    console.print(_plots_line(result.plots))
+    console.print(_plots_line(result.plots), markup=False)
 
 
 def _plots_line(paths: list[Path]) -> str:
@@ -869,7 +869,7 @@ def bench(
     console.print(table)
     for label, verdict in quality.items():
         console.print(f"  quality {label}: {verdict['verdict']}: {verdict['summary']}")
-    console.print(_plots_line(sweep.plots))
+    console.print(_plots_line(sweep.plots), markup=False)
 
 
 @app.command()

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from matplotlib.container import ErrorbarContainer
 from matplotlib.lines import Line2D
 
@@ -110,3 +111,20 @@ def test_the_sidecar_stays_lean() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=root
     )
     assert result.stdout.strip() == "False"
+
+
+def test_without_matplotlib_the_command_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from autotuner.cli import app
+
+    monkeypatch.setattr(plots, "available", lambda: False)
+    result = CliRunner().invoke(
+        app, ["demo", "--duration", "2s", "--no-live", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "python3 -m pip install 'spec-autotuner[plots]'" in result.stdout
+    assert not (tmp_path / "demo.png").exists()
+    assert (tmp_path / "demo.json").exists()
