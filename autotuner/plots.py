@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.axis import Axis
     from matplotlib.figure import Figure
 
 INSTALL_HINT = "plots need matplotlib: python3 -m pip install 'spec-autotuner[plots]'"
@@ -95,9 +96,20 @@ def _batch_panel(ax: Axes, series: DemoSeries) -> None:
         label="predicted crossover batch",
     )
     ax.set_yscale("log", base=2)
+    seen = [v for v in (*series.demand, *series.observed_batch) if math.isfinite(v) and v > 0]
+    _plain_ticks(ax.yaxis, [2**k for k in range(int(math.log2(max(seen, default=2))) + 2)])
     ax.set_ylabel("requests per engine")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="lower center", fontsize="small")
+
+
+def _plain_ticks(axis: Axis, values: Sequence[float]) -> None:
+    """Ticks at these values, written as plain numbers (not 2^k), no minor ticks."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    axis.set_major_locator(FixedLocator(list(values)))
+    axis.set_major_formatter(lambda value, _: f"{value:g}")
+    axis.set_minor_locator(NullLocator())
 
 
 def _rate_panel(ax: Axes, series: DemoSeries, best_static: str) -> None:
@@ -184,6 +196,7 @@ def bench_figure(points: Sequence[BenchPoint], title: str) -> Figure:
         ax.plot(batches, predicted, color=colour, ls="--", marker="x", alpha=0.8)
     ax.plot([], [], color="#666666", ls="--", marker="x", label="cost model (dashed)")
     ax.set_xscale("log", base=2)
+    _plain_ticks(ax.xaxis, sorted({p.batch for p in points}))
     ax.set_xlabel("batch (concurrent streams)")
     ax.set_ylabel("output tokens/s")
     ax.set_ylim(bottom=0)
