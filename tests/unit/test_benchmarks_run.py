@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
             ["--replicas", "1", "--engines", "1", "--repeats", "1"],
             "ratio ours / prometheus_client parser",
         ),
+        ("fidelity", ["--context", "1024"], "worst |error|"),
         ("decision_quality", ["--hours", "2", "--interval", "600", "--traces", "step"], "oracle"),
         ("sidecar_overhead", ["--duration", "6", "--interval", "1", "--replicas", "2"], "peak RSS"),
         (
