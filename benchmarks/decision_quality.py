@@ -1,75 +1,93 @@
 """Decision quality: the policy against static setups and a hindsight oracle over 24-hour
-traces, on a simulated engine whose true step times differ from the cost model.
+days, in worlds whose true speeds differ from the cost model the policy predicts with.
 
-Run: python -m benchmarks.decision_quality [--interval 300] [--traces diurnal,bursts,...]
+Run: python -m benchmarks.decision_quality [--worlds measured,verify-cost,...] [--quick]
 
-Every strategy is charged the same restart downtime. Reported side by side, per trace and per
-engine capability set: tokens served (ratio to the oracle), time-weighted efficiency (mean of
-throughput now / best setup's throughput now, zero while restarting) and restarts per day.
+Worlds (autotuner/sim/worlds.py): `measured` (MEASUREMENTS.md's published points interpolated
+over batch, no cost model), `verify-cost`, `replay-gain`, `acceptance-drift` and `combined`
+(the cost model distorted so that its ranking is wrong), and the older traces `diurnal`,
+`bursts`, `drift`, `step` (the cost model times sim.truth.realistic_error). Every strategy is
+charged the same restart downtime. Reported per world and engine capability set: tokens served
+(ratio to the restart-aware oracle), time-weighted efficiency (mean of throughput now / the
+best setup's throughput now, zero while restarting), restarts per day and explorations
+(decisions whose sentence says it explores); a summary table against issue 17's targets ends
+the run.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from autotuner.core.capabilities import REPLAY_SPEC, UPSTREAM, EngineCapabilities
-from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import datasheet
-from autotuner.core.policy import Context, decide
+from autotuner.core.policy import Context
 from autotuner.core.registry import load_model
 from autotuner.core.state import TunerState
-from autotuner.core.types import Action, Setup
+from autotuner.core.step import step
+from autotuner.core.types import Decision, Setup
 from autotuner.settings import PolicySettings
-from autotuner.sim.truth import TruthEngine, realistic_error
+from autotuner.sim.truth import realistic_error
+from autotuner.sim.worlds import (
+    DAY,
+    Prior,
+    World,
+    issue_worlds,
+    model_speed,
+)
 
-DAY = 86400.0
 DOWNTIME_S = 180.0
+TARGET_ORACLE = 0.95  # issue 17: share of the restart-aware oracle's tokens
+TARGET_RESTARTS = 6.0  # per day
+QUICK_INTERVAL_S = 1800.0
 
 
-@dataclass(frozen=True)
-class Trace:
-    name: str
-    batch: Callable[[float], float]  # demand per engine at time t (seconds)
-    acceptance: Callable[[float], float]  # conditional rate at every position
+# --- The older traces, as worlds on the cost model x realistic_error ------------------------
 
 
 def diurnal(t: float) -> float:
     return 4 + (512 - 4) * (1 - math.cos(2 * math.pi * t / DAY)) / 2
 
 
-TRACES = {
-    "diurnal": Trace("diurnal", diurnal, lambda t: 0.75),
-    "bursts": Trace("bursts", lambda t: 400.0 if (t % 7200) < 900 else 16.0, lambda t: 0.75),
-    "drift": Trace(
-        "drift",
-        lambda t: 16 + 240 * (1 - math.cos(2 * math.pi * t / DAY)) / 2,
-        lambda t: 0.85 - 0.40 * t / DAY,
-    ),
-    "step": Trace("step", lambda t: 32.0 if t < DAY / 2 else 384.0, lambda t: 0.75),
-}
+def _trace(
+    name: str, prior: Prior, demand: Callable[[float], float], rate: Callable[[float], float]
+) -> World:
+    return World(
+        name=name,
+        about="cost model x sim.truth.realistic_error",
+        prior=prior,
+        speed=model_speed(prior, realistic_error),
+        demand=demand,
+        acceptance=lambda t: (rate(t),) * 4,
+    )
 
 
-def candidate_setups(engine: EngineCapabilities) -> list[Setup]:
-    setups = [
-        Setup(),
-        *(Setup(spec_tokens=k) for k in (1, 2, 3, 4)),
-        *(Setup(replay_window=w) for w in (8, 16, 32)),
-        FIXED_SCHEDULE,
+def trace_worlds(model: str, gpu: str) -> dict[str, World]:
+    prior = Prior(load_model(model), datasheet(gpu))
+    traces: list[tuple[str, Callable[[float], float], Callable[[float], float]]] = [
+        ("diurnal", diurnal, lambda t: 0.75),
+        ("bursts", lambda t: 400.0 if (t % 7200) < 900 else 16.0, lambda t: 0.75),
+        (
+            "drift",
+            lambda t: 16 + 240 * (1 - math.cos(2 * math.pi * t / DAY)) / 2,
+            lambda t: 0.85 - 0.40 * t / DAY,
+        ),
+        ("step", lambda t: 32.0 if t < DAY / 2 else 384.0, lambda t: 0.75),
     ]
-    if engine.replay_with_speculation:
-        setups += [
-            Setup(spec_tokens=k, replay_window=w)
-            for k in (1, 2, 3, 4)
-            for w in (8, 16, 32)
-            if w > k + 1
-        ]
-    return setups
+    return {name: _trace(name, prior, demand, rate) for name, demand, rate in traces}
 
+
+WORLD_NAMES = ("measured", "verify-cost", "replay-gain", "acceptance-drift", "combined")
+TRACE_NAMES = ("diurnal", "bursts", "drift", "step")
+
+# --- Strategies -------------------------------------------------------------------------------
 
 FIXED_SCHEDULE = Setup.parse("spec:3@1-32:3,33-8191:0")
 STATICS = {
@@ -78,6 +96,22 @@ STATICS = {
     "replay L=16": Setup(replay_window=16),
     "K schedule cut at 32": FIXED_SCHEDULE,
 }
+
+
+def candidate_setups(engine: EngineCapabilities, max_k: int = 4) -> list[Setup]:
+    """The oracle's (static) choices: K up to what the deployment drafts, windows 8/16/32."""
+    ks = range(1, max_k + 1)
+    setups = [
+        Setup(),
+        *(Setup(spec_tokens=k) for k in ks),
+        *(Setup(replay_window=w) for w in (8, 16, 32)),
+        FIXED_SCHEDULE,
+    ]
+    if engine.replay_with_speculation:
+        setups += [
+            Setup(spec_tokens=k, replay_window=w) for k in ks for w in (8, 16, 32) if w > k + 1
+        ]
+    return setups
 
 
 @dataclass
@@ -143,119 +177,249 @@ def oracle(
     return [setups[k] for k in path]
 
 
+@dataclass
+class PolicyRun:
+    used: list[Setup] = field(default_factory=list)  # the setup running in each interval
+    decisions: list[Decision] = field(default_factory=list)
+
+    @property
+    def explorations(self) -> int:
+        return sum("explor" in d.sentence.lower() for d in self.decisions)
+
+
 def run_policy(
-    trace: Trace,
-    truth: TruthEngine,
+    world: World,
     engine: EngineCapabilities,
     settings: PolicySettings,
     times: np.ndarray,
     interval: float,
-    start: Setup,
-) -> list[Setup]:
-    state, deployed, used = TunerState(), start, []
+) -> PolicyRun:
+    """The decision core in act mode, each change applied at once; it sees only the world's
+    observations and its prior."""
+    state, deployed, run = TunerState(), world.start, PolicyRun()
     for t in times:
-        used.append(deployed)
+        run.used.append(deployed)
         now = float(t) + interval
-        rates = [trace.acceptance(now)] * 4
-        obs = truth.observation(
-            now=now, window_s=interval, setup=deployed, batch=trace.batch(now), rates=rates
-        )
         ctx = Context(
             now=now,
-            model=truth.model,
-            hardware=truth.hardware,
+            model=world.prior.model,
+            hardware=world.prior.hardware,
             engine=engine,
-            workload=truth.workload,
+            workload=world.prior.workload,
             deployed=deployed,
         )
-        decision, state = decide(state, obs, ctx, settings)
-        if decision.action in (Action.SWITCH, Action.REVERT) and decision.target is not None:
-            deployed = decision.target
-    return used
+        result = step(state, world.observation(deployed, now, interval), ctx, settings)
+        state = result.state
+        run.decisions.append(result.decision)
+        if result.acts and result.decision.target is not None:
+            deployed = result.decision.target
+    return run
+
+
+def truth_table(
+    world: World, setups: Sequence[Setup], times: np.ndarray, interval: float
+) -> dict[str, np.ndarray]:
+    """What each setup really serves in each interval (the world at the window's end)."""
+    return {
+        s.label: np.array([world.tokens_per_s(s, float(t) + interval) for t in times])
+        for s in setups
+    }
+
+
+# --- One world ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    world: str
+    engine: str
+    outcomes: dict[str, Outcome]
+    best_static: tuple[str, Outcome]  # the static setup with the best time-weighted efficiency
+    explorations: int
+    switches: list[str]
+
+    @property
+    def policy(self) -> Outcome:
+        return self.outcomes["policy"]
+
+    def share(self, strategy: str = "oracle") -> float:
+        return self.policy.tokens / self.outcomes[strategy].tokens
+
+    def targets(self) -> dict[str, bool]:
+        return {
+            f"tokens >= {TARGET_ORACLE} oracle": self.share() >= TARGET_ORACLE,
+            "time-eff above every static": self.policy.efficiency > self.best_static[1].efficiency,
+            f"<= {TARGET_RESTARTS:.0f} restarts/day": self.policy.restarts <= TARGET_RESTARTS,
+        }
+
+
+def evaluate_world(
+    world: World,
+    engine: EngineCapabilities,
+    settings: PolicySettings,
+    times: np.ndarray,
+    interval: float,
+) -> Result:
+    setups = candidate_setups(engine, world.start.spec_tokens)
+    truth_tps = truth_table(world, setups, times, interval)
+    best = np.max(np.vstack(list(truth_tps.values())), axis=0)
+    run = run_policy(world, engine, settings, times, interval)
+    truth_tps |= truth_table(world, sorted(set(run.used) - set(setups), key=str), times, interval)
+    statics = {s.label: simulate([s] * len(times), truth_tps, best, interval) for s in setups}
+    outcomes = {"policy": simulate(run.used, truth_tps, best, interval)}
+    outcomes |= {label: statics[s.label] for label, s in STATICS.items() if s.label in statics}
+    by_tokens = max(statics, key=lambda label: statics[label].tokens)
+    by_efficiency = max(statics, key=lambda label: statics[label].efficiency)
+    outcomes[f"best static by tokens ({by_tokens})"] = statics[by_tokens]
+    limit = int(TARGET_RESTARTS * len(times) * interval / DAY)
+    for name, cap in ((f"oracle, <= {limit} restarts", limit), ("oracle", None)):
+        path = oracle(truth_tps, setups, interval, cap)
+        outcomes[name] = simulate(path, truth_tps, best, interval)
+    return Result(
+        world=world.name,
+        engine=engine.name,
+        outcomes=outcomes,
+        best_static=(by_efficiency, statics[by_efficiency]),
+        explorations=run.explorations,
+        switches=_switches(run.used, times),
+    )
+
+
+def _switches(used: Sequence[Setup], times: np.ndarray) -> list[str]:
+    """'hh:mm label' at the start and at every change."""
+    return [
+        f"{float(t) / 3600:04.1f}h {s.label}"
+        for i, (t, s) in enumerate(zip(times, used, strict=True))
+        if i == 0 or s != used[i - 1]
+    ]
+
+
+# --- Output -------------------------------------------------------------------------------------
+
+
+def print_result(result: Result, about: str) -> None:
+    print(f"\n[{result.engine}] world {result.world}: {about}")
+    print(f"  {'strategy':44} {'tokens/oracle':>13} {'time-eff':>9} {'restarts/day':>13}")
+    reference = result.outcomes["oracle"].tokens
+    label, static = result.best_static
+    rows = [*result.outcomes.items(), (f"best static by time-eff ({label})", static)]
+    for name, outcome in rows:
+        print(
+            f"  {name:44} {outcome.tokens / reference:13.3f} "
+            f"{outcome.efficiency:9.3f} {outcome.restarts:13.1f}"
+        )
+    print(f"  explorations: {result.explorations}; policy ran: {', '.join(result.switches)}")
+    print("  targets: " + "; ".join(f"{k}: {v}" for k, v in result.targets().items()))
+
+
+def print_summary(results: Sequence[Result]) -> None:
+    print(
+        "\nsummary (issue 17 targets: tokens >= 0.95 x oracle, time-eff above every static, "
+        "<= 6 restarts/day)"
+    )
+    print(
+        f"  {'world':17} {'engine':12} {'tok/oracle':>10} {'tok/or<=6':>9} {'time-eff':>8} "
+        f"{'best static eff':>24} {'restarts/d':>10} {'explor.':>7}  met"
+    )
+    for r in results:
+        label, static = r.best_static
+        limited = next(k for k in r.outcomes if k.startswith("oracle, <="))
+        met = sum(r.targets().values())
+        print(
+            f"  {r.world:17} {r.engine:12} {r.share():10.3f} {r.share(limited):9.3f} "
+            f"{r.policy.efficiency:8.3f} {f'{static.efficiency:.3f} ({label})':>24} "
+            f"{r.policy.restarts:10.1f} {r.explorations:7d}  {met}/3"
+        )
+
+
+def options() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--interval", type=float, default=300.0)
+    parser.add_argument(
+        "--worlds", "--traces", default=",".join(WORLD_NAMES + TRACE_NAMES), dest="worlds"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a {QUICK_INTERVAL_S:.0f} s interval and the issue-17 worlds only (a smoke run)",
+    )
+    parser.add_argument(
+        "--model",
+        default="nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4",
+        help="model of the older traces (the issue-17 worlds are Qwen3.5-122B-A10B on B300)",
+    )
+    parser.add_argument("--gpu", default="H200", help="GPU of the older traces")
+    parser.add_argument("--hours", type=float, default=24.0)
+    parser.add_argument(
+        "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes"
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.interval = max(args.interval, QUICK_INTERVAL_S)
+        if args.worlds == parser.get_default("worlds"):
+            args.worlds = ",".join(WORLD_NAMES)
+    return args
+
+
+def chosen_names(args: argparse.Namespace) -> list[str]:
+    names = [n.strip() for n in args.worlds.split(",") if n.strip()]
+    unknown = set(names) - set(WORLD_NAMES + TRACE_NAMES)
+    if unknown:
+        raise SystemExit(f"unknown world(s) {sorted(unknown)}: use {WORLD_NAMES + TRACE_NAMES}")
+    return names
+
+
+def build_world(name: str, model: str, gpu: str) -> World:
+    if name in WORLD_NAMES:
+        return issue_worlds()[name]
+    return trace_worlds(model, gpu)[name]
+
+
+@dataclass(frozen=True)
+class Task:
+    world: str
+    engine: str
+    model: str
+    gpu: str
+    hours: float
+    interval: float
+
+
+ENGINES = {e.name: e for e in (UPSTREAM, REPLAY_SPEC)}
+
+
+def run_task(task: Task) -> tuple[Result, str]:
+    """One world on one engine (a worker process: worlds hold closures, so they are rebuilt
+    from their names here)."""
+    world = build_world(task.world, task.model, task.gpu)
+    settings = PolicySettings(restart_downtime_s=DOWNTIME_S)
+    times = np.arange(0.0, task.hours * 3600, task.interval)
+    result = evaluate_world(world, ENGINES[task.engine], settings, times, task.interval)
+    about = (
+        f"{world.about}; prior {world.prior.model.name} on {world.prior.hardware.name}, "
+        f"start {world.start.label}"
+    )
+    return result, about
 
 
 def main() -> None:
-    options = argparse.ArgumentParser(description=__doc__)
-    options.add_argument("--interval", type=float, default=300.0)
-    options.add_argument("--traces", default=",".join(TRACES))
-    options.add_argument("--model", default="nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
-    options.add_argument("--gpu", default="H200")
-    options.add_argument("--hours", type=float, default=24.0)
-    args = options.parse_args()
-    model, gpu = load_model(args.model), datasheet(args.gpu)
-    truth = TruthEngine(model, gpu, Workload(), realistic_error)
-    settings = PolicySettings(restart_downtime_s=DOWNTIME_S)
-    times = np.arange(0.0, args.hours * 3600, args.interval)
+    args = options()
+    began = time.monotonic()
     print(
-        f"{model.name} on {gpu.name}; interval {args.interval:.0f}s; restart downtime "
-        f"{DOWNTIME_S:.0f}s; hidden model error: sim.truth.realistic_error"
+        f"interval {args.interval:.0f}s over {args.hours:g} h; restart downtime "
+        f"{DOWNTIME_S:.0f}s; the policy predicts with the cost model, each world's truth differs"
     )
-    for engine in (UPSTREAM, REPLAY_SPEC):
-        setups = candidate_setups(engine)
-        for name in args.traces.split(","):
-            trace = TRACES[name]
-            truth_tps = {
-                s.label: np.array(
-                    [
-                        truth.tokens_per_s(
-                            s,
-                            trace.batch(t + args.interval),
-                            [trace.acceptance(t + args.interval)] * 4,
-                        )
-                        for t in times
-                    ]
-                )
-                for s in setups
-            }
-            best = np.max(np.vstack(list(truth_tps.values())), axis=0)
-            outcomes: dict[str, Outcome] = {}
-            policy = run_policy(
-                trace, truth, engine, settings, times, args.interval, start=Setup(spec_tokens=4)
-            )
-            for s in set(policy) - set(setups):  # schedules the policy built itself
-                truth_tps[s.label] = np.array(
-                    [
-                        truth.tokens_per_s(
-                            s,
-                            trace.batch(t + args.interval),
-                            [trace.acceptance(t + args.interval)] * 4,
-                        )
-                        for t in times
-                    ]
-                )
-            outcomes["policy"] = simulate(policy, truth_tps, best, args.interval)
-            for label, setup in STATICS.items():
-                outcomes[label] = simulate([setup] * len(times), truth_tps, best, args.interval)
-            hindsight = max(setups, key=lambda s: truth_tps[s.label].sum())
-            outcomes[f"best static ({hindsight.label})"] = simulate(
-                [hindsight] * len(times), truth_tps, best, args.interval
-            )
-            limit = int(6 * args.hours / 24)
-            outcomes[f"oracle, <= {limit} restarts"] = simulate(
-                oracle(truth_tps, setups, args.interval, limit), truth_tps, best, args.interval
-            )
-            outcomes["oracle"] = simulate(
-                oracle(truth_tps, setups, args.interval), truth_tps, best, args.interval
-            )
-            reference = outcomes["oracle"].tokens
-            print(f"\n[{engine.name}] trace {name}")
-            print(f"  {'strategy':38} {'tokens/oracle':>13} {'time-eff':>9} {'restarts/day':>13}")
-            for label, outcome in outcomes.items():
-                print(
-                    f"  {label:38} {outcome.tokens / reference:13.3f} "
-                    f"{outcome.efficiency:9.3f} {outcome.restarts:13.1f}"
-                )
-            statics = [
-                o.efficiency
-                for k, o in outcomes.items()
-                if k != "policy" and not k.startswith("oracle")
-            ]
-            mine = outcomes["policy"]
-            print(
-                f"  targets: tokens >= 0.97 oracle: {mine.tokens / reference >= 0.97}; "
-                f"time-eff >= 0.95: {mine.efficiency >= 0.95}; above every static: "
-                f"{mine.efficiency > max(statics)}; <= 6 restarts/day: {mine.restarts <= 6}"
-            )
+    tasks = [
+        Task(name, engine, args.model, args.gpu, args.hours, args.interval)
+        for name in chosen_names(args)
+        for engine in ENGINES
+    ]
+    with ProcessPoolExecutor(max_workers=max(1, min(args.jobs, len(tasks)))) as pool:
+        done = list(pool.map(run_task, tasks))
+    for result, about in done:
+        print_result(result, about)
+    print_summary([result for result, _ in done])
+    print(f"\nran in {time.monotonic() - began:.0f} s with {args.jobs} worker(s)")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
             "ratio ours / prometheus_client parser",
         ),
         ("fidelity", ["--context", "1024"], "worst |error|"),
-        ("decision_quality", ["--hours", "2", "--interval", "600", "--traces", "step"], "oracle"),
+        (
+            "decision_quality",
+            ["--quick", "--hours", "12", "--worlds", "measured,combined,step", "--jobs", "1"],
+            "explor.",
+        ),
         ("sidecar_overhead", ["--duration", "6", "--interval", "1", "--replicas", "2"], "peak RSS"),
         (
             "canary_cost",

@@ -1,0 +1,246 @@
+"""The benchmark's worlds: the published one goes through MEASUREMENTS.md's points without the
+cost model, each synthetic one differs from the model exactly the way it says, and a world's
+observations are what its speeds say."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import autotuner.core.costmodel
+import autotuner.sim.worlds as worlds
+from autotuner.core.acceptance import from_conditional
+from autotuner.core.costmodel import predict
+from autotuner.core.types import Setup
+from autotuner.sim.worlds import (
+    DAY,
+    REFERENCE_ACCEPTANCE,
+    REPLAY_L16_RATIO,
+    MeasuredSpeed,
+    ModelSpeed,
+    Prior,
+    ReplayGain,
+    Speed,
+    VerifyCost,
+    World,
+    constant_acceptance,
+    daily_load,
+    drifting_acceptance,
+    log_interp,
+    measured_world,
+    qwen_on_b300,
+)
+
+PLAIN = Setup()
+
+
+@pytest.fixture(scope="module")
+def prior() -> Prior:
+    return qwen_on_b300()
+
+
+def at_batch(speed: Speed, prior: Prior, batch: float, rates: tuple[float, ...]) -> World:
+    """A world held at one batch and acceptance."""
+    return World("fixed", "", prior, speed, lambda t: batch, constant_acceptance(rates))
+
+
+def ratio(world: World, label: str) -> float:
+    return world.tokens_per_s(Setup.parse(label), 0.0) / world.tokens_per_s(PLAIN, 0.0)
+
+
+def measured_at(batch: float, prior: Prior) -> World:
+    return at_batch(MeasuredSpeed(), prior, batch, REFERENCE_ACCEPTANCE)
+
+
+def test_log_interp_is_linear_in_log_batch_and_flat_outside() -> None:
+    anchors = {1: 1.0, 16: 2.0, 256: 4.0}
+    assert log_interp(4, anchors) == pytest.approx(1.5)
+    assert log_interp(64, anchors) == pytest.approx(3.0)
+    assert log_interp(0.5, anchors) == 1.0
+    assert log_interp(4096, anchors) == 4.0
+
+
+@pytest.mark.parametrize(
+    ("label", "published"),
+    [("plain", 1.0), ("spec:1", 0.89), ("spec:3", 0.90), ("replay+spec:3:16", 1.90)],
+)
+def test_measured_world_goes_through_the_published_batch_512_points(
+    prior: Prior, label: str, published: float
+) -> None:
+    world = measured_at(512, prior)
+    assert world.tokens_per_s(PLAIN, 0.0) == pytest.approx(10_398)
+    assert ratio(world, label) == pytest.approx(published)
+
+
+@pytest.mark.parametrize(("batch", "published"), sorted(REPLAY_L16_RATIO.items()))
+def test_measured_replay_follows_the_replayssm_table(
+    prior: Prior, batch: int, published: float
+) -> None:
+    assert ratio(measured_at(batch, prior), "replay:16") == pytest.approx(published)
+    other = ratio(measured_at(batch, prior), "replay:8") - 1
+    assert other == pytest.approx(0.9 * (published - 1))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_measured_speculation_stops_gaining_beyond_batch_128(prior: Prior, k: int) -> None:
+    assert ratio(measured_at(128, prior), f"spec:{k}") == pytest.approx(1.0)
+    assert ratio(measured_at(32, prior), f"spec:{k}") > 1.05
+    for batch in (160, 256, 400, 512, 1024):
+        assert ratio(measured_at(batch, prior), f"spec:{k}") < 1.0
+
+
+def test_measured_interpolation_between_anchors_is_in_log_batch(prior: Prior) -> None:
+    """Halfway in log batch between 128 and 512 the step-time ratio is halfway too."""
+    cost = worlds.spec_cost(1, 256)
+    assert cost == pytest.approx((1.85 + 1.85 / 0.89) / 2)
+    assert ratio(measured_at(256, prior), "spec:1") == pytest.approx(1.85 / cost)
+
+
+def test_measured_ranking_differs_from_the_prior_at_high_batch(prior: Prior) -> None:
+    """Upstream at batch 450: the prior ranks speculation first, the published world replay."""
+    labels = ["spec:1", "spec:2", "spec:3", "replay:8", "replay:16", "replay:32"]
+    accept = from_conditional(list(REFERENCE_ACCEPTANCE[:3]))
+    predicted = {
+        label: float(
+            predict(prior.model, prior.hardware, Setup.parse(label), [450], accept).tokens_per_s[0]
+        )
+        for label in labels
+    }
+    world = measured_at(450, prior)
+    measured = {label: ratio(world, label) for label in labels}
+    assert max(predicted, key=lambda k: predicted[k]).startswith("spec")
+    assert max(measured, key=lambda k: measured[k]) == "replay:16"
+    assert measured["replay:16"] > 1.25 * max(measured[f"spec:{k}"] for k in (1, 2, 3))
+
+
+def test_measured_world_never_calls_the_cost_model(
+    prior: Prior, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the measured world called the cost model")
+
+    monkeypatch.setattr(autotuner.core.costmodel, "predict", refuse)
+    monkeypatch.setattr(worlds, "predict", refuse)
+    world = measured_world(prior)
+    for label in ("plain", "spec:3", "replay:16", "replay+spec:3:16", "spec:3@1-32:3,33-8191:0"):
+        assert world.tokens_per_s(Setup.parse(label), DAY / 2) > 0
+        assert world.observation(Setup.parse(label), DAY / 2, 300.0).usable
+
+
+def test_measured_schedule_runs_its_bands_k(prior: Prior) -> None:
+    schedule = Setup.parse("spec:3@1-32:3,33-8191:0")
+    low, high = measured_at(16, prior), measured_at(256, prior)
+    assert low.tokens_per_s(schedule, 0) == pytest.approx(
+        low.tokens_per_s(Setup.parse("spec:3"), 0)
+    )
+    assert high.tokens_per_s(schedule, 0) == pytest.approx(high.tokens_per_s(PLAIN, 0))
+
+
+def model_step(prior: Prior, label: str, batch: float) -> float:
+    return ModelSpeed(prior.model, prior.hardware).step_time(
+        Setup.parse(label), batch, REFERENCE_ACCEPTANCE
+    )
+
+
+@pytest.mark.parametrize(("batch", "factor"), [(1, 1.5), (math.sqrt(512), 1.75), (512, 2.0)])
+@pytest.mark.parametrize(
+    ("label", "base"), [("spec:3", "plain"), ("replay+spec:2:16", "replay:16")]
+)
+def test_verify_cost_scales_what_speculation_adds(
+    prior: Prior, batch: float, factor: float, label: str, base: str
+) -> None:
+    speed = VerifyCost(ModelSpeed(prior.model, prior.hardware))
+    true = speed.step_time(Setup.parse(label), batch, REFERENCE_ACCEPTANCE)
+    added = model_step(prior, label, batch) - model_step(prior, base, batch)
+    assert added > 0
+    assert true - model_step(prior, base, batch) == pytest.approx(factor * added)
+
+
+@pytest.mark.parametrize("label", ["plain", "replay:8", "replay:16"])
+def test_verify_cost_leaves_setups_without_drafts_alone(prior: Prior, label: str) -> None:
+    speed = VerifyCost(ModelSpeed(prior.model, prior.hardware))
+    assert speed.step_time(Setup.parse(label), 300, REFERENCE_ACCEPTANCE) == pytest.approx(
+        model_step(prior, label, 300)
+    )
+
+
+@pytest.mark.parametrize("batch", [4, 64, 450])
+@pytest.mark.parametrize(("label", "base"), [("replay:16", "plain"), ("replay+spec:3:8", "spec:3")])
+def test_replay_gain_is_1_3x_the_models(prior: Prior, batch: float, label: str, base: str) -> None:
+    """At the same batch (same K, same tau): true speed-up - 1 = 1.3 x (the model's - 1)."""
+    model = ModelSpeed(prior.model, prior.hardware)
+    speed = ReplayGain(model)
+    setup, twin = Setup.parse(label), Setup.parse(base)
+
+    def speedup(of: Speed) -> float:
+        twin_step = of.step_time(twin, batch, REFERENCE_ACCEPTANCE)
+        return twin_step / of.step_time(setup, batch, REFERENCE_ACCEPTANCE)
+
+    assert abs(speedup(model) - 1) > 0.005
+    assert speedup(speed) - 1 == pytest.approx(1.3 * (speedup(model) - 1))
+    assert speed.step_time(twin, batch, REFERENCE_ACCEPTANCE) == pytest.approx(
+        model.step_time(twin, batch, REFERENCE_ACCEPTANCE)
+    )
+
+
+def test_replay_gain_shows_in_tokens_served_under_capacity(prior: Prior) -> None:
+    model = ModelSpeed(prior.model, prior.hardware)
+    true = at_batch(ReplayGain(model), prior, 128, REFERENCE_ACCEPTANCE)
+    modelled = at_batch(model, prior, 128, REFERENCE_ACCEPTANCE)
+    assert ratio(true, "replay:8") - 1 == pytest.approx(1.3 * (ratio(modelled, "replay:8") - 1))
+
+
+def test_acceptance_drifts_from_085_to_045_over_the_day() -> None:
+    rates = drifting_acceptance(0.85, 0.45)
+    assert rates(0.0) == pytest.approx((0.85,) * 4)
+    assert rates(DAY / 2) == pytest.approx((0.65,) * 4)
+    assert rates(DAY) == pytest.approx((0.45,) * 4)
+    assert rates(2 * DAY) == pytest.approx((0.45,) * 4)
+
+
+def test_daily_load_rises_to_its_peak_at_noon_and_falls() -> None:
+    demand = daily_load(4, 450)
+    assert demand(0) == pytest.approx(4)
+    assert demand(DAY / 2) == pytest.approx(450)
+    assert demand(DAY / 4) == pytest.approx(227)
+    assert demand(DAY) == pytest.approx(4)
+
+
+def test_issue_worlds_are_named_and_start_on_speculation() -> None:
+    built = worlds.issue_worlds()
+    assert set(built) == {"measured", "verify-cost", "replay-gain", "acceptance-drift", "combined"}
+    assert all(w.start == Setup(spec_tokens=3) for w in built.values())
+    assert built["combined"].acceptance(DAY)[0] == pytest.approx(0.45)
+
+
+@pytest.mark.parametrize("label", ["spec:3", "replay:16", "spec:3@1-32:3,33-8191:0", "plain"])
+def test_observation_reports_what_the_world_serves(prior: Prior, label: str) -> None:
+    world = measured_world(prior)
+    setup, now = Setup.parse(label), DAY / 3
+    observed = world.observation(setup, now, 300.0)
+    assert observed.usable
+    assert observed.generation_tokens_per_s == pytest.approx(world.tokens_per_s(setup, now))
+    assert observed.batch is not None
+    assert observed.batch.mean == pytest.approx(world.demand(now))
+    k = worlds.spec_tokens_at(setup, world.demand(now))
+    step = world.speed.step_time(setup, world.demand(now), REFERENCE_ACCEPTANCE)
+    assert observed.step_time_s == pytest.approx(step)
+    if k:
+        assert observed.acceptance is not None
+        assert observed.acceptance.per_position[:k] == pytest.approx(REFERENCE_ACCEPTANCE[:k])
+
+
+def test_observation_queues_past_capacity(prior: Prior) -> None:
+    """A model-based world caps running requests at the setup's capacity."""
+    speed = ModelSpeed(prior.model, prior.hardware)
+    setup = Setup(spec_tokens=4)
+    capacity = speed.capacity(setup)
+    world = at_batch(speed, prior, capacity + 100, REFERENCE_ACCEPTANCE)
+    observed = world.observation(setup, 300.0, 300.0)
+    assert observed.batch is not None
+    assert observed.batch.mean == pytest.approx(capacity)
+    assert observed.waiting_mean == pytest.approx(100)
+    accept = from_conditional(list(REFERENCE_ACCEPTANCE))
+    curve = predict(prior.model, prior.hardware, setup, [round(capacity + 100)], accept)
+    assert world.tokens_per_s(setup, 0) == pytest.approx(float(curve.tokens_per_s[0]))
