@@ -155,9 +155,13 @@ class Controller:
         read = read_state(text)
         if read.state is not None:
             if self.state is None:
+                migrated = (
+                    f" (migrated from schema {read.written_as}"
+                    + "".join(f"; not carried over: {what}" for what in read.dropped)
+                    + ")"
+                )
                 self.notifier.log(
-                    "resumed from the persisted state"
-                    + (f" (migrated from schema {read.written_as})" if read.migrated else ""),
+                    "resumed from the persisted state" + (migrated if read.migrated else ""),
                     decision_id=read.state.last_decision_id,
                     verifying=read.state.verification is not None,
                 )
@@ -377,7 +381,7 @@ class Controller:
                 rollout_stuck=planned.rollout_stuck,
                 last_usable_at=self.last_usable_at,
                 crossover=self._crossover(planned, ctx),
-                calibration=state.calibration.factors(ctx.now, policy.calibration_half_life_s),
+                calibration=ctx.predictor(state, policy).fit.factors(),
                 quick_rule_rate=rate,
                 mode=self.settings.mode,
             )

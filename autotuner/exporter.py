@@ -19,8 +19,8 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
 from autotuner import __version__
 from autotuner.core.acceptance import copy_rule, copy_rule_break_even
+from autotuner.core.attribution import Factor
 from autotuner.core.costmodel import Crossover
-from autotuner.core.estimates import Calibration, CalibrationFactor
 from autotuner.core.state import TunerState
 from autotuner.core.types import (
     Action,
@@ -50,7 +50,7 @@ class Snapshot:
     rollout_stuck: bool = False
     last_usable_at: float | None = None
     crossover: Crossover | None = None
-    calibration: list[CalibrationFactor] = field(default_factory=list)
+    calibration: list[Factor] = field(default_factory=list)
     quick_rule_rate: float | None = None
     mode: str = "advise"
 
@@ -312,16 +312,18 @@ class QualityCollector(_SnapshotCollector):
 
 
 class CalibrationCollector(_SnapshotCollector):
-    """measured / predicted step time per setup and batch band."""
+    """The cost model's learned corrections (core/attribution.py)."""
 
     def families(self, s: Snapshot, *, describing: bool) -> Iterator[Metric]:
         calibration = GaugeMetricFamily(
             f"{PREFIX}_calibration_factor",
-            "Measured / predicted step time per setup and band.",
-            labels=["setup", "band"],
+            "Learned correction of the cost model per kernel class and batch band, on the part "
+            "every setup shares (term=shared) or on what a family adds (term=spec, replay, ...); "
+            "only factors the evidence moved from 1.",
+            labels=["term", "kernel", "band"],
         )
-        for entry in s.calibration:
-            calibration.add_metric([entry.setup, str(entry.band)], entry.factor)
+        for factor in s.calibration:
+            calibration.add_metric([factor.term, factor.kernel, str(factor.band)], factor.factor)
         yield calibration
 
 
@@ -345,7 +347,7 @@ def decision_document(snapshot: Snapshot) -> dict[str, Any]:
         "decision": snapshot.decision.model_dump(mode="json") if snapshot.decision else None,
         "observation": obs.model_dump(mode="json", exclude={"batch": {"values"}}) if obs else None,
         "crossover": _crossover_document(snapshot.crossover),
-        "calibration": {Calibration.key(f.setup, f.band): f.factor for f in snapshot.calibration},
+        "calibration": [f._asdict() for f in snapshot.calibration],
         "state": {
             "current": snapshot.state.current.label if snapshot.state.current else None,
             "verification": snapshot.state.verification.model_dump(mode="json")

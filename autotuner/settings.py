@@ -146,6 +146,18 @@ class PolicySettings(BaseModel):
     verify_settle_s: float = Field(300, ge=0, description="Warm-up after a change before judging.")
     regression_tolerance: float = Field(0.10, ge=0, lt=1)
     quarantine_s: float = Field(6 * HOUR, ge=0, description="A reverted setup is not retried.")
+    explore: bool = Field(
+        True,
+        description="Try a setup family never measured at this load when its uncertainty says "
+        "it could win by min_gain (once per family and batch band per quarantine_s).",
+    )
+    exploration_tolerance: float = Field(
+        0.02,
+        ge=0,
+        lt=1,
+        description="An exploration is reverted when it measures this much below the setup it "
+        "replaced (a predicted switch gets regression_tolerance).",
+    )
     refusal_s: float = Field(
         24 * HOUR,
         ge=0,

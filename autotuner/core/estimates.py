@@ -1,4 +1,5 @@
-"""Estimates carried across windows: acceptance memory, batch distribution, calibration.
+"""Estimates carried across windows: acceptance memory and the batch distribution (the
+calibration is core/attribution.py).
 
 All decay exponentially with a half-life and take time as an input; all are plain pydantic
 values, so they persist in the TunerState annotation unchanged.
@@ -6,9 +7,7 @@ values, so they persist in the TunerState annotation unchanged.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -134,85 +133,3 @@ class BatchHistogram(BaseModel):
             return 0.0
         cumulative = np.cumsum(probabilities)
         return float(middles[min(int(np.searchsorted(cumulative, q)), len(middles) - 1)])
-
-
-CALIBRATION_BANDS = (1, 4, 16, 64, 256, 1 << 20)
-
-
-def band_of(batch: float) -> int:
-    for index, upper in enumerate(CALIBRATION_BANDS[1:]):
-        if batch < upper:
-            return index
-    return len(CALIBRATION_BANDS) - 2
-
-
-class CalibrationEntry(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    log_factor: float
-    weight: float
-    updated_at: float
-
-
-class Calibration(BaseModel):
-    """measured / predicted step time per (setup, batch band), bounded and decayed to 1."""
-
-    model_config = ConfigDict(frozen=True)
-
-    entries: dict[str, CalibrationEntry] = {}
-
-    @staticmethod
-    def key(label: str, band: int) -> str:
-        return f"{label}|{band}"
-
-    def add(
-        self,
-        label: str,
-        batch: float,
-        measured_s: float,
-        predicted_s: float,
-        now: float,
-        *,
-        half_life_s: float,
-        bounds: tuple[float, float],
-    ) -> Calibration:
-        if not (measured_s > 0 and predicted_s > 0 and math.isfinite(measured_s)):
-            return self
-        sample = math.log(min(max(measured_s / predicted_s, bounds[0]), bounds[1]))
-        key = self.key(label, band_of(batch))
-        old = self.entries.get(key)
-        weight = old.weight * decay(now - old.updated_at, half_life_s) if old else 0.0
-        log_factor = ((old.log_factor * weight) if old else 0.0) + sample
-        entries = dict(self.entries)
-        entries[key] = CalibrationEntry(
-            log_factor=log_factor / (weight + 1.0), weight=weight + 1.0, updated_at=now
-        )
-        return Calibration(entries=entries)
-
-    def factor(self, label: str, batch: float, now: float, half_life_s: float) -> float:
-        """The correction for a setup at a batch: its own band, else the band's mean over
-        setups (a model error shared by all setups), else 1. Old entries fade towards 1."""
-        band = band_of(batch)
-        own = self.entries.get(self.key(label, band))
-        if own is not None:
-            return math.exp(own.log_factor * decay(now - own.updated_at, half_life_s))
-        same_band = [e for k, e in self.entries.items() if k.endswith(f"|{band}")]
-        if not same_band:
-            return 1.0
-        logs = [e.log_factor * decay(now - e.updated_at, half_life_s) for e in same_band]
-        return math.exp(sum(logs) / len(logs))
-
-    def factors(self, now: float, half_life_s: float) -> list[CalibrationFactor]:
-        """Every (setup, band) measured, with its correction now."""
-        factors = []
-        for key, entry in self.entries.items():
-            label, _, band = key.rpartition("|")
-            value = math.exp(entry.log_factor * decay(now - entry.updated_at, half_life_s))
-            factors.append(CalibrationFactor(label, int(band), value))
-        return factors
-
-
-class CalibrationFactor(NamedTuple):
-    setup: str
-    band: int
-    factor: float

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
 import numpy as np
 import numpy.typing as npt
 
 from autotuner.core.acceptance import AcceptanceEstimate, from_conditional
+from autotuner.core.attribution import band_of
 from autotuner.core.capabilities import EngineCapabilities
 from autotuner.core.costmodel import Workload
 from autotuner.core.estimates import BATCH_EDGES, BatchHistogram
@@ -67,6 +68,7 @@ class Context:
             state.calibration,
             self.now,
             settings.calibration_half_life_s,
+            settings.calibration_bounds,
         )
 
 
@@ -80,6 +82,8 @@ class Evaluation:
     gain: float
     confidence: float
     notes: tuple[str, ...]
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # label -> low, high
+    checked: dict[str, bool] = field(default_factory=dict)  # family measured near this load
 
 
 def decide(
@@ -103,7 +107,13 @@ def decide(
             blocked_by=reason,
         ), state
     state = _track_dwell(state, observation, ctx, settings, current, evaluation.best)
-    if evaluation.best == current or evaluation.gain <= 0:
+    wants = evaluation.best != current and evaluation.gain > 0
+    blocked = _first_block(state, observation, ctx, settings, evaluation) if wants else None
+    if not wants or (blocked is not None and blocked[0] in UNSURE):
+        explored = _explore(state, observation, ctx, settings, evaluation, make)
+        if explored is not None:
+            return explored
+    if not wants:
         return make(
             Action.KEEP,
             f"keep {current.label}: best of {len(evaluation.values)} "
@@ -111,7 +121,6 @@ def decide(
             f"batch distribution, p50 batch {state.batch.quantile(0.5):.0f})",
             **_numbers(evaluation),
         ), state
-    blocked = _first_block(state, observation, ctx, settings, evaluation)
     if blocked is not None:
         reason, why = blocked
         return make(
@@ -141,6 +150,7 @@ class _Make:
         gain: float = 0.0,
         confidence: float = 0.0,
         predicted_tokens_per_s: dict[str, float] | None = None,
+        predicted_interval: dict[str, tuple[float, float]] | None = None,
         notes: tuple[str, ...] = (),
         current: Setup | None = None,
     ) -> Decision:
@@ -155,6 +165,7 @@ class _Make:
             gain=gain,
             confidence=confidence,
             predicted_tokens_per_s=predicted_tokens_per_s or {},
+            predicted_interval=predicted_interval or {},
             notes=notes,
         )
 
@@ -168,6 +179,7 @@ class _Numbers(TypedDict):
     gain: float
     confidence: float
     predicted_tokens_per_s: dict[str, float]
+    predicted_interval: dict[str, tuple[float, float]]
     notes: tuple[str, ...]
 
 
@@ -177,8 +189,93 @@ def _numbers(evaluation: Evaluation) -> _Numbers:
         "gain": evaluation.gain,
         "confidence": evaluation.confidence,
         "predicted_tokens_per_s": evaluation.values,
+        "predicted_interval": evaluation.intervals,
         "notes": evaluation.notes,
     }
+
+
+# Holds that mean "the prediction is not sure enough": where an exploration may ask instead.
+UNSURE = (BlockReason.BELOW_MIN_GAIN, BlockReason.LOW_CONFIDENCE)
+
+
+def _explore(
+    state: TunerState,
+    observation: Observation,
+    ctx: Context,
+    settings: PolicySettings,
+    evaluation: Evaluation,
+    make: _Make,
+) -> tuple[Decision, TunerState] | None:
+    """Try a setup family never measured at this load when its interval says it could win.
+
+    Only from a setup measured here (we know where we stand), only when the load sits in the
+    band now, for the family whose interval reaches highest above the running setup (by at
+    least min_gain), at most once per family and band per quarantine period, and under every
+    switch rule but the dwell (nothing is predicted to hold: it is a question asked once).
+    Verification then keeps it or reverts it, and what was measured stays learned."""
+    current, typical = make.current, state.batch.quantile(0.5)
+    band = band_of(typical)
+    if not settings.explore or not evaluation.checked.get(current.label, False):
+        return None
+    if observation.batch is None or band_of(float(np.mean(demand(observation)))) != band:
+        return None
+    chosen = _widest_chance(state, ctx, settings, evaluation, current, band)
+    if chosen is None:
+        return None
+    target, high = chosen
+    trial = replace(
+        evaluation, best=target, best_value=high, gain=high / evaluation.current_value - 1
+    )
+    trial = replace(trial, confidence=1.0)
+    if _first_block(state, observation, ctx, settings, trial, dwell=False) is not None:
+        return None
+    key = f"{target.kind.value}|{band}"
+    low = evaluation.intervals[target.label][0]
+    verification = Verification(
+        target=target,
+        previous=current,
+        switched_at=ctx.now,
+        predicted_gain=evaluation.values[target.label] / evaluation.current_value - 1,
+        baseline_rate=state.last_rate,
+        baseline_batch=state.last_batch,
+        exploration=True,
+    )
+    state = state.exploring(key, ctx.now + settings.quarantine_s).verifying(verification)
+    return make(
+        Action.SWITCH,
+        f"explore {current.label} -> {target.label}: {target.kind.value} has not been measured "
+        f"near batch {typical:.0f}, and its interval ({low:,.0f}-{high:,.0f} tokens/s) reaches "
+        f"{_percent(trial.gain)} over {current.label}'s {evaluation.current_value:,.0f} (point "
+        f"estimate {_percent(verification.predicted_gain)}); an exploration, tried once per "
+        f"band every {settings.quarantine_s / 3600:.0f} h, reverted if it measures worse",
+        **_numbers(trial),
+    ), state
+
+
+def _widest_chance(
+    state: TunerState,
+    ctx: Context,
+    settings: PolicySettings,
+    evaluation: Evaluation,
+    current: Setup,
+    band: int,
+) -> tuple[Setup, float] | None:
+    """The unmeasured family's setup whose upper bound is highest and beats the running setup
+    by min_gain (and overlaps its interval), not explored in this band lately."""
+    current_low = evaluation.intervals.get(current.label, (evaluation.current_value,))[0]
+    floor = max(evaluation.current_value * (1 + settings.min_gain), current_low)
+    options = []
+    for label, (_, high) in evaluation.intervals.items():
+        setup = evaluation.setups[label]
+        if setup.kind is current.kind or evaluation.checked.get(label, False):
+            continue
+        if state.explored.get(f"{setup.kind.value}|{band}", 0.0) > ctx.now or high < floor:
+            continue
+        options.append((high, label))
+    if not options:
+        return None
+    high, label = max(options)
+    return evaluation.setups[label], high
 
 
 def _switch(
@@ -301,7 +398,8 @@ def _calibrate(
     settings: PolicySettings,
     current: Setup,
 ) -> TunerState:
-    """measured / predicted step time of the running setup at the observed batch."""
+    """The running setup's measured step at the observed batch, against the model's time per
+    kernel class: evidence for the attribution (core/attribution.py)."""
     assert observation.batch is not None
     batch = observation.batch.mean
     if not observation.step_time_s or batch < 1:
@@ -310,16 +408,16 @@ def _calibrate(
     accept = estimate or from_conditional([0.0] * current.spec_tokens)
     if current.spec_tokens > accept.max_spec_tokens:
         return state
-    curve = ctx.predictor(state, settings).model_curve(current, [round(batch)], accept)
+    plain_s, setup_s = ctx.predictor(state, settings).class_times(current, round(batch), accept)
     return state.updated(
         calibration=state.calibration.add(
-            current.label,
+            current,
             batch,
             observation.step_time_s,
-            float(curve.step_time_s[0]),
+            plain_s,
+            setup_s,
             ctx.now,
             half_life_s=settings.calibration_half_life_s,
-            bounds=settings.calibration_bounds,
         )
     )
 
@@ -420,8 +518,11 @@ def evaluate(
                 f"acceptance is remembered from {age / 60:.0f} min ago (speculation "
                 "off since); its interval widens with age"
             )
+    predictor, typical = ctx.predictor(state, settings), state.batch.quantile(0.5)
+    finite = {k: v for k, v in values.items() if math.isfinite(v)}
+    sigmas = {k: predictor.sigma(by_label[k], typical, current) for k in finite}
     return Evaluation(
-        values={k: v for k, v in values.items() if math.isfinite(v)},
+        values=finite,
         setups=by_label,
         best=by_label[best_label],
         current_value=current_value,
@@ -429,6 +530,10 @@ def evaluate(
         gain=gain,
         confidence=confidence,
         notes=tuple(notes),
+        intervals={
+            k: (v * math.exp(-sigmas[k]), v * math.exp(sigmas[k])) for k, v in finite.items()
+        },
+        checked={k: predictor.checked(by_label[k], typical) for k in finite},
     )
 
 
@@ -521,6 +626,8 @@ def _first_block(
     ctx: Context,
     settings: PolicySettings,
     evaluation: Evaluation,
+    *,
+    dwell: bool = True,
 ) -> tuple[BlockReason, str] | None:
     # One table, in the order the rules apply (the first that fails is named): longer than
     # most functions here on purpose, since splitting it would hide that order.
@@ -544,7 +651,7 @@ def _first_block(
             f"only {evaluation.confidence:.0%} of acceptance scenarios agree",
         ),
         (
-            dwelt < settings.dwell_s,
+            dwell and dwelt < settings.dwell_s,
             BlockReason.DWELL,
             f"recent load has pointed at it for {dwelt:.0f}s of the {settings.dwell_s:.0f}s dwell",
         ),
@@ -627,14 +734,17 @@ def _verify(
         )
         return decision, state
     measured, reference, batch = _measured_against_previous(state, observation, ctx, settings)
-    if math.isfinite(reference) and measured < reference * (1 - settings.regression_tolerance):
+    explored = verification.exploration
+    tolerance = settings.exploration_tolerance if explored else settings.regression_tolerance
+    if math.isfinite(reference) and measured < reference * (1 - tolerance):
         return revert(
             state,
             ctx,
             settings,
             make,
-            f"measured {measured:,.0f} tokens/s per engine at demand {batch:.0f}, "
-            f"{1 - measured / reference:.0%} below the {reference:,.0f} the previous setup gives",
+            f"{'the exploration ' if explored else ''}measured {measured:,.0f} tokens/s per "
+            f"engine at demand {batch:.0f}, {1 - measured / reference:.0%} below the "
+            f"{reference:,.0f} the previous setup gives",
             gain=measured / reference - 1,
         )
     if quality is not None and quality.status == "pending":

@@ -5,18 +5,18 @@ all ask the same Predictor, so they cannot disagree within one step."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from autotuner.core.acceptance import AcceptanceEstimate
+from autotuner.core.acceptance import AcceptanceEstimate, from_conditional
+from autotuner.core.attribution import Attribution, Fit
 from autotuner.core.costmodel import Crossover, SetupCurve, Workload, flips, predict
 from autotuner.core.costmodel import max_batch as capacity
-from autotuner.core.estimates import Calibration
 from autotuner.core.hardware import HardwareProfile
 from autotuner.core.model import ModelSpec
-from autotuner.core.types import Setup
+from autotuner.core.types import PLAIN, Setup
 
 Array = npt.NDArray[np.float64]
 CROSSOVER_GRID = np.arange(1, 1025)
@@ -27,9 +27,15 @@ class Predictor:
     model: ModelSpec
     hardware: HardwareProfile
     workload: Workload
-    calibration: Calibration
+    calibration: Attribution
     now: float
     calibration_half_life_s: float
+    calibration_bounds: tuple[float, float] = (0.5, 2.0)
+    fit: Fit = field(init=False)
+
+    def __post_init__(self) -> None:
+        fit = self.calibration.fit(self.now, self.calibration_half_life_s, self.calibration_bounds)
+        object.__setattr__(self, "fit", fit)
 
     def model_curve(
         self,
@@ -40,21 +46,58 @@ class Predictor:
         """The cost model alone (what calibration compares the measurement with)."""
         return predict(self.model, self.hardware, setup, batches, accept, self.workload)
 
+    def class_times(
+        self, setup: Setup, batch: int, accept: AcceptanceEstimate
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """(plain's, the setup's) predicted time per kernel class at one batch: what the
+        attribution is fitted on."""
+        raw = self.model_curve(setup, [batch], accept)
+        plain = self._plain(raw.effective_batch)
+        return (
+            {c: float(v[0]) for c, v in plain.time_s.items()},
+            {c: float(v[0]) for c, v in raw.time_s.items()},
+        )
+
     def curve(
         self,
         setup: Setup,
         batches: Sequence[int] | npt.NDArray[np.int64],
         accept: AcceptanceEstimate,
     ) -> tuple[Array, Array]:
-        """Calibrated tokens/s and step time per batch."""
+        """Calibrated tokens/s and step time per batch: each kernel class's time scaled by
+        what was learned about it (shared terms, and the terms the setup's family adds)."""
         raw = self.model_curve(setup, batches, accept)
-        factors = np.array(
+        plain = self._plain(raw.effective_batch)
+        steps = np.array(
             [
-                self.calibration.factor(setup.label, b, self.now, self.calibration_half_life_s)
-                for b in raw.batch
+                self.fit.step(
+                    setup,
+                    float(b),
+                    {c: float(v[i]) for c, v in plain.time_s.items()},
+                    {c: float(v[i]) for c, v in raw.time_s.items()},
+                )
+                for i, b in enumerate(raw.effective_batch)
             ]
         )
-        return raw.tokens_per_s / factors, raw.step_time_s * factors
+        model_steps = np.array(
+            [sum(float(v[i]) for v in raw.time_s.values()) for i in range(len(raw.batch))]
+        )
+        step = raw.step_time_s * steps / np.maximum(model_steps, 1e-12)
+        return raw.tokens_per_s * raw.step_time_s / step, step
+
+    def sigma(self, setup: Setup, batch: float, running: Setup | None = None) -> float:
+        """Log-space uncertainty of the calibrated prediction of `setup` at `batch` (wider
+        where the model was far off on the `running` setup's family)."""
+        return self.fit.at(batch).sigma(setup.kind.value, running.kind.value if running else None)
+
+    def checked(self, setup: Setup, batch: float) -> bool:
+        """Whether `setup`'s family has been measured in (or next to) `batch`'s band."""
+        return self.fit.at(batch).checked(setup.kind.value)
+
+    def _plain(self, batches: npt.NDArray[np.int64]) -> SetupCurve:
+        return predict(
+            self.model, self.hardware, PLAIN, batches, from_conditional([]), self.workload
+        )
 
     def peak_tokens_per_s(self, setup: Setup, accept: AcceptanceEstimate) -> float:
         """Calibrated tokens/s of one engine at the largest batch the setup fits."""

@@ -15,11 +15,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from autotuner.core.estimates import AcceptanceMemory, BatchHistogram, Calibration
+from autotuner.core.attribution import Attribution
+from autotuner.core.estimates import AcceptanceMemory, BatchHistogram
 from autotuner.core.types import Setup
 
 DAY = 86400.0
-SCHEMA_VERSION = 2  # 1: the first wave's state, written without a version
+SCHEMA_VERSION = 3  # 1: the first wave's, unversioned; 2: calibration per setup and band
 SET_ASIDE_CHARS = 65536  # an unreadable state is kept (this much of it) for the operator
 
 
@@ -61,6 +62,7 @@ class Verification(BaseModel):
     baseline_rate: float | None = None  # tokens/s per engine before the change
     baseline_batch: float | None = None  # demand (running + waiting per engine) then
     quality: QualityCheck | None = None
+    exploration: bool = False  # tried to measure an unchecked family, not predicted to win
 
     def with_quality(self, check: QualityCheck) -> Verification:
         return Verification.model_validate({**dict(self), "quality": check})
@@ -86,7 +88,7 @@ class TunerState(BaseModel):
     last_known_good: Setup | None = None
     acceptance: AcceptanceMemory = AcceptanceMemory()
     batch: BatchHistogram = BatchHistogram()
-    calibration: Calibration = Calibration()
+    calibration: Attribution = Attribution()  # where the cost model is wrong, by kernel class
     pending: Pending | None = None
     verification: Verification | None = None
     changes: tuple[float, ...] = ()  # when changes happened (ours and drift), last day only
@@ -99,6 +101,7 @@ class TunerState(BaseModel):
     refused: dict[str, Refusal] = {}  # capability -> why the running engine is taken to lack it
     last_quality: QualityCheck | None = None  # the latest finished quality check
     set_aside: str | None = None  # a persisted state that could not be read, kept verbatim
+    explored: dict[str, float] = {}  # "family|band" -> no exploration there again until
 
     # ---------------------------------------------------------------- transitions
 
@@ -163,6 +166,10 @@ class TunerState(BaseModel):
             canary_baseline=None,
         )
 
+    def exploring(self, key: str, until: float) -> TunerState:
+        """An exploration of one family in one batch band; not asked again there until then."""
+        return self.updated(explored={**self.explored, key: until})
+
     def quarantined(self, setup: Setup, until: float) -> TunerState:
         return self.updated(quarantine={**self.quarantine, setup.label: until})
 
@@ -213,6 +220,7 @@ class StateRead:
     state: TunerState | None
     written_as: int | None = None
     problem: str | None = None
+    dropped: tuple[str, ...] = ()  # what a migration could not carry over (said on resume)
 
     @property
     def migrated(self) -> bool:
@@ -232,18 +240,28 @@ def read_state(text: str) -> StateRead:
         return StateRead(
             None, written_as=None, problem=f"schema {version!r} is newer than this sidecar's"
         )
-    migrated = _MIGRATIONS[version](record) if version < SCHEMA_VERSION else record
+    migrated, dropped = _MIGRATIONS[version](record) if version < SCHEMA_VERSION else (record, ())
     try:
-        return StateRead(TunerState.model_validate(migrated), written_as=version)
+        return StateRead(TunerState.model_validate(migrated), written_as=version, dropped=dropped)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         return StateRead(None, written_as=version, problem=f"{where}: {first['msg']}")
 
 
-def _from_v1(record: dict[str, Any]) -> dict[str, Any]:
-    """The first wave's state: the same fields, no version."""
-    return {**record, "schema_version": SCHEMA_VERSION}
+def _from_v1(record: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The first wave's state: schema 2's fields, no version."""
+    return _from_v2(record)
 
 
-_MIGRATIONS = {1: _from_v1}
+def _from_v2(record: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Schema 2 calibrated per (setup, band); schema 3 attributes errors to kernel classes.
+    One factor per setup cannot be split into classes: it is relearned (a window per setup)."""
+    dropped: tuple[str, ...] = ()
+    if (record.get("calibration") or {}).get("entries"):
+        dropped = ("the per-setup calibration (relearned per kernel class)",)
+    migrated = {**record, "schema_version": SCHEMA_VERSION, "calibration": {}}
+    return migrated, dropped
+
+
+_MIGRATIONS = {1: _from_v1, 2: _from_v2}

@@ -328,6 +328,7 @@ class Decision(BaseModel):
     gain: float = 0.0  # predicted fractional tokens/s gain of target over current
     confidence: float = 0.0
     predicted_tokens_per_s: dict[str, float] = {}  # candidate label -> objective value
+    predicted_interval: dict[str, tuple[float, float]] = {}  # label -> (low, high) tokens/s
     sentence: str
     notes: tuple[str, ...] = ()
 

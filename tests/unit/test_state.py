@@ -163,3 +163,17 @@ def test_an_unreadable_state_is_kept_aside() -> None:
     assert state.set_aside is not None
     assert state.set_aside.startswith("{not json")
     assert read_state(state.model_dump_json()).state == state
+
+
+def test_a_schema_2_calibration_is_said_to_be_relearned_and_the_rest_kept() -> None:
+    record = json.loads(switched().model_dump_json())
+    record["schema_version"] = 2
+    record["calibration"] = {
+        "entries": {"spec:3|4": {"log_factor": 0.1, "weight": 3.0, "updated_at": 5.0}}
+    }
+    read = read_state(json.dumps(record))
+    assert read.state is not None
+    assert read.migrated
+    assert read.dropped == ("the per-setup calibration (relearned per kernel class)",)
+    assert read.state.calibration.entries == {}
+    assert read.state.verification == switched().verification

@@ -37,6 +37,7 @@ OPEN = PolicySettings(
     replay_windows=(16,),
     max_changes_per_hour=100,
     max_changes_per_day=100,
+    explore=False,  # the exploration rule has its own tests (test_exploration.py)
 )
 NOW = 100_000.0
 

@@ -1,0 +1,288 @@
+"""Online calibration by kernel class: where the cost model is wrong, learned from every window
+of every setup the sidecar has watched, so that an error seen on one setup moves only the terms
+that explain it.
+
+A setup's step is modelled as plain's step at the same batch plus what the setup adds:
+    step = sum_c  g_c * base_c  +  h_{c,family} * extra_c
+where base_c is plain's time in kernel class c (weights GEMM, attention, SSM, copies, draft
+passes, fixed overhead, ...) and extra_c what the setup's family (spec, replay, replay+spec)
+adds to it (negative where it saves). The factors g (shared by every setup) and h (per family)
+are fitted per batch band by weighted least squares on relative errors, pulled towards 1 by a
+prior: a weak one for a family's own terms and a stronger one for the shared terms, so that an
+error measured on spec:3 lands first on what speculation adds, and moves plain's terms only as
+far as windows of plain (or of every family alike) say. Evidence fades with a half-life; each
+(setup, band) keeps one decayed entry, so the persisted state stays small.
+
+Each prediction also gets an uncertainty: wide where its family has not been measured in the
+band (and wider still when the model has been seen to be far off there), narrow where it has.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, PrivateAttr
+
+from autotuner.core.estimates import decay
+from autotuner.core.types import Setup, SetupKind
+
+BANDS = (1, 4, 16, 64, 256, 1 << 20)  # batch band edges (as the first wave's calibration)
+NEIGHBOUR_WEIGHT = 0.25  # evidence from the next band counts this much, two bands away squared
+# How strongly a factor is held at 1, in windows' worth of a term that is the whole step (a
+# term with share x of a step needs about prior / x^2 windows to move halfway): shared terms
+# a hundred times harder to move than a family's own, so an error lands on what a setup adds first.
+SHARED_PRIOR = 0.5
+OWN_PRIOR = 0.005
+UNCHECKED_SIGMA = 0.25  # log-space uncertainty of a family never measured near a band
+FLOOR_SIGMA = 0.02  # what no amount of evidence removes (noise between windows)
+FAMILIES = tuple(k.value for k in SetupKind if k is not SetupKind.PLAIN)
+
+Array = npt.NDArray[np.float64]
+
+
+def band_of(batch: float) -> int:
+    for index, upper in enumerate(BANDS[1:]):
+        if batch < upper:
+            return index
+    return len(BANDS) - 2
+
+
+class Entry(BaseModel):
+    """One (setup, band): decayed means of the window's relative error and class shares."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    family: str
+    band: int
+    weight: float
+    ratio: float  # measured / predicted step time
+    base: dict[str, float]  # plain's class times / the setup's predicted step
+    extra: dict[str, float]  # what the setup adds per class / its predicted step
+    updated_at: float
+
+    def faded(self, now: float, half_life_s: float) -> float:
+        return self.weight * decay(now - self.updated_at, half_life_s)
+
+
+class Attribution(BaseModel):
+    """The evidence, by setup label and band; `fit` turns it into factors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    entries: dict[str, Entry] = {}  # "label|band" -> entry
+    _fits: dict[tuple[float, float, tuple[float, float]], Fit] = PrivateAttr(default_factory=dict)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal evidence (the cache of fits is not part of the value)."""
+        return isinstance(other, Attribution) and self.entries == other.entries
+
+    __hash__ = None  # type: ignore[assignment]  # a mutable-looking value, like BaseModel
+
+    def add(
+        self,
+        setup: Setup,
+        batch: float,
+        measured_s: float,
+        base_s: Mapping[str, float],
+        setup_s: Mapping[str, float],
+        now: float,
+        *,
+        half_life_s: float,
+    ) -> Attribution:
+        """One window: `setup` stepped in `measured_s` at `batch`, where the model predicts
+        `setup_s` per class (and `base_s` for plain at the same batch)."""
+        predicted = sum(setup_s.values())
+        if not (measured_s > 0 and predicted > 0 and math.isfinite(measured_s)):
+            return self
+        band = band_of(batch)
+        classes = set(base_s) | set(setup_s)
+        base = {c: base_s.get(c, 0.0) / predicted for c in classes}
+        extra = {c: (setup_s.get(c, 0.0) - base_s.get(c, 0.0)) / predicted for c in classes}
+        if setup.kind is SetupKind.PLAIN:
+            extra = dict.fromkeys(classes, 0.0)
+        key = f"{setup.label}|{band}"
+        old = self.entries.get(key)
+        kept = old.faded(now, half_life_s) if old else 0.0
+        total = kept + 1.0
+
+        def mixed(new: float, before: float) -> float:
+            return (before * kept + new) / total
+
+        entry = Entry(
+            family=setup.kind.value,
+            band=band,
+            weight=total,
+            ratio=mixed(measured_s / predicted, old.ratio if old else 0.0),
+            base={c: mixed(base[c], old.base.get(c, 0.0) if old else 0.0) for c in classes},
+            extra={c: mixed(extra[c], old.extra.get(c, 0.0) if old else 0.0) for c in classes},
+            updated_at=now,
+        )
+        return Attribution(entries={**self.entries, key: entry})
+
+    def fit(self, now: float, half_life_s: float, bounds: tuple[float, float]) -> Fit:
+        """The factors now (computed once per time and settings: a step asks many times)."""
+        key = (now, half_life_s, (bounds[0], bounds[1]))
+        cached = self._fits.get(key)
+        if cached is None:
+            classes = sorted({c for e in self.entries.values() for c in e.base})
+            bands = range(len(BANDS) - 1)
+            cached = Fit(
+                classes=tuple(classes),
+                bands=tuple(self._band(b, classes, now, half_life_s, bounds) for b in bands),
+            )
+            self._fits.clear()
+            self._fits[key] = cached
+        return cached
+
+    def _band(
+        self,
+        band: int,
+        classes: Sequence[str],
+        now: float,
+        half_life_s: float,
+        bounds: tuple[float, float],
+    ) -> BandFit:
+        """Weighted ridge regression towards 1 for this band's factors."""
+        names = [("shared", c) for c in classes] + [(f, c) for f in FAMILIES for c in classes]
+        rows, targets, weights, families = [], [], [], []
+        for entry in self.entries.values():
+            w = entry.faded(now, half_life_s) * NEIGHBOUR_WEIGHT ** (abs(entry.band - band) ** 2)
+            if w <= 1e-6:
+                continue
+            row = [entry.base.get(c, 0.0) for c in classes]
+            for family in FAMILIES:
+                own = family == entry.family
+                row += [entry.extra.get(c, 0.0) if own else 0.0 for c in classes]
+            rows.append(row)
+            targets.append(entry.ratio)
+            weights.append(w)
+            families.append(entry.family)
+        prior = np.array([SHARED_PRIOR if who == "shared" else OWN_PRIOR for who, _ in names])
+        factors = _ridge(rows, targets, weights, prior, bounds)
+        fitted = {name: float(f) for name, f in zip(names, factors, strict=True)}
+        return BandFit(
+            shared={c: fitted[("shared", c)] for c in classes},
+            own={f: {c: fitted[(f, c)] for c in classes} for f in FAMILIES},
+            evidence=_evidence(weights, families),
+            misfit=_misfit(rows, targets, weights, families, factors),
+            doubt=_doubt(targets, weights, families),
+        )
+
+
+def _ridge(
+    rows: list[list[float]],
+    targets: list[float],
+    weights: list[float],
+    prior: Array,
+    bounds: tuple[float, float],
+) -> Array:
+    """argmin sum w (t - x.f)^2 + sum prior (f - 1)^2, clipped to the bounds."""
+    if not rows:
+        return np.ones(len(prior))
+    x, t, w = np.asarray(rows), np.asarray(targets), np.asarray(weights)
+    normal = x.T @ (x * w[:, None]) + np.diag(prior)
+    rhs = x.T @ (w * t) + prior
+    return np.clip(np.linalg.solve(normal, rhs), *bounds)
+
+
+def _evidence(weights: Sequence[float], families: Sequence[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for w, family in zip(weights, families, strict=True):
+        out[family] = out.get(family, 0.0) + w
+    return out
+
+
+def _misfit(
+    rows: list[list[float]],
+    targets: list[float],
+    weights: list[float],
+    families: list[str],
+    factors: Array,
+) -> dict[str, float]:
+    """Per family, the rms relative error the fit leaves (what the factors cannot explain)."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for row, t, w, family in zip(rows, targets, weights, families, strict=True):
+        error = math.log(max(float(np.dot(row, factors)), 1e-9) / max(t, 1e-9))
+        out.setdefault(family, []).append((w, error * error))
+    return {f: math.sqrt(sum(w * e for w, e in v) / sum(w for w, _ in v)) for f, v in out.items()}
+
+
+def _doubt(
+    targets: Sequence[float], weights: Sequence[float], families: Sequence[str]
+) -> dict[str, float]:
+    """Per family, how far off the raw model has been seen to be near this band (weighted rms
+    log error)."""
+    sums: dict[str, tuple[float, float]] = {}
+    for t, w, family in zip(targets, weights, families, strict=True):
+        squares, total = sums.get(family, (0.0, 0.0))
+        sums[family] = (squares + w * math.log(max(t, 1e-9)) ** 2, total + w)
+    return {family: math.sqrt(sq / total) for family, (sq, total) in sums.items()}
+
+
+@dataclass(frozen=True)
+class BandFit:
+    shared: dict[str, float]  # class -> factor on plain's part
+    own: dict[str, dict[str, float]]  # family -> class -> factor on what it adds
+    evidence: dict[str, float]  # family -> decayed windows measured near this band
+    misfit: dict[str, float]  # family -> rms log error left after the fit
+    doubt: dict[str, float]  # family -> rms log error of the raw model near this band
+
+    def sigma(self, family: str, running: str | None = None) -> float:
+        """Log-space uncertainty of a prediction for `family` in this band: what the fit leaves,
+        plus, shrinking with the windows measured, the prior's doubt (wider when the model was
+        far off on the `running` family here)."""
+        seen = self.evidence.get(family, 0.0)
+        unchecked = max(UNCHECKED_SIGMA, self.doubt.get(running or family, 0.0))
+        left = self.misfit.get(family, 0.0)
+        return math.sqrt(FLOOR_SIGMA**2 + left**2 + unchecked**2 / (1.0 + seen))
+
+    def checked(self, family: str) -> bool:
+        """At least one (decayed) window of this family was measured in or next to the band."""
+        return self.evidence.get(family, 0.0) >= 0.5
+
+
+class Factor(NamedTuple):
+    term: str  # "shared", or the family whose own terms it scales
+    kernel: str  # the kernel class
+    band: int
+    factor: float
+
+
+@dataclass(frozen=True)
+class Fit:
+    classes: tuple[str, ...]
+    bands: tuple[BandFit, ...]
+
+    def factors(self) -> list[Factor]:
+        """Every factor the evidence has moved (the rest are 1), for export and `status`."""
+        out = []
+        for band, fit in enumerate(self.bands):
+            terms = [("shared", fit.shared)] + [(f, fit.own[f]) for f in FAMILIES]
+            for term, factors in terms:
+                out += [
+                    Factor(term, kernel, band, value)
+                    for kernel, value in sorted(factors.items())
+                    if abs(value - 1.0) > 1e-3
+                ]
+        return out
+
+    def at(self, batch: float) -> BandFit:
+        return self.bands[band_of(batch)]
+
+    def step(
+        self, setup: Setup, batch: float, base_s: Mapping[str, float], setup_s: Mapping[str, float]
+    ) -> float:
+        """Calibrated step time of `setup` at `batch` from the model's class times."""
+        fit = self.at(batch)
+        own = fit.own.get(setup.kind.value, {})
+        total = 0.0
+        for c in set(base_s) | set(setup_s):
+            base = base_s.get(c, 0.0)
+            extra = 0.0 if setup.kind is SetupKind.PLAIN else setup_s.get(c, 0.0) - base
+            total += fit.shared.get(c, 1.0) * base + own.get(c, 1.0) * extra
+        return max(total, 1e-9)

@@ -1,0 +1,141 @@
+"""Online calibration by kernel class: an error seen on one setup moves the terms that explain
+it, shared terms move only as far as other setups' windows say, evidence fades, and each
+prediction carries an uncertainty that is wide where its family was never measured."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+
+from autotuner.core.acceptance import from_conditional
+from autotuner.core.attribution import UNCHECKED_SIGMA, Attribution
+from autotuner.core.costmodel import Workload
+from autotuner.core.hardware import datasheet
+from autotuner.core.predictor import Predictor
+from autotuner.core.registry import load_model
+from autotuner.core.types import Setup
+
+MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
+H200 = datasheet("H200")
+ACCEPT = from_conditional([0.8, 0.7, 0.6])
+SPEC1, SPEC3 = Setup(spec_tokens=1), Setup(spec_tokens=3)
+PLAIN, REPLAY = Setup(), Setup(replay_window=16)
+HALF_LIFE = 6 * 3600.0
+BATCH = 400
+
+
+def predictor(attribution: Attribution, now: float = 1000.0) -> Predictor:
+    return Predictor(MODEL, H200, Workload(), attribution, now, HALF_LIFE)
+
+
+def learn(
+    setups: list[Setup],
+    measured: Callable[[Setup, dict[str, float], dict[str, float]], float],
+    windows: int = 10,
+    batch: int = BATCH,
+) -> Attribution:
+    """`windows` windows of each setup at `batch`, each measured as `measured` says."""
+    attribution = Attribution()
+    for i in range(windows):
+        for setup in setups:
+            base, own = predictor(attribution).class_times(setup, batch, ACCEPT)
+            attribution = attribution.add(
+                setup,
+                batch,
+                measured(setup, base, own),
+                base,
+                own,
+                900.0 + i,
+                half_life_s=HALF_LIFE,
+            )
+    return attribution
+
+
+def extra_costs(factor: float) -> Callable[[Setup, dict[str, float], dict[str, float]], float]:
+    """The truth: what a setup adds over plain costs `factor` x what the model says."""
+
+    def measured(setup: Setup, base: dict[str, float], own: dict[str, float]) -> float:
+        return sum(base.values()) + factor * (sum(own.values()) - sum(base.values()))
+
+    return measured
+
+
+def step(attribution: Attribution, setup: Setup, batch: int = BATCH) -> tuple[float, float]:
+    """(calibrated, raw model) step time."""
+    p = predictor(attribution)
+    return float(p.curve(setup, [batch], ACCEPT)[1][0]), float(
+        p.model_curve(setup, [batch], ACCEPT).step_time_s[0]
+    )
+
+
+def test_an_error_on_what_speculation_adds_leaves_plain_alone() -> None:
+    learned = learn([SPEC3], extra_costs(1.8))
+    calibrated, raw = step(learned, SPEC3)
+    truth = extra_costs(1.8)(SPEC3, *predictor(Attribution()).class_times(SPEC3, BATCH, ACCEPT))
+    assert calibrated == pytest.approx(truth, rel=0.05)  # spec:3 now predicted as measured
+    assert calibrated > raw * 1.1
+    plain, plain_raw = step(learned, PLAIN)
+    assert plain == pytest.approx(plain_raw, rel=0.03)  # plain's terms hardly moved
+    replay, replay_raw = step(learned, REPLAY)
+    assert replay == pytest.approx(replay_raw, rel=0.03)
+    # The sibling shares the family's terms: spec:1 is now predicted slower too.
+    spec1, spec1_raw = step(learned, SPEC1)
+    assert spec1 > spec1_raw * 1.03
+
+
+def test_a_shared_error_seen_on_two_families_moves_every_setup() -> None:
+    def slower(setup: Setup, base: dict[str, float], own: dict[str, float]) -> float:
+        return 1.25 * sum(own.values())
+
+    learned = learn([PLAIN, SPEC3], slower)
+    for setup in (PLAIN, SPEC3, REPLAY):  # replay never measured: the shared terms carry it
+        calibrated, raw = step(learned, setup)
+        assert calibrated / raw == pytest.approx(1.25, rel=0.06), setup.label
+
+
+def test_evidence_fades_with_its_half_life() -> None:
+    learned = learn([SPEC3], extra_costs(1.8))
+    fresh = predictor(learned, now=1000.0).curve(SPEC3, [BATCH], ACCEPT)[1][0]
+    later = predictor(learned, now=1000.0 + 20 * HALF_LIFE).curve(SPEC3, [BATCH], ACCEPT)[1][0]
+    raw = step(learned, SPEC3)[1]
+    assert fresh > raw * 1.1
+    assert later == pytest.approx(raw, rel=0.01)
+
+
+def test_other_bands_learn_only_a_little_from_this_one() -> None:
+    learned = learn([SPEC3], extra_costs(1.8))
+    near, near_raw = step(learned, SPEC3, batch=BATCH)
+    far, far_raw = step(learned, SPEC3, batch=2)
+    assert (far / far_raw - 1) < 0.2 * (near / near_raw - 1)
+
+
+def test_pinned_bounds_keep_the_model() -> None:
+    learned = learn([SPEC3], extra_costs(1.8))
+    p = Predictor(MODEL, H200, Workload(), learned, 1000.0, HALF_LIFE, (1.0, 1.0))
+    assert float(p.curve(SPEC3, [BATCH], ACCEPT)[1][0]) == pytest.approx(step(learned, SPEC3)[1])
+    assert p.fit.factors() == []
+
+
+def test_uncertainty_is_wide_where_a_family_was_never_measured() -> None:
+    learned = learn([SPEC3], extra_costs(1.05))
+    p = predictor(learned)
+    assert p.checked(SPEC3, BATCH)
+    assert not p.checked(REPLAY, BATCH)
+    assert p.sigma(REPLAY, BATCH) >= UNCHECKED_SIGMA * 0.95
+    assert p.sigma(SPEC3, BATCH) < p.sigma(REPLAY, BATCH) / 2
+    assert not p.checked(SPEC3, 2)  # measured at 400, not at 2
+
+
+def test_a_large_error_on_the_running_setup_widens_the_unchecked() -> None:
+    small = predictor(learn([SPEC3], extra_costs(1.05))).sigma(REPLAY, BATCH, SPEC3)
+    large = predictor(learn([SPEC3], extra_costs(3.0))).sigma(REPLAY, BATCH, SPEC3)
+    assert large > small
+
+
+def test_the_factors_say_which_terms_moved() -> None:
+    factors = predictor(learn([SPEC3], extra_costs(1.8))).fit.factors()
+    moved = {(f.term, f.kernel) for f in factors if abs(math.log(f.factor)) > 0.05}
+    assert moved
+    assert all(term == "spec" for term, _ in moved)

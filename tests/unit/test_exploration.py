@@ -1,0 +1,174 @@
+"""Bounded exploration: a family never measured at this load is tried when its interval says
+it could win, once per band per quarantine period, verified, and kept or reverted; what it
+measured stays learned (no flapping back to an optimistic prior)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from autotuner.core.acceptance import from_conditional
+from autotuner.core.attribution import Attribution
+from autotuner.core.capabilities import EngineCapabilities
+from autotuner.core.costmodel import Workload
+from autotuner.core.hardware import datasheet
+from autotuner.core.policy import Context
+from autotuner.core.predictor import Predictor
+from autotuner.core.registry import load_model
+from autotuner.core.state import TunerState
+from autotuner.core.step import step
+from autotuner.core.types import Action, Decision, Setup
+from autotuner.settings import ObservationLimits, PolicySettings
+from autotuner.sim.truth import StepError, TruthEngine
+
+MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
+H200 = datasheet("H200")
+ENGINE = EngineCapabilities(name="static-k", spec_schedule=False)
+SPEC3, REPLAY = Setup(spec_tokens=3), Setup(replay_window=16)
+RATES = (0.8, 0.7, 0.6)
+SETTINGS = PolicySettings(
+    dwell_s=0,
+    cooldown_s=600,
+    verify_settle_s=60,
+    restart_downtime_s=1,
+    min_batch_weight=1,
+    spec_tokens=(3,),
+    replay_windows=(16,),
+    batch_half_life_s=300,
+)
+INTERVAL = 60.0
+
+
+def uncertain_batch() -> int:
+    """A load where the model puts replay:16 a little below spec:3 (so no predicted switch),
+    close enough that an unmeasured replay's interval reaches past spec:3: found from the
+    model itself, not taken as a number."""
+    predictor = Predictor(MODEL, H200, Workload(), Attribution(), 0.0, 3600.0)
+    batches = np.arange(16, 1025, 8)
+    accept = from_conditional(list(RATES))
+    ratio = predictor.curve(REPLAY, batches, accept)[0] / predictor.curve(SPEC3, batches, accept)[0]
+    wanted = np.abs(ratio - 0.96)
+    assert wanted.min() < 0.02, "no batch where replay is just below spec:3"
+    return int(batches[int(np.argmin(wanted))])
+
+
+@dataclass
+class World:
+    error: StepError
+    batch: float = field(default_factory=uncertain_batch)
+    deployed: Setup = SPEC3
+    state: TunerState = field(default_factory=lambda: TunerState(current=SPEC3))
+    now: float = 100_000.0
+    decisions: list[Decision] = field(default_factory=list)
+
+    def run(self, minutes: int) -> list[Decision]:
+        truth = TruthEngine(MODEL, H200, Workload(), self.error)
+        made = []
+        for _ in range(minutes):
+            self.now += INTERVAL
+            observation = truth.observation(
+                now=self.now,
+                window_s=INTERVAL,
+                setup=self.deployed,
+                batch=self.batch,
+                rates=RATES,
+                limits=ObservationLimits(min_drafts=10),
+            )
+            ctx = Context(
+                now=self.now, model=MODEL, hardware=H200, engine=ENGINE, deployed=self.deployed
+            )
+            result = step(self.state, observation, ctx, SETTINGS)
+            self.state = result.state
+            if result.acts and result.decision.target is not None:
+                self.deployed = result.decision.target
+            made.append(result.decision)
+        self.decisions += made
+        return made
+
+
+def replay_slower(setup: Setup, batch: float) -> float:
+    return 1.3 if setup.replay_window else 1.0
+
+
+def replay_faster(setup: Setup, batch: float) -> float:
+    return 0.8 if setup.replay_window else 1.0
+
+
+def explorations(decisions: list[Decision]) -> list[Decision]:
+    return [d for d in decisions if d.sentence.startswith("explore ")]
+
+
+def test_an_unmeasured_family_is_explored_and_reverted_when_it_measures_worse() -> None:
+    world = World(replay_slower)
+    world.run(20)
+    tried = explorations(world.decisions)
+    assert len(tried) == 1
+    assert tried[0].target == REPLAY
+    assert "has not been measured near batch" in tried[0].sentence
+    assert "an exploration" in tried[0].sentence
+    reverts = [d for d in world.decisions if d.action is Action.REVERT]
+    assert len(reverts) == 1
+    assert "the exploration measured" in reverts[0].sentence
+    assert world.deployed == SPEC3
+    assert REPLAY.label in world.state.quarantine
+    # What it measured stays learned: replay is now predicted slower than spec:3 here.
+    last = world.decisions[-1]
+    assert (
+        last.predicted_tokens_per_s.get(REPLAY.label, 0.0)
+        < last.predicted_tokens_per_s[SPEC3.label]
+        or REPLAY.label not in last.predicted_tokens_per_s
+    )
+
+
+def test_it_is_not_retried_within_the_period() -> None:
+    world = World(replay_slower)
+    world.run(20)
+    assert len(explorations(world.decisions)) == 1
+    world.run(120)  # two more hours: within the 6 h period
+    again = [d for d in explorations(world.decisions) if d.target == REPLAY]
+    assert len(again) == 1
+
+
+def test_an_exploration_that_measures_better_is_kept() -> None:
+    world = World(replay_faster)
+    world.run(20)
+    assert len(explorations(world.decisions)) == 1
+    assert world.deployed == REPLAY
+    verified = [d for d in world.decisions if d.sentence.startswith("verified replay:16")]
+    assert verified
+    assert not [d for d in world.decisions if d.action is Action.REVERT]
+
+
+def test_no_exploration_when_turned_off() -> None:
+    world = World(replay_faster)
+    world.state = TunerState(current=SPEC3)
+    off = SETTINGS.model_copy(update={"explore": False})
+    truth = TruthEngine(MODEL, H200, Workload(), replay_faster)
+    state = world.state
+    for minute in range(20):
+        now = world.now + INTERVAL * minute
+        observation = truth.observation(
+            now=now,
+            window_s=INTERVAL,
+            setup=SPEC3,
+            batch=world.batch,
+            rates=RATES,
+            limits=ObservationLimits(min_drafts=10),
+        )
+        ctx = Context(now=now, model=MODEL, hardware=H200, engine=ENGINE, deployed=SPEC3)
+        result = step(state, observation, ctx, off)
+        state = result.state
+        assert result.decision.action is not Action.SWITCH, result.decision.sentence
+
+
+@pytest.mark.parametrize("error", [replay_slower, replay_faster], ids=["slower", "faster"])
+def test_each_decision_carries_intervals(error: StepError) -> None:
+    world = World(error)
+    world.run(3)
+    last = world.decisions[0]  # the exploration: spec:3 measured once, replay never
+    low, high = last.predicted_interval[REPLAY.label]
+    assert low < last.predicted_tokens_per_s[REPLAY.label] < high
+    spec_low, spec_high = last.predicted_interval[SPEC3.label]
+    assert (spec_high - spec_low) < (high - low)  # measured vs never measured here
