@@ -119,7 +119,18 @@ def predict(
         str | None, typer.Option(help="Override the drafter: mtp, eagle or ngram.")
     ] = None,
     ssm_state_dtype: Annotated[
-        str | None, typer.Option(help="SSM state dtype the engine uses (default: fp32).")
+        str | None,
+        typer.Option(
+            help="vLLM's --mamba-ssm-cache-dtype (auto, float32, bfloat16, float16); default: "
+            "as vLLM resolves it from the config."
+        ),
+    ] = None,
+    weights: Annotated[
+        str | None,
+        typer.Option(
+            help="Stored weight format, overriding what the files say: bf16, fp16, fp32, fp8, "
+            "int8, nvfp4, mxfp4, int4 (the report says it is an override)."
+        ),
     ] = None,
     engine: Annotated[
         str,
@@ -158,7 +169,7 @@ def predict(
         )
         if engine not in PRESETS:
             raise InputError(f"unknown engine {engine!r}; known: {', '.join(PRESETS)}")
-        spec = load_model(model, ssm_state_dtype=ssm_state_dtype)
+        spec = load_model(model, weights=weights, ssm_state_dtype=ssm_state_dtype)
         hardware = resolve_hardware(gpu, profile)
         report = build_report(
             spec,
@@ -658,6 +669,9 @@ def run(
     model: Annotated[str | None, typer.Option(help="Registry id or config.json path.")] = None,
     gpu: Annotated[str | None, typer.Option(help="Datasheet GPU name.")] = None,
     profile: Annotated[str | None, typer.Option(help="HardwareProfile JSON.")] = None,
+    weights: Annotated[
+        str | None, typer.Option(help="Stored weight format overriding the files (nvfp4, ...).")
+    ] = None,
     port: Annotated[int | None, typer.Option(help="Exporter port.")] = None,
 ) -> None:
     """The sidecar: observe -> decide -> act -> verify every interval until SIGTERM."""
@@ -679,6 +693,7 @@ def run(
                 "model.id": model,
                 "model.gpu": gpu,
                 "model.profile": profile,
+                "model.weights": weights,
                 "exporter.port": port,
             },
         )

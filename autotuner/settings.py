@@ -207,6 +207,16 @@ class ModelSettings(BaseModel):
         description="The deployed drafter's kind (mtp, eagle, ngram) when the model's "
         "config does not say: decides what a draft pass costs.",
     )
+    weights: str | None = Field(
+        None,
+        description="Stored weight format overriding what the checkpoint's files say (bf16, "
+        "fp16, fp32, fp8, int8, nvfp4, mxfp4, int4).",
+    )
+    ssm_state_dtype: str | None = Field(
+        None,
+        description="The SSM state dtype vLLM runs (its --mamba-ssm-cache-dtype); default: the "
+        "target's live flag, else as vLLM resolves it from the model's config.",
+    )
 
 
 class EngineSettings(BaseModel):

@@ -6,8 +6,11 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
+from autotuner.actuators.base import ActuatorError
+from autotuner.actuators.flags import find
 from autotuner.controller import GUARD_DISABLED, Controller, Observer
 from autotuner.core.hardware import datasheet, load_profile
+from autotuner.core.model import ModelSpec
 from autotuner.core.registry import load_model
 from autotuner.exporter import TunerMetrics
 from autotuner.settings import Settings
@@ -25,7 +28,6 @@ def build_controller(
     settings: Settings, metrics: TunerMetrics, logger: logging.Logger
 ) -> Controller:
     """Wire the parts the settings name."""
-    model = load_model(settings.model.id)
     profile = settings.model.profile
     hardware = load_profile(profile) if profile else datasheet(settings.model.gpu)
     observe: Observer = (
@@ -34,19 +36,48 @@ def build_controller(
     target = settings.target
     identity = target.identity or os.environ.get("POD_NAME") or socket.gethostname()
     uri = target.uri or _own_workload(settings)
+    actuator = _actuator(settings, uri, identity) if uri else None
     quality, quality_off = quality_guard(settings)
     return Controller(
         settings=settings,
-        model=model,
+        model=served_model(settings, actuator),
         hardware=hardware,
         observe=observe,
-        actuator=_actuator(settings, uri, identity) if uri else None,
+        actuator=actuator,
         metrics=metrics,
         logger=logger,
         elector=_elector(settings, uri, identity) if uri.startswith("k8s://") else None,
         quality=quality,
         quality_off=quality_off,
     )
+
+
+def served_model(settings: Settings, actuator: Actuator | None) -> ModelSpec:
+    """The model as the engine runs it: the settings' overrides first, else the dtypes the
+    target's live args give (--mamba-ssm-cache-dtype, --mamba-cache-dtype), else the files."""
+    live = _live_args(actuator)
+    names = settings.engine.flags
+    return load_model(
+        settings.model.id,
+        weights=settings.model.weights,
+        ssm_state_dtype=settings.model.ssm_state_dtype
+        or _flag_value(live, names.mamba_ssm_cache_dtype),
+        mamba_cache_dtype=_flag_value(live, "--mamba-cache-dtype"),
+    )
+
+
+def _live_args(actuator: Actuator | None) -> tuple[str, ...]:
+    if actuator is None:
+        return ()
+    try:
+        return actuator.read().args
+    except ActuatorError:
+        return ()  # the loop says so at its first step; the files' dtypes meanwhile
+
+
+def _flag_value(args: tuple[str, ...], name: str) -> str | None:
+    flag = find(args, name)
+    return flag.value if flag is not None else None
 
 
 def _own_workload(settings: Settings) -> str:

@@ -98,3 +98,19 @@ def test_every_command_prints_its_help(command: list[str]) -> None:
     result = runner.invoke(app, [*command, "--help"])
     assert result.exit_code == 0, result.output
     assert "Usage:" in result.output
+
+
+def test_weights_override_is_used_and_said() -> None:
+    model = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
+    base = runner.invoke(app, ["predict", "--model", model, "--batch", "1", "--json"])
+    over = runner.invoke(
+        app, ["predict", "--model", model, "--batch", "1", "--json", "--weights", "bf16"]
+    )
+    assert base.exit_code == 0, base.output
+    assert over.exit_code == 0, over.output
+    before, after = json.loads(base.output), json.loads(over.output)
+    assert after["model"]["weight_source"] == "override"
+    assert after["model"]["weight_gib"] > 3 * before["model"]["weight_gib"]
+    assert any("given as an override" in note for note in after["notes"])
+    bad = runner.invoke(app, ["predict", "--model", model, "--weights", "fp7"])
+    assert bad.exit_code == 2

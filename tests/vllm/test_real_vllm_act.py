@@ -41,7 +41,14 @@ from tests.vllm.conftest import (
 )
 
 HYBRID: dict[str, Any] = {
-    "model": {"id": "ibm-granite/granite-4.0-h-small-BF16", "gpu": "A100-80GB", "drafter": "eagle"},
+    # fp32 state, as a deployment with --mamba-ssm-cache-dtype float32 runs it (vLLM's default
+    # for this model follows its bf16 dtype, which halves the state and moves the crossover).
+    "model": {
+        "id": "ibm-granite/granite-4.0-h-small-BF16",
+        "gpu": "A100-80GB",
+        "drafter": "eagle",
+        "ssm_state_dtype": "float32",
+    },
     # The tiny model's own speed is not the physics under test: on this CPU its draft passes
     # cost as much as the target's, and calibration would (rightly) learn that drafting never
     # pays here, and verification would judge the CPU, not the loop. Both are pinned open.
