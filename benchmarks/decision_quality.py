@@ -32,7 +32,7 @@ from autotuner.core.policy import Context
 from autotuner.core.registry import load_model
 from autotuner.core.state import TunerState
 from autotuner.core.step import step
-from autotuner.core.types import Decision, Setup
+from autotuner.core.types import Action, Decision, Setup
 from autotuner.settings import PolicySettings
 from autotuner.sim.truth import realistic_error
 from autotuner.sim.worlds import (
@@ -182,9 +182,10 @@ class PolicyRun:
     used: list[Setup] = field(default_factory=list)  # the setup running in each interval
     decisions: list[Decision] = field(default_factory=list)
 
-    @property
-    def explorations(self) -> int:
-        return sum("explor" in d.sentence.lower() for d in self.decisions)
+    def saying_explor(self, action: Action) -> int:
+        """Decisions of this action whose sentence says they explore (a switch that explores,
+        or the revert of one)."""
+        return sum(d.action is action and "explor" in d.sentence.lower() for d in self.decisions)
 
 
 def run_policy(
@@ -235,7 +236,8 @@ class Result:
     engine: str
     outcomes: dict[str, Outcome]
     best_static: tuple[str, Outcome]  # the static setup with the best time-weighted efficiency
-    explorations: int
+    explorations: int  # switches whose sentence says "explor"
+    explorations_reverted: int
     switches: list[str]
 
     @property
@@ -280,7 +282,8 @@ def evaluate_world(
         engine=engine.name,
         outcomes=outcomes,
         best_static=(by_efficiency, statics[by_efficiency]),
-        explorations=run.explorations,
+        explorations=run.saying_explor(Action.SWITCH),
+        explorations_reverted=run.saying_explor(Action.REVERT),
         switches=_switches(run.used, times),
     )
 
@@ -308,7 +311,10 @@ def print_result(result: Result, about: str) -> None:
             f"  {name:44} {outcome.tokens / reference:13.3f} "
             f"{outcome.efficiency:9.3f} {outcome.restarts:13.1f}"
         )
-    print(f"  explorations: {result.explorations}; policy ran: {', '.join(result.switches)}")
+    print(
+        f"  explorations: {result.explorations} ({result.explorations_reverted} reverted); "
+        f"policy ran: {', '.join(result.switches)}"
+    )
     print("  targets: " + "; ".join(f"{k}: {v}" for k, v in result.targets().items()))
 
 
@@ -319,7 +325,7 @@ def print_summary(results: Sequence[Result]) -> None:
     )
     print(
         f"  {'world':17} {'engine':12} {'tok/oracle':>10} {'tok/or<=6':>9} {'time-eff':>8} "
-        f"{'best static eff':>24} {'restarts/d':>10} {'explor.':>7}  met"
+        f"{'best static eff':>24} {'restarts/d':>10} {'explor.':>7} {'reverted':>8}  met"
     )
     for r in results:
         label, static = r.best_static
@@ -328,7 +334,7 @@ def print_summary(results: Sequence[Result]) -> None:
         print(
             f"  {r.world:17} {r.engine:12} {r.share():10.3f} {r.share(limited):9.3f} "
             f"{r.policy.efficiency:8.3f} {f'{static.efficiency:.3f} ({label})':>24} "
-            f"{r.policy.restarts:10.1f} {r.explorations:7d}  {met}/3"
+            f"{r.policy.restarts:10.1f} {r.explorations:7d} {r.explorations_reverted:8d}  {met}/3"
         )
 
 
