@@ -38,9 +38,10 @@ NEIGHBOUR_WEIGHT = 0.25  # evidence from the next band counts this much, two ban
 # a hundred times harder to move than a family's own, so an error lands on what a setup adds first.
 SHARED_PRIOR = 0.5
 OWN_PRIOR = 0.005
-UNCHECKED_SIGMA = 0.25  # log-space uncertainty of a family never measured near a band
+UNCHECKED_SIGMA = 0.2  # log-space uncertainty of a family never measured near a band
 FLOOR_SIGMA = 0.02  # what no amount of evidence removes (noise between windows)
 FAMILIES = tuple(k.value for k in SetupKind if k is not SetupKind.PLAIN)
+PLAIN_FAMILY = SetupKind.PLAIN.value
 
 Array = npt.NDArray[np.float64]
 
@@ -234,16 +235,23 @@ class BandFit:
 
     def sigma(self, family: str, running: str | None = None) -> float:
         """Log-space uncertainty of a prediction for `family` in this band: what the fit leaves,
-        plus, shrinking with the windows measured, the prior's doubt (wider when the model was
-        far off on the `running` family here)."""
-        seen = self.evidence.get(family, 0.0)
+        plus the prior's doubt (wider when the model was far off on the `running` family here)
+        shrinking with the windows measured: any family's windows check plain's terms, which
+        every setup has; only the family's own windows check what it adds."""
         unchecked = max(UNCHECKED_SIGMA, self.doubt.get(running or family, 0.0))
+        shared = 1.0 / (1.0 + sum(self.evidence.values()))
+        if family == PLAIN_FAMILY:
+            doubt = shared
+        else:
+            doubt = 0.5 * shared + 0.5 / (1.0 + self.evidence.get(family, 0.0))
         left = self.misfit.get(family, 0.0)
-        return math.sqrt(FLOOR_SIGMA**2 + left**2 + unchecked**2 / (1.0 + seen))
+        return math.sqrt(FLOOR_SIGMA**2 + left**2 + unchecked**2 * doubt)
 
     def checked(self, family: str) -> bool:
-        """At least one (decayed) window of this family was measured in or next to the band."""
-        return self.evidence.get(family, 0.0) >= 0.5
+        """At least one (decayed) window checked this family's terms in or next to the band
+        (for plain, whose terms every setup has: a window of any family)."""
+        seen = sum(self.evidence.values()) if family == PLAIN_FAMILY else self.evidence.get(family)
+        return (seen or 0.0) >= 0.5
 
 
 class Factor(NamedTuple):

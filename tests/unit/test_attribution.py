@@ -123,7 +123,7 @@ def test_uncertainty_is_wide_where_a_family_was_never_measured() -> None:
     p = predictor(learned)
     assert p.checked(SPEC3, BATCH)
     assert not p.checked(REPLAY, BATCH)
-    assert p.sigma(REPLAY, BATCH) >= UNCHECKED_SIGMA * 0.95
+    assert p.sigma(REPLAY, BATCH) >= UNCHECKED_SIGMA * 0.7  # half of its terms unchecked
     assert p.sigma(SPEC3, BATCH) < p.sigma(REPLAY, BATCH) / 2
     assert not p.checked(SPEC3, 2)  # measured at 400, not at 2
 

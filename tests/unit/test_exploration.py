@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import pytest
 
 from autotuner.core.acceptance import from_conditional
 from autotuner.core.attribution import Attribution
 from autotuner.core.capabilities import EngineCapabilities
 from autotuner.core.costmodel import Workload
+from autotuner.core.estimates import BatchHistogram
 from autotuner.core.hardware import datasheet
 from autotuner.core.policy import Context
 from autotuner.core.predictor import Predictor
@@ -41,23 +41,38 @@ SETTINGS = PolicySettings(
 INTERVAL = 60.0
 
 
-def uncertain_batch() -> int:
-    """A load where the model puts replay:16 a little below spec:3 (so no predicted switch),
-    close enough that an unmeasured replay's interval reaches past spec:3: found from the
-    model itself, not taken as a number."""
+def uncertain_load() -> tuple[int, tuple[float, ...]]:
+    """A load and acceptance where the model puts replay:16 a little below spec:3 (so no
+    predicted switch), close enough that an unmeasured replay's interval reaches past spec:3:
+    found from the model itself, at the batch the policy's histogram represents it by."""
     predictor = Predictor(MODEL, H200, Workload(), Attribution(), 0.0, 3600.0)
-    batches = np.arange(16, 1025, 8)
-    accept = from_conditional(list(RATES))
-    ratio = predictor.curve(REPLAY, batches, accept)[0] / predictor.curve(SPEC3, batches, accept)[0]
-    wanted = np.abs(ratio - 0.96)
-    assert wanted.min() < 0.02, "no batch where replay is just below spec:3"
-    return int(batches[int(np.argmin(wanted))])
+
+    def ratio(batch: int, scale: float) -> float:
+        at = BatchHistogram().add([batch], 0.0, 60.0).distribution()[0][:1]
+        accept = from_conditional([r * scale for r in RATES])
+        return float(
+            predictor.curve(REPLAY, at, accept)[0][0] / predictor.curve(SPEC3, at, accept)[0][0]
+        )
+
+    for batch in (24, 48, 96):
+        low, high = 0.2, 1.0  # acceptance scale: lower acceptance, slower speculation
+        if not ratio(batch, high) < 0.97 < ratio(batch, low):
+            continue
+        for _ in range(30):
+            middle = (low + high) / 2
+            low, high = (middle, high) if ratio(batch, middle) > 0.97 else (low, middle)
+        return batch, tuple(r * high for r in RATES)
+    raise AssertionError("no load where replay is just below spec:3")
+
+
+LOAD = uncertain_load()
 
 
 @dataclass
 class World:
     error: StepError
-    batch: float = field(default_factory=uncertain_batch)
+    batch: float = LOAD[0]
+    rates: tuple[float, ...] = LOAD[1]
     deployed: Setup = SPEC3
     state: TunerState = field(default_factory=lambda: TunerState(current=SPEC3))
     now: float = 100_000.0
@@ -73,7 +88,7 @@ class World:
                 window_s=INTERVAL,
                 setup=self.deployed,
                 batch=self.batch,
-                rates=RATES,
+                rates=self.rates,
                 limits=ObservationLimits(min_drafts=10),
             )
             ctx = Context(
@@ -154,7 +169,7 @@ def test_no_exploration_when_turned_off() -> None:
             window_s=INTERVAL,
             setup=SPEC3,
             batch=world.batch,
-            rates=RATES,
+            rates=world.rates,
             limits=ObservationLimits(min_drafts=10),
         )
         ctx = Context(now=now, model=MODEL, hardware=H200, engine=ENGINE, deployed=SPEC3)
