@@ -66,6 +66,13 @@ def baselines(port: int) -> float:
     return tuner_metric(port, "autotuner_canary_runs_total", labels)
 
 
+def acceptance(port: int) -> list[float]:
+    """The latest window's acceptance per position (empty when that window had none, e.g.
+    a scrape that came back while the canary ran)."""
+    observation = decision(port).get("observation") or {}
+    return list((observation.get("acceptance") or {}).get("per_position") or [])
+
+
 def reverted(port: int) -> bool:
     """The tuner's /decision shows a revert whose quality check failed (the revert's restart
     returned: the step that made it has been exported)."""
@@ -118,7 +125,8 @@ def test_load_turns_speculation_off_and_back(served: Served, tmp_path: Path) -> 
         # wait for it instead of hoping it was taken before the load rises.
         wait_for(lambda: baselines(port) >= 1, 300, "no canary baseline at low load")
         assert live(served) == Setup(spec_tokens=3)
-        accepted = decision(port)["observation"]["acceptance"]["per_position"]
+        wait_for(lambda: acceptance(port), 300, "no window with acceptance counts")
+        accepted = acceptance(port)
         print(f"draft-model acceptance per position: {', '.join(f'{a:.2f}' for a in accepted)}")
         load.streams = HIGH
         wait_for(lambda: not live(served).spec_tokens, 600, "speculation was not turned off")
