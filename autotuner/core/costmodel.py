@@ -2,11 +2,18 @@
 
 Implements COSTMODEL.md: bytes by component (weights with MoE expert coverage, KV, SSM state,
 ring, checkpoints, conv, logits), flops, a roofline per kernel class, the drafter's sequential
-passes, fixed overheads, and memory capacity. All sizes are per GPU under tensor parallelism.
+passes, fixed overheads, and memory capacity; plus what vLLM's speculative step does beyond the
+bytes (docs/costmodel.md, "Verification at large batch"): the multi-token SSM kernels of native
+speculation, eager execution above the CUDA-graph capture size, and the drafter's first pass
+over every verified position. All sizes are per GPU under tensor parallelism.
+
+Kernel classes of `SetupCurve.time_s` (the keys online attribution fits on): fixed, gemm,
+attention, ssm, ssm_verify, copy, draft, eager.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -23,7 +30,8 @@ from autotuner.errors import InputError
 Array = npt.NDArray[np.float64]
 GIB = float(2**30)
 FLOPS_PER_STATE_ELEMENT = 5.0  # decay, input outer product, add; output contraction
-WEIGHT_COMPUTE_SPEEDUP = {"fp8": 2.0, "float8": 2.0}  # W8A8 GEMMs run at twice the BF16 rate
+DRAFTER_BLOCKS = 2  # an MTP/EAGLE drafter pass: one attention block and one MLP/MoE block
+TIME_CLASSES = ("fixed", "gemm", "attention", "ssm", "ssm_verify", "copy", "draft", "eager")
 
 
 class Workload(BaseModel):
@@ -42,6 +50,14 @@ class Workload(BaseModel):
     )
     drafter: DrafterKind | None = Field(
         None, description="Override the model's drafter (e.g. ngram); None keeps the model's."
+    )
+    cudagraph_capture_tokens: int = Field(
+        512,
+        ge=0,
+        description="vLLM's max_cudagraph_capture_size: the most tokens a step may carry and "
+        "still replay a captured CUDA graph. vLLM's default is min(2 x max_num_seqs x (1 + K), "
+        "512) (vllm/config/vllm.py); steps with more tokens run without graphs; 0 is "
+        "--enforce-eager.",
     )
     draft_expert_overlap: float = Field(
         0.5,
@@ -105,15 +121,30 @@ def state_slots(setup: Setup, cache_mode: str) -> int:
 
 
 def bytes_per_request(model: ModelSpec, setup: Setup, workload: Workload) -> float:
-    """Device memory one running request holds on one GPU: states, conv, ring and KV."""
+    """Device memory one running request holds on one GPU: its state slots, ring and KV.
+
+    vLLM keeps hybrid models' state and KV in one block pool (vllm/v1/core/kv_cache_utils.py):
+    each state slot is one page holding the SSM state and the conv rows (conv_kernel - 1 + K
+    of them, vllm/model_executor/layers/mamba/mamba_utils.py), plus the ring under ReplaySSM;
+    attention blocks are made at least one page large (a multiple of 16 tokens), so a request
+    holds whole blocks of that many tokens in every attention layer."""
     tp = workload.tensor_parallel
-    ssm = model.ssm_layers * (
-        state_slots(setup, workload.mamba_cache_mode) * model.ssm_state_bytes
+    kv_token = model.kv_bytes_per_token / _kv_shards(model, tp)
+    if not model.is_hybrid:
+        return workload.context_tokens * kv_token
+    slots = state_slots(setup, workload.mamba_cache_mode)
+    page = (
+        model.ssm_state_bytes
         + model.conv_state_bytes(setup.spec_tokens)
         + setup.replay_window * model.ring_entry_bytes
-    )
-    kv = workload.context_tokens * model.kv_bytes_per_token / _kv_shards(model, tp)
-    return ssm / tp + kv
+    ) / tp
+    if model.attention_layers == 0 or kv_token <= 0:
+        return model.ssm_layers * slots * page
+    layer_token = kv_token / model.attention_layers  # one attention layer's KV per token
+    block = 16 * math.ceil(page / (16 * layer_token))  # tokens per attention block
+    blocks = max(1, math.ceil(workload.context_tokens / block))
+    padded = block * layer_token  # state pages are padded to the attention page
+    return padded * (model.ssm_layers * slots + model.attention_layers * blocks)
 
 
 def max_batch(model: ModelSpec, hardware: HardwareProfile, setup: Setup, workload: Workload) -> int:
@@ -160,8 +191,8 @@ def predict(
         )
     elif int(sizes.max()) > capacity:
         reason = (
-            f"only {capacity} requests fit in memory with {setup.label} (state slots, ring and "
-            "KV per request): the engine would queue the rest"
+            f"vLLM admits {capacity} requests with {setup.label} (state slots, ring and KV per "
+            f"request) and queues the rest: the throughput is that of batch {capacity}"
         )
     effective = np.minimum(sizes, max(capacity, 1))
     parts = _step(model, hardware, setup, effective.astype(np.float64), k, taus, workload)
@@ -208,58 +239,31 @@ def _step(
     taus: Array,
     workload: Workload,
 ) -> dict[str, dict[str, Array]]:
-    tp = workload.tensor_parallel
     n: Array = k.astype(np.float64) + 1.0
     tokens = batch * n
-    wbp = model.weight_bytes_per_param
-    compute_rate = hw.bf16_flops * hw.efficiency.mma
-    compute_rate *= WEIGHT_COMPUTE_SPEEDUP.get(model.weight_dtype, 1.0)
-
-    # Weights: dense once per step; routed experts as many as the step's tokens touch.
-    dense = np.full_like(batch, (model.dense_params - model.embedding_params) * wbp / tp)
-    expert_params = model.moe.expert_params if model.moe else 0
-    routed_tokens = batch * (1.0 + k * (1.0 - workload.draft_expert_overlap))
-    experts = model.moe_layers * _experts_touched(model, routed_tokens) * expert_params * wbp / tp
-    gemm_flops = 2.0 * tokens * (model.active_params - model.embedding_params) / tp
-
-    # Attention: read each request's context once (all n queries share it), write n entries.
-    kv_per_token = model.kv_bytes_per_token / _kv_shards(model, tp)
-    kv_read = batch * workload.context_tokens * kv_per_token
-    kv_write = tokens * kv_per_token
-    attn_flops = np.zeros_like(batch)
-    if model.attention is not None:
-        shape = model.attention
-        # MLA decode attends in the latent space (absorbed weights): latent + rope per head.
-        width = shape.heads * (
-            shape.kv_lora_rank + shape.rope_head_dim if shape.kv_lora_rank else shape.head_dim
-        )
-        attn_flops = 4.0 * tokens * workload.context_tokens * width * model.attention_layers / tp
-
-    ssm = _ssm_traffic(model, setup, batch, k, n, taus, tp)
-
-    logits = 2.0 * tokens * model.vocab_size * 4.0 / tp  # fp32 logits written, then sampled
-
-    time = {
+    gemm = _gemm(model, hw, batch, k, workload)
+    attention = _attention(model, hw, batch, tokens, workload)
+    ssm = _ssm_traffic(model, setup, batch, k, n, taus, workload.tensor_parallel)
+    state_time, verify_time = _ssm_times(model, hw, setup, k, ssm)
+    logits = 2.0 * tokens * model.vocab_size * 4.0 / workload.tensor_parallel  # fp32, sampled
+    draft_time, draft_flops = _draft(model, hw, batch, k, workload)
+    time: dict[str, Array] = {
         "fixed": np.full_like(batch, hw.step_overhead_s)
         + (hw.replay_overhead_s_per_layer * model.ssm_layers if setup.replay_window else 0.0),
-        "gemm": np.maximum((dense + experts) / hw.bandwidth("gemm"), gemm_flops / compute_rate),
-        "attention": np.maximum(
-            (kv_read + kv_write) / hw.bandwidth("attention"), attn_flops / compute_rate
-        ),
-        "ssm": np.maximum(
-            (ssm["state"] + ssm["ring"] + ssm["conv"]) / hw.bandwidth("ssm"),
-            ssm["vector_flops"] / (hw.fp32_flops * hw.efficiency.vector),
-        )
-        + ssm["rebuild_mma_flops"] / compute_rate,
+        "gemm": gemm["time"],
+        "attention": attention["time"],
+        "ssm": state_time,
+        "ssm_verify": verify_time,
         "copy": (ssm["checkpoint"] + logits) / hw.bandwidth("copies"),
-        "draft": _draft_time(model, hw, batch, k, workload, compute_rate),
+        "draft": draft_time,
+        "eager": _eager_time(model, hw, batch, k, workload),
     }
     return {
         "bytes": {
-            "weights_dense": dense,
-            "weights_experts": experts,
-            "kv_read": kv_read,
-            "kv_write": kv_write,
+            "weights_dense": gemm["dense"],
+            "weights_experts": gemm["experts"],
+            "kv_read": attention["read"],
+            "kv_write": attention["write"],
             "ssm_state": ssm["state"],
             "ssm_ring": ssm["ring"],
             "ssm_checkpoint": ssm["checkpoint"],
@@ -268,11 +272,139 @@ def _step(
         },
         "time": time,
         "flops": {
-            "gemm": gemm_flops,
-            "attention": attn_flops,
+            "gemm": gemm["flops"],
+            "attention": attention["flops"],
             "ssm": ssm["vector_flops"] + ssm["rebuild_mma_flops"],
+            "draft": draft_flops,
         },
     }
+
+
+def _role_dtype(model: ModelSpec, experts: bool) -> str:
+    """The stored format of most of the routed experts' (or the other streamed weights')
+    parameters: it decides which tensor cores their GEMMs run on."""
+    shares = [
+        s
+        for s in model.weight_shares
+        if s.params and s.role != "embedding" and (s.role == "experts") == experts
+    ]
+    if not shares:
+        return model.weight_dtype
+    return max(shares, key=lambda s: s.params).dtype
+
+
+def _roofline(bytes_moved: Array, flops: Array, bandwidth: float, rate: float) -> Array:
+    return np.maximum(bytes_moved / bandwidth, flops / rate)
+
+
+def _gemm(
+    model: ModelSpec,
+    hw: HardwareProfile,
+    batch: Array,
+    k: npt.NDArray[np.int64],
+    workload: Workload,
+) -> dict[str, Array]:
+    """Weight GEMMs of the target pass over B x (1 + K) tokens, as two rooflines summed (they
+    are separate kernels): the dense weights (read once; their flops grow with every verified
+    token, and compute binds first there), and the routed experts the step's tokens touch
+    (draft tokens route partly alike), each in its stored format on its own tensor cores."""
+    tp = workload.tensor_parallel
+    tokens = batch * (k + 1.0)
+    dense_params = (model.dense_params - model.embedding_params) / tp
+    dense = np.full_like(batch, dense_params * model.dense_weight_bytes_per_param)
+    dense_flops = 2.0 * tokens * dense_params
+    experts = np.zeros_like(batch)
+    expert_flops = np.zeros_like(batch)
+    if model.moe is not None:
+        routed = batch * (1.0 + k * (1.0 - workload.draft_expert_overlap))
+        touched = model.moe_layers * _experts_touched(model, routed) * model.moe.expert_params
+        experts = touched * model.expert_weight_bytes_per_param / tp
+        active = model.moe_layers * model.moe.experts_per_token * model.moe.expert_params
+        expert_flops = 2.0 * tokens * active / tp
+    mma = hw.efficiency.mma
+    bandwidth = hw.bandwidth("gemm")
+    time = _roofline(
+        dense, dense_flops, bandwidth, hw.tensor_flops(_role_dtype(model, False)) * mma
+    ) + _roofline(experts, expert_flops, bandwidth, hw.tensor_flops(_role_dtype(model, True)) * mma)
+    return {"dense": dense, "experts": experts, "flops": dense_flops + expert_flops, "time": time}
+
+
+def _attention(
+    model: ModelSpec, hw: HardwareProfile, batch: Array, tokens: Array, workload: Workload
+) -> dict[str, Array]:
+    """Decode attention: each request's context read once (its n verify queries share it), n
+    entries written; flops for every query over the context."""
+    tp = workload.tensor_parallel
+    kv_per_token = model.kv_bytes_per_token / _kv_shards(model, tp)
+    read = batch * workload.context_tokens * kv_per_token
+    write = tokens * kv_per_token
+    flops = np.zeros_like(batch)
+    if model.attention is not None:
+        shape = model.attention
+        # MLA decode attends in the latent space (absorbed weights): latent + rope per head.
+        width = shape.heads * (
+            shape.kv_lora_rank + shape.rope_head_dim if shape.kv_lora_rank else shape.head_dim
+        )
+        flops = 4.0 * tokens * workload.context_tokens * width * model.attention_layers / tp
+    rate = hw.bf16_flops * hw.efficiency.mma
+    time = _roofline(read + write, flops, hw.bandwidth("attention"), rate)
+    return {"read": read, "write": write, "flops": flops, "time": time}
+
+
+def _ssm_times(
+    model: ModelSpec,
+    hw: HardwareProfile,
+    setup: Setup,
+    k: npt.NDArray[np.int64],
+    ssm: dict[str, Array],
+) -> tuple[Array, Array]:
+    """(ssm, ssm_verify): the state kernels' time at the decode kernels' efficiency, and what
+    native speculation's multi-token kernels take beyond it. Those (GDN's
+    fused_sigmoid_gating_delta_rule_update, Mamba-2's selective_state_update with per-token
+    destination slots) store a full state per verified position from inside a sequential
+    token loop, and reach a smaller share of HBM peak than the one-token decode kernels."""
+    moved = ssm["state"] + ssm["ring"] + ssm["conv"]
+    vector = ssm["vector_flops"] / (hw.fp32_flops * hw.efficiency.vector)
+    mma = hw.bf16_flops * hw.efficiency.mma * _fp8_speedup(model)
+    state = np.maximum(moved / hw.bandwidth("ssm"), vector) + ssm["rebuild_mma_flops"] / mma
+    if setup.replay_window or not model.is_hybrid:
+        return state, np.zeros_like(state)
+    verify = np.maximum(moved / hw.bandwidth("ssm_verify"), vector)
+    return state, np.where(k > 0, np.maximum(verify - state, 0.0), 0.0)
+
+
+def _fp8_speedup(model: ModelSpec) -> float:
+    """The replay rebuild's small matmuls run at the rate the model's own GEMMs get on FP8
+    tensor cores (as before: twice BF16 for FP8 checkpoints)."""
+    return 2.0 if model.weight_dtype.lower() in ("fp8", "float8") else 1.0
+
+
+def _eager_time(
+    model: ModelSpec,
+    hw: HardwareProfile,
+    batch: Array,
+    k: npt.NDArray[np.int64],
+    workload: Workload,
+) -> Array:
+    """Host launch time of passes that run without CUDA graphs. vLLM replays a captured graph
+    only for steps of at most `cudagraph_capture_tokens` tokens (vllm/v1/cudagraph_dispatcher.py
+    returns NONE above it); the target pass carries B x (1 + K) tokens, the drafter's first pass
+    the same, its later passes B. Without graphs every kernel is launched from the host; at
+    large batch the short ones (norms, gating, routing, casts) finish before the next launch
+    arrives, so each block of the pass adds its launch time to the step."""
+    cap = workload.cudagraph_capture_tokens
+    tokens = batch * (k + 1.0)
+    blocks = np.where(tokens > cap, float(len(model.layer_pattern)), 0.0)
+    if _has_draft_passes(model, workload):
+        first = np.where((k > 0) & (tokens > cap), DRAFTER_BLOCKS, 0.0)
+        later = np.where(batch > cap, DRAFTER_BLOCKS * np.maximum(k - 1, 0), 0.0)
+        blocks = blocks + first + later
+    return blocks * hw.eager_launch_s_per_block
+
+
+def _has_draft_passes(model: ModelSpec, workload: Workload) -> bool:
+    drafter = workload.drafter or model.drafter
+    return drafter not in (DrafterKind.NGRAM, DrafterKind.NONE)
 
 
 def _ssm_traffic(
@@ -336,32 +468,47 @@ def _ssm_traffic(
     }
 
 
-def _draft_time(
+def _draft(
     model: ModelSpec,
     hw: HardwareProfile,
     batch: Array,
     k: npt.NDArray[np.int64],
     workload: Workload,
-    compute_rate: float,
-) -> Array:
-    """K sequential drafter passes; an MTP/EAGLE pass is about one layer plus the LM head."""
-    drafter = workload.drafter or model.drafter
-    if drafter in (DrafterKind.NGRAM, DrafterKind.NONE):
-        return np.zeros_like(batch)
+) -> tuple[Array, Array]:
+    """(time, flops) of K sequential drafter passes of an MTP/EAGLE drafter (about one layer
+    plus the LM head). vLLM's proposer (vllm/v1/spec_decode/llm_base_proposer.py) runs the
+    first pass over every verified position, B x (1 + K) tokens, with the LM head only on the B
+    sampled positions; the other K - 1 passes carry B tokens."""
+    if not _has_draft_passes(model, workload):
+        return np.zeros_like(batch), np.zeros_like(batch)
+    first = _draft_pass(model, hw, batch * (k + 1.0), batch, workload)
+    later = _draft_pass(model, hw, batch, batch, workload)
+    count = np.maximum(k - 1, 0)
+    time: Array = np.where(k > 0, first[0] + count * later[0], 0.0)
+    flops: Array = np.where(k > 0, first[1] + count * later[1], 0.0)
+    return time + k.astype(np.float64) * hw.draft_pass_overhead_s, flops
+
+
+def _draft_pass(
+    model: ModelSpec, hw: HardwareProfile, tokens: Array, batch: Array, workload: Workload
+) -> tuple[Array, Array]:
+    """(time, flops) of one drafter pass over `tokens` tokens, `batch` of them sampled
+    through the LM head."""
     tp = workload.tensor_parallel
-    wbp = model.weight_bytes_per_param
     lm_head = model.vocab_size * model.hidden_size
     dense = model.drafter_dense_params or (
         4 * model.hidden_size * model.hidden_size + 3 * model.hidden_size * 4 * model.hidden_size
     )
     expert_params = model.moe.expert_params if model.moe else 0
-    experts = model.drafter_moe_layers * _experts_touched(model, batch) * expert_params
-    pass_bytes = (dense + lm_head + experts) * wbp / tp
+    experts = model.drafter_moe_layers * _experts_touched(model, tokens) * expert_params
+    weights = (dense + lm_head) * model.dense_weight_bytes_per_param + experts * (
+        model.expert_weight_bytes_per_param
+    )
     per_layer_kv = model.kv_bytes_per_token / max(model.attention_layers, 1)
-    pass_bytes = pass_bytes + batch * workload.context_tokens * per_layer_kv / _kv_shards(model, tp)
-    pass_flops = 2.0 * batch * (dense + lm_head) / tp
-    per_pass = np.maximum(pass_bytes / hw.bandwidth("gemm"), pass_flops / compute_rate)
-    return k * (per_pass + hw.draft_pass_overhead_s)
+    kv = batch * workload.context_tokens * per_layer_kv / _kv_shards(model, tp)
+    flops = 2.0 * (tokens * dense + batch * lm_head) / tp
+    rate = hw.tensor_flops(_role_dtype(model, False)) * hw.efficiency.mma
+    return _roofline(weights / tp + kv, flops, hw.bandwidth("gemm"), rate), flops
 
 
 # --------------------------------------------------------------------------- comparisons

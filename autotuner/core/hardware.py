@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autotuner.errors import ProfileError
 
 PROFILE_SCHEMA_VERSION = 1
+_TENSOR_FAMILY = {"fp8": "fp8", "float8": "fp8", "int8": "fp8", "nvfp4": "fp4", "mxfp4": "fp4"}
 
 
 class KernelEfficiency(BaseModel):
@@ -27,6 +28,13 @@ class KernelEfficiency(BaseModel):
     gemm: float = Field(0.80, gt=0, le=1, description="Weight-streaming GEMMs, of HBM peak.")
     attention: float = Field(0.70, gt=0, le=1, description="Decode attention KV reads.")
     ssm: float = Field(0.75, gt=0, le=1, description="SSM state update kernels.")
+    ssm_verify: float = Field(
+        0.50,
+        gt=0,
+        le=1,
+        description="SSM state kernels of native speculation (multi-token kernels that store a "
+        "state per verified position from inside a sequential token loop), of HBM peak.",
+    )
     copies: float = Field(0.90, gt=0, le=1, description="Large contiguous copies.")
     mma: float = Field(0.55, gt=0, le=1, description="Tensor-core FLOP/s, of peak.")
     vector: float = Field(0.50, gt=0, le=1, description="FP32 vector FLOP/s, of peak.")
@@ -54,6 +62,15 @@ class HardwareProfile(BaseModel):
     source: Literal["datasheet", "kernels_probe", "calibrated"] = "datasheet"
     hbm_bytes_per_s: float = Field(gt=0, description="Datasheet HBM bandwidth.")
     bf16_flops: float = Field(gt=0, description="Dense BF16 tensor FLOP/s.")
+    fp8_flops: float | None = Field(
+        None, gt=0, description="Dense FP8 tensor FLOP/s; None: twice the BF16 rate."
+    )
+    fp4_flops: float | None = Field(
+        None,
+        gt=0,
+        description="Dense FP4 (NVFP4/MXFP4) tensor FLOP/s; None: no FP4 tensor cores, FP4 "
+        "weights are dequantized and run at the BF16 rate.",
+    )
     fp32_flops: float = Field(gt=0, description="FP32 vector (non-tensor) FLOP/s.")
     memory_bytes: float = Field(gt=0, description="Device memory capacity.")
     efficiency: KernelEfficiency = KernelEfficiency()
@@ -66,6 +83,12 @@ class HardwareProfile(BaseModel):
     draft_pass_overhead_s: float = Field(
         0.15e-3, ge=0, description="Fixed cost of one sequential drafter pass."
     )
+    eager_launch_s_per_block: float = Field(
+        60e-6,
+        ge=0,
+        description="Host time to launch one block's kernels (a mixer or an FFN) without CUDA "
+        "graphs, which vLLM uses for steps with more tokens than it captured graphs for.",
+    )
     measured_hbm_bytes_per_s: float | None = Field(
         None, gt=0, description="Copy bandwidth measured by kernels_probe (read + write)."
     )
@@ -73,6 +96,17 @@ class HardwareProfile(BaseModel):
     device: dict[str, str] = {}
     created: str | None = None
     notes: tuple[str, ...] = ()
+
+    def tensor_flops(self, dtype: str) -> float:
+        """Peak tensor FLOP/s of a GEMM whose weights are stored as `dtype`: FP8 and FP4
+        formats use their own tensor cores where the GPU has them; INT4 (AWQ/GPTQ) and FP4
+        without FP4 tensor cores are weight-only (dequantized to BF16)."""
+        family = _TENSOR_FAMILY.get(dtype.lower(), "bf16")
+        if family == "fp8":
+            return self.fp8_flops or 2.0 * self.bf16_flops
+        if family == "fp4":
+            return self.fp4_flops or self.bf16_flops
+        return self.bf16_flops
 
     def bandwidth(self, kernel_class: str) -> float:
         """Bytes/s a kernel class achieves: peak x its efficiency."""

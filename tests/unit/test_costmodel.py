@@ -98,36 +98,44 @@ def test_qwen35_speculation_falls_below_plain_at_512() -> None:
     assert gains[1] < 1.0
 
 
-def test_verifying_8_drafts_costs_5x_in_state_with_copies_and_1x_with_replay() -> None:
-    plain = predict(SUPER_FP8, H200, PLAIN, [256], ACCEPT, Workload(tensor_parallel=4))
-    copies = predict(
-        SUPER_FP8, H200, Setup(spec_tokens=8), [256], ACCEPT, Workload(tensor_parallel=4)
-    )
-    replay = predict(
-        SUPER_FP8,
-        H200,
-        Setup(spec_tokens=8, replay_window=16),
-        [256],
-        ACCEPT,
-        Workload(tensor_parallel=4),
+def test_verifying_8_drafts_costs_5x_a_step_with_copies_and_1x_in_state_with_replay() -> None:
+    """Section 7. Copies: one state read and nine written, 5x plain's read + write in bytes;
+    the multi-token kernel moves them slower than the decode kernel, and the whole step per
+    request costs nearly 5x plain's. Replay: state time about plain's."""
+    wl = Workload(tensor_parallel=4)
+    plain, copies, replay = (
+        predict(SUPER_FP8, H200, Setup.parse(s), [256], ACCEPT, wl)
+        for s in ("plain", "spec:8", "replay+spec:8:16")
     )
 
-    def state_time(curve: SetupCurve) -> float:
+    def per_request(curve: SetupCurve, value: float) -> float:
+        return value / float(curve.effective_batch[0])
+
+    def state(curve: SetupCurve) -> float:
         flushes = curve.bytes["ssm_checkpoint"][0] / H200.bandwidth("copies")
-        return float(curve.time_s["ssm"][0] + flushes)
+        seconds = curve.time_s["ssm"][0] + curve.time_s["ssm_verify"][0] + flushes
+        return per_request(curve, float(seconds))
 
-    assert 4.5 <= state_time(copies) / state_time(plain) <= 5.5
-    assert 0.6 <= state_time(replay) / state_time(plain) <= 1.2
+    def step(curve: SetupCurve) -> float:
+        return per_request(curve, float(curve.step_time_s[0]))
+
+    state_bytes = [per_request(c, float(c.bytes["ssm_state"][0])) for c in (plain, copies)]
+    assert state_bytes[1] == pytest.approx(5 * state_bytes[0])
+    assert state(copies) / state(plain) > 5.5
+    assert 4.0 <= step(copies) / step(plain) <= 6.0
+    assert 0.6 <= state(replay) / state(plain) <= 1.2
 
 
 def test_replay_plus_speculation_keeps_gaining_past_128() -> None:
+    """Replay + speculation stays well above plain past batch 128 (NVIDIA: 1.87-1.96x at
+    serving batch), while speculation with copies falls to or below plain."""
     for model, tp in ((SUPER_FP4, 1), (SUPER_FP8, 4)):
         both = ratio(model, H200, "replay+spec:3:16", tensor_parallel=tp)
         copies = ratio(model, H200, "spec:3", tensor_parallel=tp)
-        assert np.all(both[BATCHES.index(256) :] > 1.5)
+        past = slice(BATCHES.index(128), None)
+        assert np.all(both[past] > 1.5)
         assert np.all(both[BATCHES.index(256) :] > copies[BATCHES.index(256) :] + 0.3)
-    gains = ratio(SUPER_FP8, H200, "replay+spec:3:16", [128, 256], tensor_parallel=4)
-    assert gains[1] > gains[0]
+        assert np.all(copies[BATCHES.index(256) :] < 1.0)
 
 
 def test_capacity_counts_state_slots() -> None:

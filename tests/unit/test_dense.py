@@ -190,4 +190,6 @@ def test_crossover_falls_with_k_and_lower_acceptance_and_rises_with_context(
     assert worse is not None
     assert worse <= base
     longer_context = crossover(k, p, context * 4)
-    assert longer_context is None or longer_context > base
+    # Never earlier; it may stay where the verify pass outgrows the CUDA-graph capture size
+    # (B x (1 + K) > 512 runs eagerly): that cliff does not move with context.
+    assert longer_context is None or longer_context >= base
