@@ -97,21 +97,14 @@ def test_measured_interpolation_between_anchors_is_in_log_batch(prior: Prior) ->
     assert ratio(measured_at(256, prior), "spec:1") == pytest.approx(1.85 / cost)
 
 
-def test_measured_ranking_differs_from_the_prior_at_high_batch(prior: Prior) -> None:
-    """Upstream at batch 450: the prior ranks speculation first, the published world replay."""
-    labels = ["spec:1", "spec:2", "spec:3", "replay:8", "replay:16", "replay:32"]
-    accept = from_conditional(list(REFERENCE_ACCEPTANCE[:3]))
-    predicted = {
-        label: float(
-            predict(prior.model, prior.hardware, Setup.parse(label), [450], accept).tokens_per_s[0]
-        )
-        for label in labels
-    }
+def test_measured_world_ranks_replay_first_at_high_batch(prior: Prior) -> None:
+    """Upstream at batch 450 (the day's peak): replay:16 beats every speculation setup by more
+    than 25% (whatever the prior says: the benchmark reports that)."""
     world = measured_at(450, prior)
+    labels = ["spec:1", "spec:2", "spec:3", "spec:4", "replay:8", "replay:16", "replay:32"]
     measured = {label: ratio(world, label) for label in labels}
-    assert max(predicted, key=lambda k: predicted[k]).startswith("spec")
     assert max(measured, key=lambda k: measured[k]) == "replay:16"
-    assert measured["replay:16"] > 1.25 * max(measured[f"spec:{k}"] for k in (1, 2, 3))
+    assert measured["replay:16"] > 1.25 * max(measured[f"spec:{k}"] for k in (1, 2, 3, 4))
 
 
 def test_measured_world_never_calls_the_cost_model(
