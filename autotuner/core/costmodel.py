@@ -456,8 +456,11 @@ def _ssm_traffic(
             "vector_flops": vector,
             "rebuild_mma_flops": rebuild,
         }
-    # The delta rule is sequential in the ring (each step reads S k): vector FP32 work, twice
-    # the flops of a decay-and-add, which is why Gated DeltaNet prefers short windows.
+    # vLLM's GDN ring holds the update vectors d = beta (v - S k) with k and the gate, so the
+    # rebuild S = decay S_0 + D K^T is linear, but its kernels (fused_recurrent_replayssm.py,
+    # gdn_replayssm_spec_decode.py) do it in 16-token tl.dot tiles per head and value block,
+    # which leaves them latency-bound: charged as 4h flops per element on fp32 vector units
+    # (close to PR #48792's kernel-level 1.49x at batch 512 on B300, fp32 state: 1.46x).
     return {
         "state": state_bytes,
         "ring": ring_bytes,
