@@ -749,13 +749,24 @@ def demo(
     drafter: Annotated[
         str | None, typer.Option(help="Drafter kind when the model has none (eagle, ngram).")
     ] = None,
+    world: Annotated[
+        str,
+        typer.Option(
+            help="The simulated engine's hidden error: realistic (about 10%), or wrong-prior "
+            "(replay 30% faster than modelled: the prior's ranking is wrong mid-day, which only "
+            "trying replay can show: the tuner explores)."
+        ),
+    ] = "realistic",
 ) -> None:
     """Simulated vLLM + the sidecar in act mode against a manifest, load 4 -> 512 -> 4."""
     from autotuner.demo import run_demo, summary_table
+    from autotuner.sim.truth import WORLDS
 
     try:
         seconds = parse_duration(duration)
         rates = tuple(parse_rates(acceptance))
+        if world not in WORLDS:
+            raise InputError(f"unknown world {world!r}; known: {', '.join(WORLDS)}")
     except AutotunerError as exc:
         fail(_one_line(exc))
     console = Console()
@@ -773,6 +784,7 @@ def demo(
         drafter=drafter,
         console=console,
         live=not no_live,
+        world=world,
     )
     console.print(summary_table(result))
     switches = [d for d in result.decisions if d.action.value in ("switch", "revert")]

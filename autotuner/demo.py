@@ -35,7 +35,7 @@ from autotuner.exporter import TunerMetrics
 from autotuner.logs import configure
 from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
-from autotuner.sim.truth import TruthEngine, realistic_error
+from autotuner.sim.truth import WORLDS, TruthEngine
 from autotuner.wiring import build_controller
 
 Load = Callable[[float], float]
@@ -131,6 +131,7 @@ def run_demo(
     drafter: str | None = None,
     console: Console | None = None,
     live: bool = True,
+    world: str = "realistic",
 ) -> DemoResult:
     console = console or Console()
     model = load_model(model_id)
@@ -140,7 +141,7 @@ def run_demo(
         model,
         datasheet(gpu),
         Workload(tensor_parallel=tensor_parallel, drafter=kind),
-        error=realistic_error,
+        error=WORLDS[world],
     )
     manifest = Path(tempfile.mkdtemp(prefix="autotuner-demo-")) / "vllm.yaml"
     first = Setup(spec_tokens=len(acceptance)) if speculates else PLAIN

@@ -35,6 +35,20 @@ def realistic_error(setup: Setup, batch: float) -> float:
     return float(factor)
 
 
+def wrong_prior_error(setup: Setup, batch: float) -> float:
+    """A world where the prior's ranking is wrong and the running setup cannot show it: replay
+    runs 30% faster than modelled (its kernels beat the model's estimate), everything else as
+    realistic_error. Measuring speculation teaches nothing about replay here; only trying it
+    does."""
+    factor = realistic_error(setup, batch)
+    if setup.replay_window:
+        factor *= 0.70 / 0.95  # instead of realistic_error's 5%
+    return float(factor)
+
+
+WORLDS: dict[str, StepError] = {"realistic": realistic_error, "wrong-prior": wrong_prior_error}
+
+
 @dataclass
 class TruthEngine:
     model: ModelSpec

@@ -73,7 +73,7 @@ mode: advise
 source: {{urls: ["{server.url}/metrics"]}}
 loop: {{interval_s: 250ms, window_s: 1s}}
 limits: {{min_drafts: 20, min_batch_samples: 2}}
-policy: {{min_batch_weight: 2}}
+policy: {{min_batch_weight: 2, calibration_bounds: [1.0, 1.0]}}  # the crossover the test loads at
 exporter: {{host: 127.0.0.1, port: {port}}}
 log: {{format: json, level: warning}}
 """)
