@@ -564,23 +564,33 @@ def status(
 
 
 def _state_lines(persisted: str | None) -> list[str]:
-    """What an operator asks of the persisted state: a change in flight, quality, refusals."""
-    from autotuner.core.state import TunerState
+    """What an operator asks of the persisted state: a change in flight, quality, refusals,
+    what the calibration learned, what was explored."""
+    import time
+
+    from autotuner.core.state import read_state
 
     if not persisted:
         return []
-    try:
-        state = TunerState.model_validate_json(persisted)
-    except ValueError:
-        return ["state: unreadable (the tuner starts afresh)"]
-    lines = []
+    read = read_state(persisted)
+    state = read.state
+    if state is None:
+        return [f"state: unreadable ({read.problem}); the tuner keeps it aside and starts afresh"]
+    lines = [f"state: schema {read.written_as}" + (" (migrated on read)" if read.migrated else "")]
     if state.verification is not None:
         v = state.verification
-        lines.append(f"verifying: {v.previous.label} -> {v.target.label}")
+        kind = "exploring" if v.exploration else "verifying"
+        lines.append(f"{kind}: {v.previous.label} -> {v.target.label}")
     if state.last_quality is not None:
         lines.append(f"quality: {state.last_quality.status}: {state.last_quality.summary}")
     lines += [f"quarantined: {label}" for label in sorted(state.quarantine)]
     lines += [f"refused by the engine: {name} ({r.why})" for name, r in state.refused.items()]
+    lines += [f"explored: {key.replace('|', ' in batch band ')}" for key in sorted(state.explored)]
+    fit = state.calibration.fit(time.time(), 6 * 3600.0, (0.5, 2.0))
+    lines += [
+        f"calibration: {f.term} {f.kernel} x{f.factor:.2f} (batch band {f.band})"
+        for f in fit.factors()
+    ]
     return lines
 
 

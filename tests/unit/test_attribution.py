@@ -139,3 +139,28 @@ def test_the_factors_say_which_terms_moved() -> None:
     moved = {(f.term, f.kernel) for f in factors if abs(math.log(f.factor)) > 0.05}
     assert moved
     assert all(term == "spec" for term, _ in moved)
+
+
+def test_status_lists_what_the_calibration_learned_and_what_was_explored() -> None:
+    import time
+
+    from autotuner.cli import _state_lines
+    from autotuner.core.state import TunerState
+
+    # Evidence stamped now, so status (which fits at the wall clock) sees it fresh.
+    now = time.time()
+    attribution = Attribution()
+    for i in range(10):
+        base, own = predictor(attribution, now).class_times(SPEC3, BATCH, ACCEPT)
+        measured = extra_costs(1.8)(SPEC3, base, own)
+        attribution = attribution.add(
+            SPEC3, BATCH, measured, base, own, now - 10 + i, half_life_s=HALF_LIFE
+        )
+    state = TunerState(calibration=attribution).exploring("replay|4", now + 3600)
+    lines = _state_lines(state.model_dump_json())
+    assert lines[0] == "state: schema 3"
+    assert "explored: replay in batch band 4" in lines
+    learned = [line for line in lines if line.startswith("calibration: spec ")]
+    assert learned
+    assert "(batch band 4)" in " ".join(learned)
+    assert _state_lines("{broken")[0].startswith("state: unreadable (not JSON")
