@@ -66,6 +66,7 @@ class Controller:
     canary: CanaryPhase = field(init=False)
     capabilities: EngineCapabilities = field(init=False)
     set_aside_told: str | None = field(default=None, init=False)  # unreadable state, told once
+    written: str | None = field(default=None, init=False)  # the state record we last wrote
 
     def __post_init__(self) -> None:
         self.notifier = Notifier(self.logger, self.metrics, self.actuator)
@@ -144,10 +145,22 @@ class Controller:
         state = self.state
         if (state is None or not leader) and live is not None and live.state:
             state = self._restored(live.state) or state
+        elif state is not None and live is not None and live.state not in (None, self.written):
+            state = self._recorded_by_hand(state, live)
         state = state or TunerState()
         if live is not None and live.speculative_config:
             state = state.keeping_drafter(live.speculative_config)
         return state
+
+    def _recorded_by_hand(self, state: TunerState, live: LiveTarget) -> TunerState:
+        """Someone else wrote the state record while we lead (`autotuner apply` records its
+        change there): when it names what runs, take its change, keep our estimates."""
+        read = read_state(live.state or "")
+        record = read.state
+        if record is None or record.current != live.setup or record.current == state.current:
+            return state
+        self.notifier.log(f"a change recorded on the target: {record.current.label} runs")
+        return state.following(record)
 
     def _restored(self, text: str) -> TunerState | None:
         """The persisted state (migrated when older); an unreadable one is kept aside in the
@@ -281,10 +294,11 @@ class Controller:
         assert self.actuator is not None
         decision = planned.decision
         assert decision.target is not None
+        record = planned.state.model_dump_json()
         try:
             self.actuator.apply(
                 decision.target,
-                state=planned.state.model_dump_json(),
+                state=record,
                 expected_version=live.version if live else None,
                 saved_speculative_config=planned.state.drafter,
             )
@@ -298,6 +312,7 @@ class Controller:
             if isinstance(exc, RestartError):
                 return self._roll_back(failed, before, str(exc), ctx)
             return failed
+        self.written = record
         switched = decision.action is Action.SWITCH
         kind = NoticeKind.SWITCHED if switched else NoticeKind.REVERTED
         self.notifier.tell(Notice(kind, decision.sentence))
@@ -341,11 +356,13 @@ class Controller:
 
     def _save(self, state: TunerState, *, version: str | None) -> bool:
         assert self.actuator is not None
+        record = state.model_dump_json()
         try:
-            self.actuator.save_state(state.model_dump_json(), expected_version=version)
+            self.actuator.save_state(record, expected_version=version)
         except ActuatorError as exc:
             self.notifier.failed(ErrorKind.STATE, f"state not saved: {exc}")
             return False
+        self.written = record
         return True
 
     # ------------------------------------------------------------------ telling

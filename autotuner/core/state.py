@@ -170,6 +170,18 @@ class TunerState(BaseModel):
         """An exploration of one family in one batch band; not asked again there until then."""
         return self.updated(explored={**self.explored, key: until})
 
+    def following(self, record: TunerState) -> TunerState:
+        """Another writer's record of a change (a manual apply): its setup, changes, drafter
+        and canary baseline; this state's estimates, quarantines and refusals."""
+        return self.updated(
+            current=record.current,
+            changes=record.changes,
+            drafter=record.drafter or self.drafter,
+            canary_baseline=record.canary_baseline,
+            pending=None,
+            verification=None,
+        )
+
     def quarantined(self, setup: Setup, until: float) -> TunerState:
         return self.updated(quarantine={**self.quarantine, setup.label: until})
 

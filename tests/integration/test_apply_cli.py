@@ -146,3 +146,21 @@ def test_paused_targets_are_refused_unless_forced_and_dry_runs_write_nothing(
         assert forced.exit_code == 0, forced.output
         assert deployed(server)["metadata"]["annotations"][STATE_ANNOTATION]
         assert [e["reason"] for e in server.events] == ["ManualApply"]
+
+
+def test_a_leading_sidecar_takes_a_manual_apply_as_a_known_change(tmp_path: Path) -> None:
+    with fake_apiserver() as server:
+        target, _ = k8s_target(tmp_path, server)
+        clock = [time.time()]
+        tuner = loop_controller(server, "a", clock, [64.0], "policy.cooldown_s=3600")
+        tuner.step()  # leading, with its own state (and perhaps a change of its own)
+        assert tuner.state is not None
+        assert tuner.state.current != Setup(spec_tokens=1)
+        result = runner.invoke(app, ["apply", "--setup", "spec:1", *target])
+        assert result.exit_code == 0, result.output
+        clock[0] += 15
+        tuner.step()
+        assert tuner.state.current == Setup(spec_tokens=1)
+        assert tuner.state.changes  # counted for the budget and cooldown
+        assert not [e for e in server.events if e["reason"] == "DriftDetected"]
+        assert tuner.metrics.registry.get_sample_value("autotuner_drift_total") == 0
