@@ -54,7 +54,14 @@ HYBRID: dict[str, Any] = {
     # pays here, and verification would judge the CPU, not the loop. Both are pinned open.
     # Nor is exploring: the model is 100x off on a CPU, so every unmeasured family's interval
     # would reach past the running one (explorations have their own tests).
-    "policy": {"regression_tolerance": 0.9, "calibration_bounds": [1.0, 1.0], "explore": False},
+    # One K against plain: the load alone decides speculation on or off (with K = 1, 2 as well,
+    # the path through a shorter K depends on the cost model's exact capacities).
+    "policy": {
+        "regression_tolerance": 0.9,
+        "calibration_bounds": [1.0, 1.0],
+        "explore": False,
+        "spec_tokens": [3],
+    },
 }
 LOW, HIGH = 2, 48  # load in streams: below and above the predicted crossover
 OUTPUT_LEN = 400  # long requests keep the running gauge steady between scrapes
