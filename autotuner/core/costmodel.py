@@ -458,15 +458,18 @@ def _ssm_traffic(
         }
     # vLLM's GDN ring holds the update vectors d = beta (v - S k) with k and the gate, so the
     # rebuild S = decay S_0 + D K^T is linear, but its kernels (fused_recurrent_replayssm.py,
-    # gdn_replayssm_spec_decode.py) do it in 16-token tl.dot tiles per head and value block,
-    # which leaves them latency-bound: charged as 4h flops per element on fp32 vector units
-    # (close to PR #48792's kernel-level 1.49x at batch 512 on B300, fp32 state: 1.46x).
+    # gdn_replayssm_spec_decode.py) run it over the whole ring tile, BC = max(16, L rounded up
+    # to a power of two) entries, masked, in small tl.dot tiles per head and value block: 2 BC
+    # flops per state element every step, latency-bound, so charged on fp32 vector units (at
+    # L = 16 this is PR #48792's kernel-level 1.49x at batch 512 on B300, fp32 state: 1.45x).
+    # The tile, not the occupancy, is why L below 16 buys nothing and 16 is GDN's best window.
+    tile = float(max(16, 1 << max(window - 1, 0).bit_length())) if window else 0.0
     return {
         "state": state_bytes,
         "ring": ring_bytes,
         "checkpoint": checkpoint,
         "conv": conv,
-        "vector_flops": vector + 2.0 * rebuild,
+        "vector_flops": vector + layers * elements * 2.0 * tile,
         "rebuild_mma_flops": zeros,
     }
 

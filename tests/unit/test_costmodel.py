@@ -188,6 +188,18 @@ def test_gated_deltanet_prefers_shorter_windows_than_mamba2() -> None:
     assert (qwen[0] - qwen[1]) > (nemotron[0] - nemotron[1])
 
 
+def test_windows_as_published() -> None:
+    """MEASUREMENTS.md: 16 was best in vLLM's sweep for Gated DeltaNet (its kernels run the whole
+    16-entry ring tile whatever L below 16), 8 for Nemotron-3's Mamba-2 (Tri Dao's write-up)."""
+    qwen_256 = {w: ratio(QWEN_FP8, B300, f"replay:{w}", [256])[0] for w in (8, 16, 32)}
+    assert max(qwen_256, key=lambda w: qwen_256[w]) == 16
+    for batch in (256, 512):
+        qwen = {w: ratio(QWEN_FP8, B300, f"replay:{w}", [batch])[0] for w in (8, 16, 32)}
+        assert qwen[16] >= 0.995 * max(qwen.values()) > qwen[32]
+        nemotron = {w: ratio(SUPER_FP4, H200, f"replay:{w}", [batch])[0] for w in (8, 16, 32)}
+        assert nemotron[8] >= 0.98 * max(nemotron.values())
+
+
 # --------------------------------------------------------------------------- properties
 
 models = st.sampled_from(
