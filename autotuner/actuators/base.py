@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import tempfile
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,6 +183,58 @@ def select_container(containers: Sequence[Any], wanted: str | None, where: str) 
     raise ActuatorError(
         f"{where}: several containers ({', '.join(names)}); name the vLLM one in the target"
     )
+
+
+class RenderingActuator(ABC):
+    """What every target shares: an apply reads the target, checks it is as it was read,
+    renders the args for the setup, and hands them to the target's own writer."""
+
+    names: FlagNames
+    allow_low_precision_replay: bool
+
+    @property
+    @abstractmethod
+    def where(self) -> str:
+        """The target, as errors and diffs name it."""
+
+    @abstractmethod
+    def _read_for_apply(self) -> tuple[LiveTarget, Any]:
+        """The live target and what the writer needs of the same read (one read per apply)."""
+
+    @abstractmethod
+    def _write(
+        self,
+        live: LiveTarget,
+        read: Any,
+        command: list[str],
+        args: list[str],
+        *,
+        state: str | None,
+        dry_run: bool,
+    ) -> ApplyResult:
+        """Write the rendered command and args (and the state record), or only say what would
+        change (dry run)."""
+
+    def apply(
+        self,
+        setup: Setup,
+        *,
+        state: str | None,
+        expected_version: str | None,
+        saved_speculative_config: dict[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> ApplyResult:
+        live, read = self._read_for_apply()
+        command, args = checked_render(
+            self.where,
+            live,
+            setup,
+            expected_version=expected_version,
+            names=self.names,
+            saved_speculative_config=saved_speculative_config,
+            allow_low_precision_replay=self.allow_low_precision_replay,
+        )
+        return self._write(live, read, command, args, state=state, dry_run=dry_run)
 
 
 class Actuator(Protocol):

@@ -13,24 +13,22 @@ import os
 import shlex
 import subprocess
 from pathlib import Path
-from typing import Any
 
 from autotuner.actuators.base import (
     ActuatorError,
     ApplyResult,
     LiveTarget,
+    RenderingActuator,
     RestartError,
     RolloutStatus,
     args_diff,
     atomic_write,
-    checked_render,
     live_target,
 )
-from autotuner.core.types import Setup
 from autotuner.settings import FlagNames
 
 
-class ExecActuator:
+class ExecActuator(RenderingActuator):
     def __init__(
         self,
         args_file: str | Path,
@@ -84,43 +82,40 @@ class ExecActuator:
             rollout=RolloutStatus(True, None, "restart command returned"),
         )
 
-    def apply(
+    @property
+    def where(self) -> str:
+        return str(self.args_file)
+
+    def _read_for_apply(self) -> tuple[LiveTarget, None]:
+        return self.read(), None
+
+    def _write(
         self,
-        setup: Setup,
+        live: LiveTarget,
+        read: None,
+        command: list[str],
+        args: list[str],
         *,
         state: str | None,
-        expected_version: str | None,
-        saved_speculative_config: dict[str, Any] | None = None,
-        dry_run: bool = False,
+        dry_run: bool,
     ) -> ApplyResult:
-        live = self.read()
-        _, new = checked_render(
-            str(self.args_file),
-            live,
-            setup,
-            expected_version=expected_version,
-            names=self.names,
-            saved_speculative_config=saved_speculative_config,
-            allow_low_precision_replay=self.allow_low_precision_replay,
-        )
-        diff = args_diff(live.args, new, str(self.args_file))
-        changed = new != list(live.args)
+        diff = args_diff(live.args, args, str(self.args_file))
+        changed = args != list(live.args)
         if dry_run:
-            return ApplyResult(changed, True, live.args, tuple(new), diff, live.version)
+            return ApplyResult(changed, True, live.args, tuple(args), diff, live.version)
         if state is not None:
             atomic_write(self.state_file, state)
         if not changed:
-            return ApplyResult(False, False, live.args, tuple(new), "", live.version)
+            return ApplyResult(False, False, live.args, tuple(args), "", live.version)
         text = (
-            f"{self.env_var}={shlex.quote(shlex.join(new))}\n"
+            f"{self.env_var}={shlex.quote(shlex.join(args))}\n"
             if self.env_var
-            else "".join(f"{a}\n" for a in new)
+            else "".join(f"{a}\n" for a in args)
         )
         atomic_write(self.args_file, text)
         self._restart()
-        return ApplyResult(
-            True, False, live.args, tuple(new), diff, hashlib.sha256(text.encode()).hexdigest()[:16]
-        )
+        version = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return ApplyResult(True, False, live.args, tuple(args), diff, version)
 
     def _restart(self) -> None:
         environment = dict(os.environ, AUTOTUNER_ARGS_FILE=str(self.args_file))

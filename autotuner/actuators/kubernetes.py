@@ -25,13 +25,12 @@ from autotuner.actuators.base import (
     ConflictError,
     ForbiddenError,
     LiveTarget,
+    RenderingActuator,
     RolloutStatus,
     args_diff,
-    checked_render,
     live_target,
     select_container,
 )
-from autotuner.core.types import Setup
 from autotuner.errors import InputError
 from autotuner.settings import FlagNames
 
@@ -105,7 +104,7 @@ def discover_target(
     raise ActuatorError(f"pod {namespace}/{pod} is not owned by a Deployment or StatefulSet")
 
 
-class KubernetesActuator:
+class KubernetesActuator(RenderingActuator):
     def __init__(
         self,
         target: K8sTarget,
@@ -194,27 +193,25 @@ class KubernetesActuator:
 
     # ----------------------------------------------------------------- writing
 
-    def apply(
+    @property
+    def where(self) -> str:
+        return str(self.target)
+
+    def _read_for_apply(self) -> tuple[LiveTarget, dict[str, Any]]:
+        raw = self._get()  # one read: the live args, the rollout strategy and the container
+        return self._live(raw), raw
+
+    def _write(
         self,
-        setup: Setup,
+        live: LiveTarget,
+        read: dict[str, Any],
+        command: list[str],
+        args: list[str],
         *,
         state: str | None,
-        expected_version: str | None,
-        saved_speculative_config: dict[str, Any] | None = None,
-        dry_run: bool = False,
+        dry_run: bool,
     ) -> ApplyResult:
-        raw = self._get()  # one read: the live args, the rollout strategy and the container
-        live = self._live(raw)
-        command, args = checked_render(
-            str(self.target),
-            live,
-            setup,
-            expected_version=expected_version,
-            names=self.names,
-            saved_speculative_config=saved_speculative_config,
-            allow_low_precision_replay=self.allow_low_precision_replay,
-        )
-        risk = self.surge_risk(raw)
+        risk = self.surge_risk(read)
         if risk and not self.allow_surge:
             raise ActuatorError(f"refused: {risk}")
         before = (*live.command, *live.args)
@@ -222,7 +219,7 @@ class KubernetesActuator:
         diff = args_diff(before, after, str(self.target))
         if after == before and (state is None or state == live.state):
             return ApplyResult(False, dry_run, before, after, "", live.version)
-        container = self._container(raw)["name"]
+        container = self._container(read)["name"]
         body: dict[str, Any] = {
             "metadata": {"resourceVersion": live.version},
             "spec": {
@@ -241,9 +238,8 @@ class KubernetesActuator:
         if dry_run:
             return ApplyResult(after != before, True, before, after, diff, live.version)
         patched = self._patch(body, dry_run=False)
-        return ApplyResult(
-            after != before, False, before, after, diff, patched["metadata"].get("resourceVersion")
-        )
+        version = patched["metadata"].get("resourceVersion")
+        return ApplyResult(after != before, False, before, after, diff, version)
 
     def save_state(self, state: str, *, expected_version: str | None) -> str | None:
         """Persist the state annotation alone (no rollout: the pod template is untouched)."""

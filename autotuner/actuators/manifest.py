@@ -23,19 +23,18 @@ from autotuner.actuators.base import (
     ActuatorError,
     ApplyResult,
     LiveTarget,
+    RenderingActuator,
     RolloutStatus,
     atomic_write,
-    checked_render,
     live_target,
     select_container,
 )
-from autotuner.core.types import Setup
 from autotuner.settings import FlagNames
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 
 
-class ManifestActuator:
+class ManifestActuator(RenderingActuator):
     # A GitOps file changes only with a decision: no periodic state commits.
     periodic_state = False
 
@@ -102,6 +101,9 @@ class ManifestActuator:
 
     def read(self) -> LiveTarget:
         text, documents = self._load()
+        return self._live(text, documents)
+
+    def _live(self, text: str, documents: list[Any]) -> LiveTarget:
         workload = self._workload(documents)
         container = self._container(workload)
         return live_target(
@@ -115,38 +117,32 @@ class ManifestActuator:
             rollout=RolloutStatus(True, None, "a manifest has no rollout; GitOps applies it"),
         )
 
-    def apply(
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    def _read_for_apply(self) -> tuple[LiveTarget, tuple[str, list[Any]]]:
+        text, documents = self._load()
+        return self._live(text, documents), (text, documents)
+
+    def _write(
         self,
-        setup: Setup,
+        live: LiveTarget,
+        read: tuple[str, list[Any]],
+        command: list[str],
+        args: list[str],
         *,
         state: str | None,
-        expected_version: str | None,
-        saved_speculative_config: dict[str, Any] | None = None,
-        dry_run: bool = False,
+        dry_run: bool,
     ) -> ApplyResult:
-        live = self.read()
-        command, args = checked_render(
-            str(self.path),
-            live,
-            setup,
-            expected_version=expected_version,
-            names=self.names,
-            saved_speculative_config=saved_speculative_config,
-            allow_low_precision_replay=self.allow_low_precision_replay,
-        )
-        text, documents = self._load()
+        text, documents = read
         workload = self._workload(documents)
         container = self._container(workload)
         for key, values in (("command", command), ("args", args)):
             if key in container or values:
                 _edit_sequence(container, key, values)
         if state is not None:
-            metadata = workload.setdefault("metadata", CommentedMap())
-            annotations = metadata.get("annotations")
-            if annotations is None:
-                annotations = CommentedMap()
-                metadata["annotations"] = annotations
-            annotations[STATE_ANNOTATION] = state
+            _annotate(workload, state)
         buffer = io.StringIO()
         self.yaml.dump_all(documents, buffer)
         new_text = buffer.getvalue()
@@ -162,14 +158,8 @@ class ManifestActuator:
         if dry_run or new_text == text:
             return ApplyResult(after != before, dry_run, before, after, diff, live.version)
         atomic_write(self.path, new_text)
-        return ApplyResult(
-            after != before,
-            False,
-            before,
-            after,
-            diff,
-            hashlib.sha256(new_text.encode()).hexdigest()[:16],
-        )
+        version = hashlib.sha256(new_text.encode()).hexdigest()[:16]
+        return ApplyResult(after != before, False, before, after, diff, version)
 
     def save_state(self, state: str, *, expected_version: str | None) -> str | None:
         live = self.read()
@@ -195,3 +185,13 @@ def _edit_sequence(container: CommentedMap, key: str, values: list[str]) -> None
             del existing[index]
         for offset, value in enumerate(values[j1:j2]):
             existing.insert(i1 + offset, value)
+
+
+def _annotate(workload: CommentedMap, state: str) -> None:
+    """The state record as the workload's annotation (the map made when missing)."""
+    metadata = workload.setdefault("metadata", CommentedMap())
+    annotations = metadata.get("annotations")
+    if annotations is None:
+        annotations = CommentedMap()
+        metadata["annotations"] = annotations
+    annotations[STATE_ANNOTATION] = state
