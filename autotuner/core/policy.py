@@ -746,6 +746,7 @@ def _verify(
             f"engine at demand {batch:.0f}, {1 - measured / reference:.0%} below the "
             f"{reference:,.0f} the previous setup gives",
             gain=measured / reference - 1,
+            quarantine=not explored,
         )
     if quality is not None and quality.status == "pending":
         # Speed alone may revert; only the canary may declare the change good.
@@ -833,16 +834,25 @@ def revert(
     *,
     gain: float = 0.0,
     confidence: float = 0.0,
+    quarantine: bool = True,
 ) -> tuple[Decision, TunerState]:
-    """Back to the previous setup; the tried one is quarantined."""
+    """Back to the previous setup; the tried one is quarantined, unless it was an exploration
+    that was only slower here (what it measured stays learned, and its family is not explored
+    in this band again for the period; at another load it may still win)."""
     verification = state.verification
     assert verification is not None
     target, previous = verification.target, verification.previous
-    state = state.reverted(ctx.now, ctx.now + settings.quarantine_s)
+    hours = f"{settings.quarantine_s / 3600:.1f} h"
+    until = ctx.now + settings.quarantine_s if quarantine else None
+    state = state.reverted(ctx.now, until)
+    after = (
+        f"{target.label} quarantined for {hours}"
+        if quarantine
+        else f"{target.kind.value} not explored again at this load for {hours}"
+    )
     decision = make(
         Action.REVERT,
-        f"revert {target.label} -> {previous.label}: {why}; {target.label} quarantined for "
-        f"{settings.quarantine_s / 3600:.1f} h",
+        f"revert {target.label} -> {previous.label}: {why}; {after}",
         target=previous,
         current=target,
         notes=(f"predicted gain was {verification.predicted_gain:+.1%}",),

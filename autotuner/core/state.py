@@ -139,15 +139,15 @@ class TunerState(BaseModel):
         assert self.verification is not None
         return self.updated(verification=None, last_known_good=self.verification.target)
 
-    def reverted(self, now: float, quarantine_until: float) -> TunerState:
-        """Back to the previous setup; the one tried is not proposed again until then."""
+    def reverted(self, now: float, quarantine_until: float | None) -> TunerState:
+        """Back to the previous setup; the one tried is not proposed again until then (None:
+        not quarantined, e.g. an exploration that was only slower at this load)."""
         assert self.verification is not None
         tried, previous = self.verification.target, self.verification.previous
-        return (
-            self._changed(now)
-            .quarantined(tried, quarantine_until)
-            .updated(current=previous, verification=None, pending=None)
-        )
+        state = self._changed(now)
+        if quarantine_until is not None:
+            state = state.quarantined(tried, quarantine_until)
+        return state.updated(current=previous, verification=None, pending=None)
 
     def adopted(self, setup: Setup, now: float) -> TunerState:
         """Someone else changed the managed flags: theirs is what runs (a change all the same)."""

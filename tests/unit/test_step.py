@@ -120,14 +120,15 @@ def _row(reason: BlockReason) -> tuple[TunerState, Observation, Context, PolicyS
     elif reason is BlockReason.STALE_DATA:
         observation = observation.model_copy(update={"usable": False})
     elif reason is BlockReason.INSUFFICIENT_DATA:
-        # No replay here: at batch 192 the recommendation is a shorter K, and this window has
-        # too few drafts to trust acceptance.
+        # No replay: at a load where the recommendation is a shorter K (found by asking the
+        # policy), this window has too few drafts to trust acceptance.
         settings = replace_settings(replay_windows=())
-        state = learned(SPEC3, batch=192)
-        stats = window(SPEC3, batch=192).acceptance
+        batch = _shorter_k_load(settings)
+        state = learned(SPEC3, batch=batch)
+        stats = window(SPEC3, batch=batch).acceptance
         assert stats is not None
         short = stats.model_copy(update={"sufficient": False})
-        observation = window(SPEC3, batch=192).model_copy(update={"acceptance": short})
+        observation = window(SPEC3, batch=batch).model_copy(update={"acceptance": short})
     elif reason is BlockReason.ROLLOUT:
         ctx = context(rollout_in_progress=True)
     elif reason is BlockReason.PAUSED:
@@ -135,6 +136,17 @@ def _row(reason: BlockReason) -> tuple[TunerState, Observation, Context, PolicyS
     elif reason is BlockReason.NOT_LEADER:
         ctx = context(leader=False)
     return state, observation, ctx, settings
+
+
+def _shorter_k_load(settings: PolicySettings) -> int:
+    """A batch at which the policy, running spec:3, would switch to a shorter K."""
+    for batch in (16, 32, 48, 64, 96, 128, 192, 256, 384):
+        made = step(learned(SPEC3, batch), window(SPEC3, batch), context(), settings)
+        target = made.decision.target
+        switches = made.decision.action is Action.SWITCH
+        if switches and target is not None and 0 < target.spec_tokens < 3:
+            return batch
+    raise AssertionError("spec:3 is never left for a shorter K")
 
 
 def replace_settings(**fields: object) -> PolicySettings:
