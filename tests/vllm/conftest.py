@@ -293,17 +293,25 @@ def wait_for(check: Callable[[], object], timeout_s: float, message: str) -> Non
     pytest.fail(f"{message} (waited {timeout_s:.0f} s)")
 
 
-def server_total(url: str, name: str) -> float | None:
-    """The sum of one counter family on a vLLM's /metrics (None while it does not answer)."""
+def server_totals(url: str, *names: str) -> list[float] | None:
+    """The sums of counter families on a vLLM's /metrics, all from one scrape (None while it
+    does not answer)."""
     try:
         text = httpx.get(f"{url}/metrics", timeout=5).text
     except httpx.HTTPError:
         return None
-    total = 0.0
+    totals = dict.fromkeys(names, 0.0)
     for line in text.splitlines():
-        if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+        for name in names:
+            if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
+                totals[name] += float(line.rsplit(" ", 1)[1])
+    return [totals[name] for name in names]
+
+
+def server_total(url: str, name: str) -> float | None:
+    """The sum of one counter family on a vLLM's /metrics (None while it does not answer)."""
+    totals = server_totals(url, name)
+    return totals[0] if totals is not None else None
 
 
 @contextmanager

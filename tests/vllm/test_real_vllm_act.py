@@ -34,7 +34,7 @@ from tests.vllm.conftest import (
     draft_config,
     logged_decisions,
     running_tuner,
-    server_total,
+    server_totals,
     tuner_config,
     tuner_metric,
     wait_for,
@@ -286,11 +286,12 @@ def test_the_engine_takes_a_k_schedule(drafting: Served) -> None:
         url = served.url
 
         def totals() -> tuple[float, float]:
-            count = server_total(url, "vllm:spec_decode_num_drafts_total")
-            tokens = server_total(url, "vllm:spec_decode_num_draft_tokens_total")
-            assert count is not None, served.log()
-            assert tokens is not None, served.log()
-            return count, tokens
+            # Both counters from one scrape: two scrapes apart let steps in between.
+            counted = server_totals(
+                url, "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total"
+            )
+            assert counted is not None, served.log()
+            return counted[0], counted[1]
 
         before = totals()
         with Load(served.url, streams=streams, output_len=output_len):
