@@ -267,16 +267,15 @@ class Fit:
     bands: tuple[BandFit, ...]
 
     def factors(self) -> list[Factor]:
-        """Every factor the evidence has moved (the rest are 1), for export and `status`."""
+        """Every factor some window has checked (1.0 where the model held), for export and
+        `status`: plain's terms in every band with evidence, a family's own where it ran."""
         out = []
         for band, fit in enumerate(self.bands):
-            terms = [("shared", fit.shared)] + [(f, fit.own[f]) for f in FAMILIES]
-            for term, factors in terms:
-                out += [
-                    Factor(term, kernel, band, value)
-                    for kernel, value in sorted(factors.items())
-                    if abs(value - 1.0) > 1e-3
-                ]
+            terms = [("shared", fit.shared, fit.checked(PLAIN_FAMILY))]
+            terms += [(f, fit.own[f], fit.evidence.get(f, 0.0) >= 0.5) for f in FAMILIES]
+            for term, factors, seen in terms:
+                if seen:
+                    out += [Factor(term, k, band, v) for k, v in sorted(factors.items())]
         return out
 
     def at(self, batch: float) -> BandFit:
