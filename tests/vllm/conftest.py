@@ -266,7 +266,7 @@ def tuner_config(folder: Path, served: Served, port: int, mode: str = "act", **e
         },
         # Canary admission is driven, not hoped for: the after-run may run at the high load
         # whatever the CPU's queue looks like (the saturated skip is tested without vLLM).
-        "quality": {"max_tokens": 16, "timeout_s": 120, "max_waiting": 1e6},
+        "quality": {"max_tokens": 16, "timeout_s": 120, "max_waiting": 1e6, "budget_share": 1.0},
         "exporter": {"host": "127.0.0.1", "port": port},
         "log": {"format": "json"},
     }

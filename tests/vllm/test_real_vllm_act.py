@@ -61,6 +61,9 @@ HYBRID: dict[str, Any] = {
         "calibration_bounds": [1.0, 1.0],
         "explore": False,
         "spec_tokens": [3],
+        # The first windows' acceptance (a few dozen drafts) is noisy; a change must be
+        # favoured for 10 s, not 4, before it is made.
+        "dwell_s": 10,
     },
 }
 LOW, HIGH = 2, 48  # load in streams: below and above the predicted crossover
