@@ -569,6 +569,7 @@ def _state_lines(persisted: str | None) -> list[str]:
     import time
 
     from autotuner.core.state import read_state
+    from autotuner.settings import PolicySettings
 
     if not persisted:
         return []
@@ -586,7 +587,10 @@ def _state_lines(persisted: str | None) -> list[str]:
     lines += [f"quarantined: {label}" for label in sorted(state.quarantine)]
     lines += [f"refused by the engine: {name} ({r.why})" for name, r in state.refused.items()]
     lines += [f"explored: {key.replace('|', ' in batch band ')}" for key in sorted(state.explored)]
-    fit = state.calibration.fit(time.time(), 6 * 3600.0, (0.5, 2.0))
+    defaults = PolicySettings()  # status reads no settings file: the defaults' half-life
+    fit = state.calibration.fit(
+        time.time(), defaults.calibration_half_life_s, defaults.calibration_bounds
+    )
     lines += [
         f"calibration: {f.term} {f.kernel} x{f.factor:.2f} (batch band {f.band})"
         for f in fit.factors()

@@ -68,7 +68,8 @@ class Predictor:
         what was learned about it (shared terms, and the terms the setup's family adds)."""
         raw = self.model_curve(setup, batches, accept)
         plain = self._plain(raw.effective_batch)
-        steps = np.array(
+        # The model's step is the sum of its class times, so the fitted sum is the step.
+        step = np.array(
             [
                 self.fit.step(
                     setup,
@@ -79,10 +80,6 @@ class Predictor:
                 for i, b in enumerate(raw.effective_batch)
             ]
         )
-        model_steps = np.array(
-            [sum(float(v[i]) for v in raw.time_s.values()) for i in range(len(raw.batch))]
-        )
-        step = raw.step_time_s * steps / np.maximum(model_steps, 1e-12)
         return raw.tokens_per_s * raw.step_time_s / step, step
 
     def sigma(self, setup: Setup, batch: float, running: Setup | None = None) -> float:
