@@ -77,6 +77,7 @@ class World:
     state: TunerState = field(default_factory=lambda: TunerState(current=SPEC3))
     now: float = 100_000.0
     decisions: list[Decision] = field(default_factory=list)
+    settings: PolicySettings = SETTINGS
 
     def run(self, minutes: int) -> list[Decision]:
         truth = TruthEngine(MODEL, H200, Workload(), self.error)
@@ -94,7 +95,7 @@ class World:
             ctx = Context(
                 now=self.now, model=MODEL, hardware=H200, engine=ENGINE, deployed=self.deployed
             )
-            result = step(self.state, observation, ctx, SETTINGS)
+            result = step(self.state, observation, ctx, self.settings)
             self.state = result.state
             if result.acts and result.decision.target is not None:
                 self.deployed = result.decision.target
@@ -161,25 +162,10 @@ def test_an_exploration_that_measures_better_is_kept() -> None:
 
 
 def test_no_exploration_when_turned_off() -> None:
-    world = World(replay_faster)
-    world.state = TunerState(current=SPEC3)
-    off = SETTINGS.model_copy(update={"explore": False})
-    truth = TruthEngine(MODEL, H200, Workload(), replay_faster)
-    state = world.state
-    for minute in range(20):
-        now = world.now + INTERVAL * minute
-        observation = truth.observation(
-            now=now,
-            window_s=INTERVAL,
-            setup=SPEC3,
-            batch=world.batch,
-            rates=world.rates,
-            limits=ObservationLimits(min_drafts=10),
-        )
-        ctx = Context(now=now, model=MODEL, hardware=H200, engine=ENGINE, deployed=SPEC3)
-        result = step(state, observation, ctx, off)
-        state = result.state
-        assert result.decision.action is not Action.SWITCH, result.decision.sentence
+    world = World(replay_faster, settings=SETTINGS.model_copy(update={"explore": False}))
+    made = world.run(20)
+    assert all(d.action is not Action.SWITCH for d in made), [d.sentence for d in made]
+    assert world.deployed == SPEC3
 
 
 @pytest.mark.parametrize("error", [replay_slower, replay_faster], ids=["slower", "faster"])
