@@ -129,14 +129,47 @@ def _embeddings(hidden: int, vocab: int, tied: bool) -> tuple[int, int]:
 _NEMOTRON_BLOCKS = {"mamba": "M", "moe": "E", "attention": "*", "mlp": "-"}
 
 
-def read_nemotron_h(raw: Config, name: str) -> Read:
-    f = _Fields(raw, "NemotronH")
+def _nemotron_pattern(raw: Config, f: _Fields) -> str:
+    """The layer pattern: `hybrid_override_pattern`, or spelled out as `layers_block_type`."""
     pattern = raw.get("hybrid_override_pattern")
     if not pattern and raw.get("layers_block_type"):
         pattern = "".join(_NEMOTRON_BLOCKS.get(str(b), "?") for b in raw["layers_block_type"])
     if not pattern:
         f.missing.append("hybrid_override_pattern or layers_block_type")
-        pattern = ""
+    return str(pattern or "")
+
+
+def _nemotron_mtp_pattern(raw: Config, f: _Fields) -> str:
+    """The MTP drafter's blocks, by the same characters as the target's pattern."""
+    mtp_pattern = str(f.opt("mtp_hybrid_override_pattern", "") or "")
+    if not mtp_pattern and raw.get("mtp_layers_block_type"):
+        mtp_blocks = raw["mtp_layers_block_type"]
+        mtp_pattern = "".join(_NEMOTRON_BLOCKS.get(str(b), "") for b in mtp_blocks)
+    mtp_layers = int(f.opt("num_nextn_predict_layers", 0) or 0)
+    if mtp_layers and not mtp_pattern:
+        mtp_pattern = "*E" * mtp_layers
+    return mtp_pattern
+
+
+def _nemotron_moe(
+    f: _Fields, hidden: int, moe: MoeShape, latent: int, gated: bool
+) -> dict[str, int]:
+    """A NemotronH MoE layer: routed experts (in the latent width when there is one), shared
+    experts and the latent down/up projections."""
+    shared = int(f.opt("moe_shared_expert_intermediate_size", 0)) * int(
+        f.opt("n_shared_experts", 1)
+    )
+    return _moe_block(
+        hidden,
+        moe,
+        shared_experts=mlp_params(hidden, shared, gated),
+        moe_dense=2 * hidden * latent,
+    )
+
+
+def read_nemotron_h(raw: Config, name: str) -> Read:
+    f = _Fields(raw, "NemotronH")
+    pattern = _nemotron_pattern(raw, f)
     hidden = f.req("hidden_size")
     vocab = f.req("vocab_size")
     heads, kv_heads = f.req("num_attention_heads"), f.req("num_key_value_heads")
@@ -174,24 +207,10 @@ def read_nemotron_h(raw: Config, name: str) -> Read:
             experts_per_token=top_k,
             expert_params=mlp_params(latent or hidden, moe_inter, gated),
         )
-        shared = int(f.opt("moe_shared_expert_intermediate_size", 0)) * int(
-            f.opt("n_shared_experts", 1)
-        )
-        blocks["E"] = _moe_block(
-            hidden,
-            moe,
-            shared_experts=mlp_params(hidden, shared, gated),
-            moe_dense=2 * hidden * latent,  # the latent down/up projections
-        )
+        blocks["E"] = _nemotron_moe(f, hidden, moe, latent, gated)
     head, table = _embeddings(hidden, vocab, bool(f.opt("tie_word_embeddings", False)))
     layers = list(pattern)
-    mtp_pattern = str(f.opt("mtp_hybrid_override_pattern", "") or "")
-    if not mtp_pattern and raw.get("mtp_layers_block_type"):
-        mtp_blocks = raw["mtp_layers_block_type"]
-        mtp_pattern = "".join(_NEMOTRON_BLOCKS.get(str(b), "") for b in mtp_blocks)
-    mtp_layers = int(f.opt("num_nextn_predict_layers", 0) or 0)
-    if mtp_layers and not mtp_pattern:
-        mtp_pattern = "*E" * mtp_layers
+    mtp_pattern = _nemotron_mtp_pattern(raw, f)
     spec = ModelSpec(
         name=name,
         architecture="NemotronHForCausalLM",
@@ -216,18 +235,9 @@ def read_nemotron_h(raw: Config, name: str) -> Read:
 # --------------------------------------------------------------------------- Qwen3-Next / 3.5
 
 
-def read_qwen_gdn(raw: Config, name: str) -> Read:
-    text = raw.get("text_config") or raw
-    f = _Fields(text, "Qwen3-Next/Qwen3.5")
-    count = f.req("num_hidden_layers")
-    hidden, vocab = f.req("hidden_size"), f.req("vocab_size")
-    heads, kv_heads = f.req("num_attention_heads"), f.req("num_key_value_heads")
-    k_heads, v_heads = f.req("linear_num_key_heads"), f.req("linear_num_value_heads")
-    k_dim, v_dim = f.req("linear_key_head_dim"), f.req("linear_value_head_dim")
-    experts = int(f.opt("num_experts", 0) or 0)
-    top_k = f.req("num_experts_per_tok") if experts else 0
-    moe_inter = f.req("moe_intermediate_size") if experts else 0
-    f.check()
+def _qwen_layers(text: Config, f: _Fields, count: int, experts: int) -> list[str]:
+    """Each layer as two characters: its mixer (G: Gated DeltaNet, *: full attention) and its
+    feed-forward (E: routed experts, -: dense MLP)."""
     types = text.get("layer_types")
     if types:
         kinds = ["*" if t == "full_attention" else "G" for t in types]
@@ -240,7 +250,22 @@ def read_qwen_gdn(raw: Config, name: str) -> Read:
         "E" if experts and i not in mlp_only and (i + 1) % sparse_step == 0 else "-"
         for i in range(len(kinds))
     ]
-    layers = [k + m for k, m in zip(kinds, ffn, strict=True)]
+    return [k + m for k, m in zip(kinds, ffn, strict=True)]
+
+
+def read_qwen_gdn(raw: Config, name: str) -> Read:
+    text = raw.get("text_config") or raw
+    f = _Fields(text, "Qwen3-Next/Qwen3.5")
+    count = f.req("num_hidden_layers")
+    hidden, vocab = f.req("hidden_size"), f.req("vocab_size")
+    heads, kv_heads = f.req("num_attention_heads"), f.req("num_key_value_heads")
+    k_heads, v_heads = f.req("linear_num_key_heads"), f.req("linear_num_value_heads")
+    k_dim, v_dim = f.req("linear_key_head_dim"), f.req("linear_value_head_dim")
+    experts = int(f.opt("num_experts", 0) or 0)
+    top_k = f.req("num_experts_per_tok") if experts else 0
+    moe_inter = f.req("moe_intermediate_size") if experts else 0
+    f.check()
+    layers = _qwen_layers(text, f, count, experts)
     pattern = "".join(layers)
     ssm = SsmShape(
         kind=SsmKind.GATED_DELTANET,
@@ -298,6 +323,19 @@ def read_qwen_gdn(raw: Config, name: str) -> Read:
 # --------------------------------------------------------------------------- Granite-4.0-H / Bamba
 
 
+def _mamba2_shape(f: _Fields, hidden: int, heads: int, state_size: int) -> SsmShape:
+    """Mamba-2 mixer shapes as Granite-4.0-H, Bamba and Falcon-H1 spell them (`mamba_*`)."""
+    inner = int(f.opt("mamba_d_ssm", 0) or f.opt("mamba_expand", 2) * hidden)
+    return SsmShape(
+        kind=SsmKind.MAMBA2,
+        heads=heads,
+        head_dim=int(f.opt("mamba_d_head", inner // heads)),
+        state_size=state_size,
+        groups=int(f.opt("mamba_n_groups", 1)),
+        conv_kernel=int(f.opt("mamba_d_conv", 4)),
+    )
+
+
 def read_granite_hybrid(raw: Config, name: str) -> Read:
     f = _Fields(raw, "GraniteMoeHybrid/Bamba")
     count = f.req("num_hidden_layers")
@@ -311,16 +349,7 @@ def read_granite_hybrid(raw: Config, name: str) -> Read:
     else:
         attn_at = set(f.opt("attn_layer_indices", []))
         kinds = ["*" if i in attn_at else "M" for i in range(count)]
-    inner = int(f.opt("mamba_d_ssm", 0) or f.opt("mamba_expand", 2) * hidden)
-    m_dim = int(f.opt("mamba_d_head", inner // m_heads))
-    ssm = SsmShape(
-        kind=SsmKind.MAMBA2,
-        heads=m_heads,
-        head_dim=m_dim,
-        state_size=d_state,
-        groups=int(f.opt("mamba_n_groups", 1)),
-        conv_kernel=int(f.opt("mamba_d_conv", 4)),
-    )
+    ssm = _mamba2_shape(f, hidden, m_heads, d_state)
     head_dim = int(f.opt("head_dim", hidden // heads))
     attn = AttentionShape(heads=heads, kv_heads=kv_heads, head_dim=head_dim)
     experts = int(f.opt("num_local_experts", 0) or 0)
@@ -371,15 +400,7 @@ def read_falcon_h1(raw: Config, name: str) -> Read:
     m_heads, d_state = f.req("mamba_n_heads"), f.req("mamba_d_state")
     inter = f.req("intermediate_size")
     f.check()
-    inner = int(f.opt("mamba_d_ssm", 0) or f.opt("mamba_expand", 2) * hidden)
-    ssm = SsmShape(
-        kind=SsmKind.MAMBA2,
-        heads=m_heads,
-        head_dim=int(f.opt("mamba_d_head", inner // m_heads)),
-        state_size=d_state,
-        groups=int(f.opt("mamba_n_groups", 1)),
-        conv_kernel=int(f.opt("mamba_d_conv", 4)),
-    )
+    ssm = _mamba2_shape(f, hidden, m_heads, d_state)
     head_dim = int(f.opt("head_dim", hidden // heads))
     attn = AttentionShape(heads=heads, kv_heads=kv_heads, head_dim=head_dim)
     blocks: Blocks = {
@@ -513,6 +534,34 @@ def read_mamba2(raw: Config, name: str) -> Read:
 # --------------------------------------------------------------------------- attention-only
 
 
+def _mla_attention(f: _Fields, hidden: int, heads: int, rank: int) -> tuple[int, AttentionShape]:
+    """DeepSeek's multi-head latent attention: (parameters, shape with one latent KV head)."""
+    rope, nope = int(f.opt("qk_rope_head_dim", 64)), int(f.opt("qk_nope_head_dim", 128))
+    v_dim = int(f.opt("v_head_dim", 128))
+    q_rank = int(f.opt("q_lora_rank", 0) or 0)
+    q_params = (
+        (hidden * q_rank + q_rank * heads * (nope + rope))
+        if q_rank
+        else (hidden * heads * (nope + rope))
+    )
+    params = (
+        q_params + hidden * (rank + rope) + rank * heads * (nope + v_dim) + heads * v_dim * hidden
+    )
+    shape = AttentionShape(
+        heads=heads, kv_heads=1, head_dim=nope + rope, kv_lora_rank=rank, rope_head_dim=rope
+    )
+    return params, shape
+
+
+def _routed_layers(f: _Fields, count: int) -> list[bool]:
+    """Which layers of a MoE transformer route to experts (DeepSeek's first dense layers,
+    Qwen3-MoE's `mlp_only_layers` and sparse step)."""
+    dense_from = int(f.opt("first_k_dense_replace", 0) or 0)
+    mlp_only = set(f.opt("mlp_only_layers", []))
+    step = int(f.opt("decoder_sparse_step", 1) or 1)
+    return [i >= dense_from and i not in mlp_only and (i + 1) % step == 0 for i in range(count)]
+
+
 def read_attention(raw: Config, name: str) -> Read:
     """Dense and MoE transformers: Llama/Mistral, Qwen3, Qwen3-MoE, Mixtral, DeepSeek-V3 (MLA).
 
@@ -531,32 +580,13 @@ def read_attention(raw: Config, name: str) -> Read:
     top_k = int(f.opt("num_experts_per_tok", 0) or 0)
     mla = int(f.opt("kv_lora_rank", 0) or 0)
     if mla:
-        rope, nope = int(f.opt("qk_rope_head_dim", 64)), int(f.opt("qk_nope_head_dim", 128))
-        v_dim = int(f.opt("v_head_dim", 128))
-        q_rank = int(f.opt("q_lora_rank", 0) or 0)
-        q_params = (
-            (hidden * q_rank + q_rank * heads * (nope + rope))
-            if q_rank
-            else (hidden * heads * (nope + rope))
-        )
-        attn_params = (
-            q_params + hidden * (mla + rope) + mla * heads * (nope + v_dim) + heads * v_dim * hidden
-        )
-        attention = AttentionShape(
-            heads=heads, kv_heads=1, head_dim=nope + rope, kv_lora_rank=mla, rope_head_dim=rope
-        )
+        attn_params, attention = _mla_attention(f, hidden, heads, mla)
     else:
         attn_params = attention_params(hidden, heads, kv_heads, head_dim, gated=False)
         attention = AttentionShape(heads=heads, kv_heads=kv_heads, head_dim=head_dim)
     inter = int(f.opt("intermediate_size", 4 * hidden))
     moe_inter = int(f.opt("moe_intermediate_size", inter) or inter)
-    dense_from = int(f.opt("first_k_dense_replace", 0) or 0)
-    mlp_only = set(f.opt("mlp_only_layers", []))
-    step = int(f.opt("decoder_sparse_step", 1) or 1)
-    moe_at = [
-        bool(experts) and i >= dense_from and i not in mlp_only and (i + 1) % step == 0
-        for i in range(count)
-    ]
+    moe_at = _routed_layers(f, count) if experts else [False] * count
     blocks: Blocks = {
         "*": {"attention": attn_params},
         "-": {"mlp": mlp_params(hidden, inter, gated=True)},
