@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -25,6 +25,9 @@ from autotuner.core.types import Observation
 from autotuner.durations import parse_duration
 from autotuner.errors import AutotunerError, InputError
 from autotuner.settings import ObservationLimits
+
+if TYPE_CHECKING:
+    from autotuner.bench.sweep import Point, Sweep
 
 DEFAULT_MODEL = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
 
@@ -890,6 +893,11 @@ def bench(
             points = sweep.run()
         except SweepError as exc:
             fail(_one_line(exc), code=1)
+    _print_bench_results(points, sweep, out)
+
+
+def _print_bench_results(points: list[Point], sweep: Sweep, out: Path) -> None:
+    """The sweep's points beside their predictions, the quality verdicts and the plots."""
     quality = sweep.quality()
     table = Table(title=f"Measured vs predicted ({out})")
     columns = ("setup", "batch", "tokens/s", "predicted", "step ms", "tpot p50 ms", "quality")
