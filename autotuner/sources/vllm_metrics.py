@@ -147,52 +147,28 @@ def window_totals(snapshots: Sequence[Snapshot]) -> WindowTotals:
         last_sample_at=snapshots[-1].at,
         series=len(keys),
     )
-    kept = 0
     per_position: dict[int, float] = {}
     rates: dict[str, float] = {}
     ratios = {name: Ratio() for name in HISTOGRAMS}
+    kept = 0
     for key in keys:
-        timeline = [(s.at, s.engines[key]) for s in snapshots if key in s.engines]
-        cut = 0
-        for i in range(1, len(timeline)):
-            if is_reset(timeline[i - 1][1], timeline[i][1]):
-                cut = i
-        timeline = timeline[cut:]
+        timeline = _since_last_reset(
+            [(s.at, s.engines[key]) for s in snapshots if key in s.engines]
+        )
         if len(timeline) < 2:
             continue
         kept += 1
+        _add_gauges(totals, [sample for _, sample in timeline])
         (t0, first), (t1, last) = timeline[0], timeline[-1]
-        for _, sample in timeline:
-            if "running" in sample.gauges:
-                totals.batch_samples.append(sample.gauges["running"])
-            if "waiting" in sample.gauges:
-                totals.waiting_samples.append(sample.gauges["waiting"])
-            if "kv_usage" in sample.gauges:
-                totals.kv_usage_samples.append(sample.gauges["kv_usage"])
-        span = t1 - t0
         delta = {n: last.counters[n] - first.counters.get(n, 0.0) for n in last.counters}
         if last.speculation:
-            totals.speculation = True
-            totals.drafts += delta.get("drafts", 0.0)
-            totals.draft_tokens += delta.get("draft_tokens", 0.0)
-            totals.accepted += delta.get("accepted", 0.0)
-            for position, value in last.per_position.items():
-                per_position[position] = (
-                    per_position.get(position, 0.0)
-                    + value
-                    - (first.per_position.get(position, 0.0))
-                )
+            _add_speculation(totals, per_position, first, last, delta)
         for name in ("generation_tokens", "prompt_tokens"):
-            if name in delta and span > 0:
-                rates[name] = rates.get(name, 0.0) + delta[name] / span
+            if name in delta and t1 > t0:
+                rates[name] = rates.get(name, 0.0) + delta[name] / (t1 - t0)
         if "preemptions" in delta:
             totals.preemptions = (totals.preemptions or 0.0) + delta["preemptions"]
-        for name, ratio in ratios.items():
-            if name in last.histograms:
-                total_before, count_before = first.histograms.get(name, (0.0, 0.0))
-                total_after, count_after = last.histograms[name]
-                ratio.total += total_after - total_before
-                ratio.count += count_after - count_before
+        _add_histograms(ratios, first, last)
         if last.cache_config and not totals.cache_config:
             totals.cache_config = dict(last.cache_config)
     if kept == 0:
@@ -209,3 +185,49 @@ def window_totals(snapshots: Sequence[Snapshot]) -> WindowTotals:
     totals.prompt_length = ratios["prompt_length"]
     totals.generation_length = ratios["generation_length"]
     return totals
+
+
+Timeline = list[tuple[float, EngineSample]]
+
+
+def _since_last_reset(timeline: Timeline) -> Timeline:
+    cut = 0
+    for i in range(1, len(timeline)):
+        if is_reset(timeline[i - 1][1], timeline[i][1]):
+            cut = i
+    return timeline[cut:]
+
+
+def _add_gauges(totals: WindowTotals, samples: Sequence[EngineSample]) -> None:
+    for sample in samples:
+        if "running" in sample.gauges:
+            totals.batch_samples.append(sample.gauges["running"])
+        if "waiting" in sample.gauges:
+            totals.waiting_samples.append(sample.gauges["waiting"])
+        if "kv_usage" in sample.gauges:
+            totals.kv_usage_samples.append(sample.gauges["kv_usage"])
+
+
+def _add_speculation(
+    totals: WindowTotals,
+    per_position: dict[int, float],
+    first: EngineSample,
+    last: EngineSample,
+    delta: dict[str, float],
+) -> None:
+    totals.speculation = True
+    totals.drafts += delta.get("drafts", 0.0)
+    totals.draft_tokens += delta.get("draft_tokens", 0.0)
+    totals.accepted += delta.get("accepted", 0.0)
+    for position, value in last.per_position.items():
+        before = first.per_position.get(position, 0.0)
+        per_position[position] = per_position.get(position, 0.0) + value - before
+
+
+def _add_histograms(ratios: dict[str, Ratio], first: EngineSample, last: EngineSample) -> None:
+    for name, ratio in ratios.items():
+        if name in last.histograms:
+            total_before, count_before = first.histograms.get(name, (0.0, 0.0))
+            total_after, count_after = last.histograms[name]
+            ratio.total += total_after - total_before
+            ratio.count += count_after - count_before
