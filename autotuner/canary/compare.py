@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from autotuner.canary.run import CanaryRun
+from autotuner.canary.run import CanaryPrompt, CanaryRun
 from autotuner.errors import InputError
 
 
@@ -74,6 +74,32 @@ def first_divergence(a: str, b: str) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def _result(prompt: CanaryPrompt, old: str, new: str, early_fraction: float) -> PromptResult:
+    at = first_divergence(old, new)
+    length = max(len(old), len(new))
+    return PromptResult(
+        name=prompt.name,
+        identical=at is None,
+        first_divergence=at,
+        length=length,
+        early=at is not None and at < early_fraction * length,
+        correct_before=prompt.correct(old),
+        correct_after=prompt.correct(new),
+    )
+
+
+def _scores(results: list[PromptResult]) -> tuple[float | None, float | None, float | None]:
+    """Known-answer scores before and after, and the sign test's p-value for what was lost."""
+    scored = [r for r in results if r.correct_before is not None]
+    if not scored:
+        return None, None, None
+    before = sum(bool(r.correct_before) for r in scored) / len(scored)
+    after = sum(bool(r.correct_after) for r in scored) / len(scored)
+    lost = sum(bool(r.correct_before) and not r.correct_after for r in scored)
+    gained = sum(bool(r.correct_after) and not r.correct_before for r in scored)
+    return before, after, binomial_tail(lost, lost + gained, 0.5) if lost else 1.0
+
+
 def compare(
     before: CanaryRun,
     after: CanaryRun,
@@ -87,32 +113,14 @@ def compare(
         raise InputError("the two canary runs used different prompt sets")
     if (before.max_tokens, before.seed) != (after.max_tokens, after.seed):
         raise InputError("the two canary runs used different max_tokens or seed")
-    results = []
-    for prompt, old, new in zip(before.prompts, before.outputs, after.outputs, strict=True):
-        at = first_divergence(old, new)
-        length = max(len(old), len(new))
-        results.append(
-            PromptResult(
-                name=prompt.name,
-                identical=at is None,
-                first_divergence=at,
-                length=length,
-                early=at is not None and at < early_fraction * length,
-                correct_before=prompt.correct(old),
-                correct_after=prompt.correct(new),
-            )
-        )
+    results = [
+        _result(prompt, old, new, early_fraction)
+        for prompt, old, new in zip(before.prompts, before.outputs, after.outputs, strict=True)
+    ]
     n = len(results)
     early = sum(r.early for r in results)
     divergence_p = binomial_tail(early, n, noise_rate)
-    scored = [r for r in results if r.correct_before is not None]
-    score_before = score_after = score_p = None
-    if scored:
-        score_before = sum(bool(r.correct_before) for r in scored) / len(scored)
-        score_after = sum(bool(r.correct_after) for r in scored) / len(scored)
-        lost = sum(bool(r.correct_before) and not r.correct_after for r in scored)
-        gained = sum(bool(r.correct_after) and not r.correct_before for r in scored)
-        score_p = binomial_tail(lost, lost + gained, 0.5) if lost else 1.0
+    score_before, score_after, score_p = _scores(results)
     worse = divergence_p < alpha or (score_p is not None and score_p < alpha)
     identical = all(r.identical for r in results)
     verdict = Verdict.WORSE if worse else Verdict.IDENTICAL if identical else Verdict.WITHIN_NOISE
