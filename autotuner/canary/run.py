@@ -146,6 +146,26 @@ class CanaryRun:
         return cls.from_json(data)
 
 
+def _complete(http: httpx.Client, url: str, body: dict[str, Any]) -> tuple[str, int, str]:
+    """One completion: (text, completion tokens, the model the server names)."""
+    try:
+        response = http.post(url, json=body)
+    except httpx.HTTPError as exc:
+        raise CanaryError(f"{url}: {type(exc).__name__}: {exc}") from None
+    if response.status_code != 200:
+        raise CanaryError(f"{url}: HTTP {response.status_code}: {response.text[:200]}")
+    try:
+        reply = response.json()
+        text = str(reply["choices"][0]["text"])
+        return (
+            text,
+            int(reply.get("usage", {}).get("completion_tokens", 0)),
+            str(reply.get("model", "")),
+        )
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise CanaryError(f"{url}: not an OpenAI completions reply ({exc})") from None
+
+
 def run_canary(
     base_url: str,
     prompts: list[CanaryPrompt],
@@ -184,19 +204,10 @@ def run_canary(
                 body["model"] = served_model
             if priority is not None:
                 body["priority"] = priority
-            try:
-                response = http.post(url, json=body)
-            except httpx.HTTPError as exc:
-                raise CanaryError(f"{url}: {type(exc).__name__}: {exc}") from None
-            if response.status_code != 200:
-                raise CanaryError(f"{url}: HTTP {response.status_code}: {response.text[:200]}")
-            try:
-                reply = response.json()
-                outputs.append(str(reply["choices"][0]["text"]))
-                tokens += int(reply.get("usage", {}).get("completion_tokens", 0))
-                served_model = served_model or str(reply.get("model", ""))
-            except (ValueError, KeyError, IndexError, TypeError) as exc:
-                raise CanaryError(f"{url}: not an OpenAI completions reply ({exc})") from None
+            text, used, replied_model = _complete(http, url, body)
+            outputs.append(text)
+            tokens += used
+            served_model = served_model or replied_model
     finally:
         if own:
             http.close()
