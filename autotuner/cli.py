@@ -592,7 +592,7 @@ def _state_lines(persisted: str | None) -> list[str]:
     lines += [f"explored: {key.replace('|', ' in batch band ')}" for key in sorted(state.explored)]
     defaults = PolicySettings()  # status reads no settings file: the defaults' half-life
     fit = state.calibration.fit(
-        time.time(), defaults.calibration_half_life_s, defaults.calibration_bounds
+        time.time(), defaults.calibration.half_life_s, defaults.calibration.bounds
     )
     lines += [
         f"calibration: {f.term} {f.kernel} x{f.factor:.2f} (batch band {f.band})"

@@ -20,7 +20,6 @@ from autotuner.actuators.base import (
 )
 from autotuner.canary.phase import CanaryPhase, Capacity
 from autotuner.core.acceptance import from_conditional
-from autotuner.core.capabilities import EngineCapabilities, configured
 from autotuner.core.costmodel import Crossover, Workload
 from autotuner.core.hardware import HardwareProfile
 from autotuner.core.model import ModelSpec
@@ -64,7 +63,6 @@ class Controller:
     stop_event: threading.Event = field(default_factory=threading.Event)
     notifier: Notifier = field(init=False)
     canary: CanaryPhase = field(init=False)
-    capabilities: EngineCapabilities = field(init=False)
     set_aside_told: str | None = field(default=None, init=False)  # unreadable state, told once
     written: str | None = field(default=None, init=False)  # the state record we last wrote
 
@@ -72,10 +70,6 @@ class Controller:
         self.notifier = Notifier(self.logger, self.metrics, self.actuator)
         interval = self.settings.loop.interval_s
         self.canary = CanaryPhase(self.quality, self.quality_off, self.notifier, interval)
-        engine = self.settings.engine
-        self.capabilities = configured(
-            engine.capabilities, engine.spec_schedule, engine.max_spec_tokens
-        )
 
     @property
     def workload(self) -> Workload:
@@ -201,7 +195,9 @@ class Controller:
             now=now,
             model=self.model,
             hardware=self.hardware,
-            engine=self.capabilities.without(k for k, r in state.refused.items() if r.until > now),
+            engine=self.settings.engine.capabilities.without(
+                k for k, r in state.refused.items() if r.until > now
+            ),
             workload=self._workload(observation),
             deployed=live.setup if live else None,
             drafter_available=bool(
@@ -214,6 +210,7 @@ class Controller:
             rollout_in_progress=bool(live and not live.rollout.done),
             rollout_stuck=live.rollout.stuck if live else None,
             rollout_deadline_s=self.settings.target.rollout_deadline_s,
+            low_precision_replay=self.settings.target.allow_low_precision_replay,
             advisory=self._advisory(leader),
         )
 
@@ -239,7 +236,7 @@ class Controller:
         policy = self.settings.policy
         predictor = ctx.predictor(state, policy)
         accept = state.acceptance.estimate(
-            ctx.now, policy.acceptance_memory_half_life_s
+            ctx.now, policy.estimates.acceptance_memory_half_life_s
         ) or from_conditional([])
         observed = (observation.generation_tokens_per_s or 0.0) / max(observation.series, 1)
 
@@ -409,7 +406,7 @@ class Controller:
         its strongest rival of another kind: what the dashboard draws next to the batch."""
         state, decision = planned.state, planned.decision
         policy = self.settings.policy
-        accept = state.acceptance.estimate(ctx.now, policy.acceptance_memory_half_life_s)
+        accept = state.acceptance.estimate(ctx.now, policy.estimates.acceptance_memory_half_life_s)
         predicted = decision.predicted_tokens_per_s
         rivals = [Setup.parse(label) for label in sorted(predicted, key=lambda k: -predicted[k])]
         current = state.current or decision.current

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from autotuner import plots
 from autotuner.controller import Controller
-from autotuner.core.capabilities import EngineCapabilities, configured
+from autotuner.core.capabilities import EngineCapabilities
 from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import datasheet
 from autotuner.core.model import DrafterKind, ModelSpec
@@ -94,20 +94,20 @@ def demo_settings(
                 f"model.gpu={gpu}",
                 f"loop.interval_s={max(0.2, duration_s / 400):.3f}",
                 f"loop.window_s={max(1.0, duration_s / 90):.3f}",
-                f"policy.dwell_s={900 * scale * 4:.3f}",
-                f"policy.cooldown_s={1800 * scale * 4:.3f}",
-                f"policy.verify_settle_s={max(1.0, 300 * scale * 4):.3f}",
-                f"policy.batch_half_life_s={900 * scale * 4:.3f}",
-                f"policy.horizon_s={4 * 3600 * scale:.3f}",
-                f"policy.restart_downtime_s={restart_gap(duration_s):.3f}",
-                "policy.max_changes_per_hour=100",
-                f"policy.max_changes_per_day={max(6, int(6 * 86400 * scale / 3600) + 6)}",
+                f"policy.switch.dwell_s={900 * scale * 4:.3f}",
+                f"policy.restart.cooldown_s={1800 * scale * 4:.3f}",
+                f"policy.verification.settle_s={max(1.0, 300 * scale * 4):.3f}",
+                f"policy.estimates.batch_half_life_s={900 * scale * 4:.3f}",
+                f"policy.restart.horizon_s={4 * 3600 * scale:.3f}",
+                f"policy.restart.downtime_s={restart_gap(duration_s):.3f}",
+                "policy.restart.max_per_hour=100",
+                f"policy.restart.max_per_day={max(6, int(6 * 86400 * scale / 3600) + 6)}",
                 f"quality.after_deadline_s={max(1.0, 900 * scale * 4):.3f}",
                 f"quality.baseline_max_age_s={max(1.0, 6 * 3600 * scale):.3f}",
                 "quality.max_tokens=8",
                 "limits.min_drafts=20",
                 "limits.min_batch_samples=2",
-                "policy.min_batch_weight=2",
+                "policy.estimates.min_batch_weight=2",
                 f"limits.max_age_s={max(5.0, duration_s / 20):.3f}",
             ]
         )
@@ -155,9 +155,7 @@ def run_demo(
         tp=tensor_parallel,
         drafter=drafter,
     )
-    engine = configured(
-        settings.engine.capabilities, settings.engine.spec_schedule, settings.engine.max_spec_tokens
-    )
+    engine = settings.engine.capabilities
     start = time.time() + 1.0
     load = ramp(start, duration_s)
     result = DemoResult(

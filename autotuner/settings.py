@@ -1,21 +1,27 @@
 """One typed settings tree: defaults < YAML file < environment (AUTOTUNER_*) < command line.
 
 Groups follow the data flow (source, model, engine, policy, quality, target, loop, exporter,
-log); every field carries its unit and why in its description, and `autotuner config show`
-prints the effective value of each with the layer it came from. Durations are seconds and accept
-'500ms', '30s', '15m', '1h' in any layer. Invalid settings fail at start, naming the field.
+log), and the policy's own are split by concern (switch, objective, candidates, restart,
+estimates, calibration, verification, quarantine, exploration), as kopf's settings are; every
+field carries its unit and why in its description, and `autotuner config show` prints the
+effective value of each with the layer it came from. Durations are seconds and accept '500ms',
+'30s', '15m', '1h' in any layer. Invalid settings fail at start, naming the field; a key that
+moved when the groups were split (MOVED) names its new place. This module imports only the
+core's plain values, never I/O code.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
+from autotuner.core.capabilities import PRESETS, UPSTREAM, EngineCapabilities
 from autotuner.core.model import DrafterKind
 from autotuner.durations import parse_duration
 from autotuner.errors import InputError
@@ -28,10 +34,16 @@ class FlagNames(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    speculative_config: str = "--speculative-config"
-    use_replayssm: str = "--use-replayssm"
-    replayssm_buffer_len: str = "--replayssm-buffer-len"
-    mamba_ssm_cache_dtype: str = "--mamba-ssm-cache-dtype"
+    speculative_config: str = Field(
+        "--speculative-config", description="Takes the drafter's JSON config (K among it)."
+    )
+    use_replayssm: str = Field("--use-replayssm", description="Turns ReplaySSM on.")
+    replayssm_buffer_len: str = Field(
+        "--replayssm-buffer-len", description="Takes the replay window L."
+    )
+    mamba_ssm_cache_dtype: str = Field(
+        "--mamba-ssm-cache-dtype", description="Takes the SSM state's dtype."
+    )
 
 
 # Version range -> flag names. ReplaySSM flags exist from the build that merged PR #48018.
@@ -100,29 +112,77 @@ class QualitySettings(BaseModel):
     alpha: float = Field(0.05, gt=0, lt=1, description="A p-value below this is 'worse'.")
 
 
-class PolicySettings(BaseModel):
-    """How cautious the policy is. Every duration is in seconds and may be fractional."""
+class SwitchSettings(BaseModel):
+    """When a better setup is worth a switch: the gain, how sure, and for how long (hysteresis)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    min_gain: float = Field(0.05, ge=0, description="Smallest predicted gain (fraction) to act on.")
+    min_gain: float = Field(
+        0.05, ge=0, description="Smallest predicted gain (fraction of tokens/s) to act on."
+    )
     min_confidence: float = Field(
         0.6, ge=0, le=1, description="Share of acceptance scenarios (low/point/high) agreeing."
     )
-    dwell_s: float = Field(900, ge=0, description="How long a recommendation must hold first.")
+    dwell_s: float = Field(
+        900, ge=0, description="How long recent load must favour a change before it is made."
+    )
+
+
+class ObjectiveSettings(BaseModel):
+    """What the candidates are scored on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["throughput", "latency_slo"] = Field(
+        "throughput",
+        description="throughput: expected tokens/s over the batch distribution; latency_slo: "
+        "the same, among setups meeting latency_slo_s at latency_percentile of the batch.",
+    )
+    latency_slo_s: float | None = Field(
+        None, gt=0, description="Time per output token limit (latency_slo), seconds."
+    )
+    latency_percentile: float = Field(
+        0.9, gt=0, lt=1, description="The batch quantile at which latency_slo_s must hold."
+    )
+
+
+class CandidateSettings(BaseModel):
+    """The setups the policy may propose (the engine's capabilities narrow them further)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    spec_tokens: tuple[int, ...] = Field((1, 2, 3, 4), description="Draft lengths allowed.")
+    replay_windows: tuple[int, ...] = Field((8, 16, 32), description="Replay windows allowed.")
+    use_schedule: bool = Field(True, description="Use per-batch K schedules when the engine can.")
+
+
+class RestartSettings(BaseModel):
+    """What one restart costs, whether a gain pays for it, and how many the target may take."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    downtime_s: float = Field(
+        180, ge=0, description="Downtime of one restart, seconds (default until measured)."
+    )
+    share: float = Field(
+        1.0, gt=0, le=1, description="Share of replicas restarting at once (rollout strategy)."
+    )
+    margin: float = Field(
+        2.0, ge=1, description="The gain over horizon_s must beat the restart's cost x this."
+    )
     horizon_s: float = Field(
         4 * HOUR, gt=0, description="How long a new setup is expected to stay: gain x horizon."
     )
-    restart_downtime_s: float = Field(
-        180, ge=0, description="Downtime of one restart (default until measured)."
-    )
-    restart_share: float = Field(
-        1.0, gt=0, le=1, description="Share of replicas restarting at once (rollout strategy)."
-    )
-    restart_margin: float = Field(2.0, ge=1, description="Gain must beat the restart cost x this.")
-    cooldown_s: float = Field(1800, ge=0, description="Quiet time after any change.")
-    max_changes_per_hour: int = Field(2, ge=0)
-    max_changes_per_day: int = Field(6, ge=0)
+    cooldown_s: float = Field(1800, ge=0, description="Quiet time after any change, seconds.")
+    max_per_hour: int = Field(2, ge=0, description="Changes allowed in any hour.")
+    max_per_day: int = Field(6, ge=0, description="Changes allowed in any 24 hours.")
+
+
+class EstimateSettings(BaseModel):
+    """How long what was measured counts: the decayed estimates the policy decides on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     acceptance_half_life_s: float = Field(
         1800, gt=0, description="Half-life of pooled acceptance counts while speculation runs."
     )
@@ -132,41 +192,88 @@ class PolicySettings(BaseModel):
     batch_half_life_s: float = Field(
         900, gt=0, description="Half-life of the batch history the expected gain is taken over."
     )
-    calibration_half_life_s: float = Field(6 * HOUR, gt=0)
-    calibration_bounds: tuple[float, float] = (0.5, 2.0)
     min_batch_weight: float = Field(
         5, ge=0, description="Batch samples (decayed) needed before deciding."
     )
-    spec_tokens: tuple[int, ...] = Field((1, 2, 3, 4), description="Draft lengths allowed.")
-    replay_windows: tuple[int, ...] = Field((8, 16, 32), description="Replay windows allowed.")
-    use_schedule: bool = Field(True, description="Use per-batch K schedules when the engine can.")
-    objective: Literal["throughput", "latency_slo"] = "throughput"
-    latency_slo_s: float | None = Field(None, gt=0, description="Time per output token limit.")
-    latency_percentile: float = Field(0.9, gt=0, lt=1)
-    verify_settle_s: float = Field(300, ge=0, description="Warm-up after a change before judging.")
-    regression_tolerance: float = Field(0.10, ge=0, lt=1)
-    quarantine_s: float = Field(6 * HOUR, ge=0, description="A reverted setup is not retried.")
-    explore: bool = Field(
-        True,
-        description="Try a setup family never measured at this load when its uncertainty says "
-        "it could win by min_gain (once per family and batch band per quarantine_s).",
+
+
+class CalibrationSettings(BaseModel):
+    """How the model is corrected by what was measured (per kernel class and batch band)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    half_life_s: float = Field(
+        6 * HOUR, gt=0, description="Half-life of each window's measured/predicted error."
     )
-    exploration_tolerance: float = Field(
-        0.02,
+    bounds: tuple[float, float] = Field(
+        (0.5, 2.0), description="Smallest and largest correction factor ([1, 1] pins the model)."
+    )
+
+
+class VerificationSettings(BaseModel):
+    """How a change is judged once it runs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    settle_s: float = Field(300, ge=0, description="Warm-up after a change before judging it.")
+    regression_tolerance: float = Field(
+        0.10,
         ge=0,
         lt=1,
-        description="An exploration is reverted when it measures this much below the setup it "
-        "replaced (a predicted switch gets regression_tolerance).",
+        description="A predicted switch is reverted when it measures this much below the "
+        "setup it replaced.",
     )
-    refusal_s: float = Field(
+
+
+class QuarantineSettings(BaseModel):
+    """What a failed change teaches, and for how long."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    setup_s: float = Field(
+        6 * HOUR, ge=0, description="A reverted setup is not retried for this long."
+    )
+    capability_s: float = Field(
         24 * HOUR,
         ge=0,
         description="How long a capability the engine refused (it did not come up with a "
         "setup needing it) is taken as missing.",
     )
-    allow_low_precision_replay: bool = Field(
-        False, description="Allow replay with a non-fp32 SSM state (it drifts)."
+
+
+class ExplorationSettings(BaseModel):
+    """Trying a setup family never measured at this load (docs/policy.md, "Exploration")."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(
+        True,
+        description="Try a family never measured at this load when its uncertainty says it "
+        "could win by switch.min_gain (once per family and batch band per quarantine.setup_s).",
     )
+    tolerance: float = Field(
+        0.02,
+        ge=0,
+        lt=1,
+        description="An exploration is reverted when it measures this much below the setup it "
+        "replaced (a predicted switch gets verification.regression_tolerance).",
+    )
+
+
+class PolicySettings(BaseModel):
+    """How cautious the policy is, one group per concern. Durations are seconds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    switch: SwitchSettings = Field(default_factory=SwitchSettings)
+    objective: ObjectiveSettings = Field(default_factory=ObjectiveSettings)
+    candidates: CandidateSettings = Field(default_factory=CandidateSettings)
+    restart: RestartSettings = Field(default_factory=RestartSettings)
+    estimates: EstimateSettings = Field(default_factory=EstimateSettings)
+    calibration: CalibrationSettings = Field(default_factory=CalibrationSettings)
+    verification: VerificationSettings = Field(default_factory=VerificationSettings)
+    quarantine: QuarantineSettings = Field(default_factory=QuarantineSettings)
+    exploration: ExplorationSettings = Field(default_factory=ExplorationSettings)
 
 
 class SourceSettings(BaseModel):
@@ -224,14 +331,26 @@ class EngineSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    capabilities: Literal["upstream", "replay-spec"] = Field(
-        "upstream", description="upstream: replay or speculation, not both."
+    capabilities: Annotated[EngineCapabilities, NoDecode] = Field(
+        default=UPSTREAM,
+        description="What the build accepts: a preset (upstream: replay or speculation, not "
+        "both; replay-spec: both), or fields changed from the preset `name` names.",
     )
-    spec_schedule: bool = Field(
-        True, description="The build takes num_speculative_tokens_per_batch_size."
-    )
-    max_spec_tokens: int = Field(8, ge=0, le=16, description="The drafter's largest K.")
     flags: FlagNames = Field(default_factory=FlagNames, description="Managed flag names.")
+
+    @field_validator("capabilities", mode="before")
+    @classmethod
+    def _from_preset(cls, value: Any) -> Any:
+        """'replay-spec' -> that preset; {name: upstream, spec_schedule: false} -> the preset
+        `name` names (default upstream) with those fields changed."""
+        if isinstance(value, str):
+            value = {"name": value}
+        if isinstance(value, Mapping):
+            name = str(value.get("name", UPSTREAM.name))
+            if name not in PRESETS:
+                raise ValueError(f"unknown engine preset {name!r}; known: {', '.join(PRESETS)}")
+            return {**PRESETS[name].model_dump(), **value}
+        return value
 
 
 class TargetSettings(BaseModel):
@@ -252,6 +371,11 @@ class TargetSettings(BaseModel):
     paused: bool = Field(False, description="Stop all patching (as the paused annotation does).")
     rollout_deadline_s: float = Field(
         900.0, gt=0, description="A rollout not done by then is stuck: revert, seconds."
+    )
+    allow_low_precision_replay: bool = Field(
+        False,
+        description="Write replay setups even when the SSM state is not fp32 (it drifts under "
+        "replay); else the actuator refuses them and the policy does not propose them.",
     )
 
 
@@ -295,7 +419,9 @@ class LogSettings(BaseModel):
     format: Literal["auto", "json", "text"] = Field(
         "auto", description="auto: JSON when stderr is not a terminal (containers)."
     )
-    level: Literal["debug", "info", "warning", "error"] = "info"
+    level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Lowest level logged."
+    )
 
 
 class Settings(BaseSettings):
@@ -320,6 +446,55 @@ class Settings(BaseSettings):
     log: LogSettings = Field(default_factory=LogSettings)
 
 
+# Keys that moved when the groups were split by concern: an old key is refused (extra="forbid")
+# with its new place named, rather than silently carried over.
+_POLICY_GROUPS = {
+    "switch": ("min_gain", "min_confidence", "dwell_s"),
+    "candidates": ("spec_tokens", "replay_windows", "use_schedule"),
+    "objective": ("latency_slo_s", "latency_percentile"),
+    "estimates": (
+        "acceptance_half_life_s",
+        "acceptance_memory_half_life_s",
+        "batch_half_life_s",
+        "min_batch_weight",
+    ),
+    "restart": ("horizon_s", "cooldown_s"),
+}
+MOVED: dict[str, str] = {
+    **{f"policy.{k}": f"policy.{g}.{k}" for g, keys in _POLICY_GROUPS.items() for k in keys},
+    "policy.objective": "policy.objective.kind",
+    "policy.restart_downtime_s": "policy.restart.downtime_s",
+    "policy.restart_share": "policy.restart.share",
+    "policy.restart_margin": "policy.restart.margin",
+    "policy.max_changes_per_hour": "policy.restart.max_per_hour",
+    "policy.max_changes_per_day": "policy.restart.max_per_day",
+    "policy.calibration_half_life_s": "policy.calibration.half_life_s",
+    "policy.calibration_bounds": "policy.calibration.bounds",
+    "policy.verify_settle_s": "policy.verification.settle_s",
+    "policy.regression_tolerance": "policy.verification.regression_tolerance",
+    "policy.quarantine_s": "policy.quarantine.setup_s",
+    "policy.refusal_s": "policy.quarantine.capability_s",
+    "policy.explore": "policy.exploration.enabled",
+    "policy.exploration_tolerance": "policy.exploration.tolerance",
+    "policy.allow_low_precision_replay": "target.allow_low_precision_replay",
+    "engine.spec_schedule": "engine.capabilities.spec_schedule",
+    "engine.max_spec_tokens": "engine.capabilities.max_spec_tokens",
+}
+
+
+def _problem(error: Mapping[str, Any], sources: Mapping[str, str]) -> str:
+    """One validation error as `field: what is wrong`; a moved key says where it went (and
+    which layer still uses it)."""
+    path = ".".join(str(p) for p in error["loc"])
+    if error["type"] in ("extra_forbidden", "model_type") and path in MOVED:
+        where = f" (set by {sources[path]})" if path in sources else ""
+        return (
+            f"{path}{where}: moved to {MOVED[path]} when the settings were grouped by concern "
+            "(`autotuner config show` lists them all)"
+        )
+    return f"{path}: {error['msg']}"
+
+
 def _durations(tree: Any) -> Any:
     """'15m' -> 900.0 for every *_s field, in any layer."""
     if isinstance(tree, dict):
@@ -327,6 +502,15 @@ def _durations(tree: Any) -> Any:
             k: (parse_duration(v) if k.endswith("_s") and isinstance(v, str) else _durations(v))
             for k, v in tree.items()
         }
+    return tree
+
+
+def _presets(tree: dict[str, Any]) -> dict[str, Any]:
+    """`engine.capabilities: replay-spec` in any layer is `{name: replay-spec}`, so a later
+    layer's `engine.capabilities.spec_schedule` changes that preset instead of replacing it."""
+    engine = tree.get("engine")
+    if isinstance(engine, Mapping) and isinstance(engine.get("capabilities"), str):
+        return {**tree, "engine": {**engine, "capabilities": {"name": engine["capabilities"]}}}
     return tree
 
 
@@ -349,7 +533,7 @@ def _merge(
 
 
 def cli_overrides(pairs: list[str]) -> dict[str, Any]:
-    """`--set policy.dwell_s=10m --set source.urls=[a,b]` -> a nested dict (YAML values)."""
+    """`--set policy.switch.dwell_s=10m --set source.urls=[a,b]` -> a nested dict (YAML values)."""
     tree: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
@@ -379,17 +563,18 @@ def load_settings(
         if not isinstance(loaded, dict):
             raise InputError(f"settings file {file}: expected a mapping at the top")
         layers.append((f"file {file}", loaded))
-    layers.append(("env", EnvSettingsSource(Settings)()))
+    try:
+        layers.append(("env", EnvSettingsSource(Settings)()))
+    except SettingsError as exc:
+        raise InputError(f"environment AUTOTUNER_*: {exc}") from None
     layers.append(("cli", cli or {}))
     merged: dict[str, Any] = {}
     for name, layer in layers:
-        merged = _merge(merged, _durations(dict(layer)), name, sources)
+        merged = _merge(merged, _presets(_durations(dict(layer))), name, sources)
     try:
         settings = Settings.model_validate(merged)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(_problem(e, sources) for e in exc.errors())
         raise InputError(f"invalid settings: {problems}") from None
     return settings, sources
 

@@ -98,7 +98,7 @@ def _actuator(settings: Settings, uri: str, identity: str) -> Actuator:
         kube_server=settings.target.kube_server,
         names=settings.engine.flags,
         allow_surge=settings.target.allow_surge,
-        allow_low_precision_replay=settings.policy.allow_low_precision_replay,
+        allow_low_precision_replay=settings.target.allow_low_precision_replay,
         identity=identity,
     )
 

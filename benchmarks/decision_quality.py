@@ -33,7 +33,7 @@ from autotuner.core.registry import load_model
 from autotuner.core.state import TunerState
 from autotuner.core.step import step
 from autotuner.core.types import Action, Decision, Setup
-from autotuner.settings import PolicySettings
+from autotuner.settings import PolicySettings, RestartSettings
 from autotuner.sim.truth import realistic_error
 from autotuner.sim.worlds import (
     DAY,
@@ -398,7 +398,7 @@ def run_task(task: Task) -> tuple[Result, str]:
     """One world on one engine (a worker process: worlds hold closures, so they are rebuilt
     from their names here)."""
     world = build_world(task.world, task.model, task.gpu)
-    settings = PolicySettings(restart_downtime_s=DOWNTIME_S)
+    settings = PolicySettings(restart=RestartSettings(downtime_s=DOWNTIME_S))
     times = np.arange(0.0, task.hours * 3600, task.interval)
     result = evaluate_world(world, ENGINES[task.engine], settings, times, task.interval)
     about = (

@@ -15,7 +15,9 @@ class EngineCapabilities(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str
+    name: str = Field(
+        description="The build's name (in settings: the preset the fields start from)."
+    )
     speculation: bool = Field(True, description="--speculative-config is accepted.")
     replay: bool = Field(True, description="--use-replayssm exists (PR #48018).")
     replay_with_speculation: bool = Field(
@@ -71,10 +73,3 @@ def needed(target: Setup, previous: Setup) -> str | None:
 UPSTREAM = EngineCapabilities(name="upstream")
 REPLAY_SPEC = EngineCapabilities(name="replay-spec", replay_with_speculation=True)
 PRESETS = {c.name: c for c in (UPSTREAM, REPLAY_SPEC)}
-
-
-def configured(preset: str, spec_schedule: bool, max_spec_tokens: int) -> EngineCapabilities:
-    """The engine as the settings describe it (set once; refusals are taken off per step)."""
-    return PRESETS[preset].model_copy(
-        update={"spec_schedule": spec_schedule, "max_spec_tokens": max_spec_tokens}
-    )

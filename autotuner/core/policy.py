@@ -52,6 +52,7 @@ class Context:
     workload: Workload = field(default_factory=Workload)
     deployed: Setup | None = None  # read back from the target's args, when known
     drafter_available: bool = True  # the operator configured a drafter (never invented)
+    low_precision_replay: bool = False  # the target writes replay over a non-fp32 SSM state
     leader: bool = True
     paused: bool = False
     rollout_in_progress: bool = False
@@ -67,8 +68,8 @@ class Context:
             self.workload,
             state.calibration,
             self.now,
-            settings.calibration_half_life_s,
-            settings.calibration_bounds,
+            settings.calibration.half_life_s,
+            settings.calibration.bounds,
         )
 
 
@@ -215,7 +216,7 @@ def _explore(
     Verification then keeps it or reverts it, and what was measured stays learned."""
     current, typical = make.current, state.batch.quantile(0.5)
     band = band_of(typical)
-    if not settings.explore or not evaluation.checked.get(current.label, False):
+    if not settings.exploration.enabled or not evaluation.checked.get(current.label, False):
         return None
     if observation.batch is None or band_of(float(np.mean(demand(observation)))) != band:
         return None
@@ -240,14 +241,14 @@ def _explore(
         baseline_batch=state.last_batch,
         exploration=True,
     )
-    state = state.exploring(key, ctx.now + settings.quarantine_s).verifying(verification)
+    state = state.exploring(key, ctx.now + settings.quarantine.setup_s).verifying(verification)
     return make(
         Action.SWITCH,
         f"explore {current.label} -> {target.label}: {target.kind.value} has not been measured "
         f"near batch {typical:.0f}, and its interval ({low:,.0f}-{high:,.0f} tokens/s) reaches "
         f"{_percent(trial.gain)} over {current.label}'s {evaluation.current_value:,.0f} (point "
         f"estimate {_percent(verification.predicted_gain)}); an exploration, tried once per "
-        f"band every {settings.quarantine_s / 3600:.0f} h, reverted if it measures worse",
+        f"band every {settings.quarantine.setup_s / 3600:.0f} h, reverted if it measures worse",
         **_numbers(trial),
     ), state
 
@@ -263,7 +264,7 @@ def _widest_chance(
     """The unmeasured family's setup whose upper bound is highest and beats the running setup
     by min_gain (and overlaps its interval), not explored in this band lately."""
     current_low = evaluation.intervals.get(current.label, (evaluation.current_value,))[0]
-    floor = max(evaluation.current_value * (1 + settings.min_gain), current_low)
+    floor = max(evaluation.current_value * (1 + settings.switch.min_gain), current_low)
     options = []
     for label, (_, high) in evaluation.intervals.items():
         setup = evaluation.setups[label]
@@ -297,9 +298,9 @@ def _switch(
         )
     )
     payback = (
-        settings.restart_downtime_s
+        settings.restart.downtime_s
         * evaluation.current_value
-        * settings.restart_share
+        * settings.restart.share
         / max(evaluation.best_value - evaluation.current_value, 1e-9)
     )
     return make(
@@ -331,12 +332,14 @@ def _track_dwell(
         return state
     if best == current:
         return state.not_pending()
-    recent = BatchHistogram().add(demand(observation), ctx.now, settings.batch_half_life_s)
+    recent = BatchHistogram().add(
+        demand(observation), ctx.now, settings.estimates.batch_half_life_s
+    )
     batches, weights = recent.distribution()
-    accept = state.acceptance.estimate(ctx.now, settings.acceptance_memory_half_life_s)
+    accept = state.acceptance.estimate(ctx.now, settings.estimates.acceptance_memory_half_life_s)
     now_best = objective(best, batches, weights, state, ctx, settings, accept)
     now_current = objective(current, batches, weights, state, ctx, settings, accept)
-    favoured = now_current > 0 and now_best / now_current - 1 >= settings.min_gain
+    favoured = now_current > 0 and now_best / now_current - 1 >= settings.switch.min_gain
     if not favoured:
         return state.not_pending()
     return state.pending_since(best, ctx.now)
@@ -357,13 +360,17 @@ def absorb(
         return state
     update: dict[str, object] = {}
     settled = state.verification is None or observation.window_start >= (
-        state.verification.switched_at + settings.verify_settle_s
+        state.verification.switched_at + settings.verification.settle_s
     )
     if settled:
-        update["batch"] = state.batch.add(demand(observation), ctx.now, settings.batch_half_life_s)
+        update["batch"] = state.batch.add(
+            demand(observation), ctx.now, settings.estimates.batch_half_life_s
+        )
     stats = _unbiased_acceptance(observation, current)
     if stats is not None and stats.sufficient:
-        update["acceptance"] = state.acceptance.add(stats, ctx.now, settings.acceptance_half_life_s)
+        update["acceptance"] = state.acceptance.add(
+            stats, ctx.now, settings.estimates.acceptance_half_life_s
+        )
     state = state.updated(**update)
     if known is not None and (live is None or live.spec_tokens == known.spec_tokens):
         state = _calibrate(state, observation, ctx, settings, known)
@@ -404,7 +411,7 @@ def _calibrate(
     batch = observation.batch.mean
     if not observation.step_time_s or batch < 1:
         return state
-    estimate = state.acceptance.estimate(ctx.now, settings.acceptance_memory_half_life_s)
+    estimate = state.acceptance.estimate(ctx.now, settings.estimates.acceptance_memory_half_life_s)
     accept = estimate or from_conditional([0.0] * current.spec_tokens)
     if current.spec_tokens > accept.max_spec_tokens:
         return state
@@ -417,7 +424,7 @@ def _calibrate(
             plain_s,
             setup_s,
             ctx.now,
-            half_life_s=settings.calibration_half_life_s,
+            half_life_s=settings.calibration.half_life_s,
         )
     )
 
@@ -442,13 +449,14 @@ def candidates(
     notes: list[str] = []
     engine = ctx.engine
     windows: tuple[int, ...] = ()
-    if ctx.model.is_hybrid and engine.replay and settings.replay_windows:
-        if ctx.model.ssm_state_dtype in ("float32", "fp32") or settings.allow_low_precision_replay:
-            windows = settings.replay_windows
+    if ctx.model.is_hybrid and engine.replay and settings.candidates.replay_windows:
+        if ctx.model.ssm_state_dtype in ("float32", "fp32") or ctx.low_precision_replay:
+            windows = settings.candidates.replay_windows
         else:
             notes.append(
                 f"replay not proposed: the SSM state is {ctx.model.ssm_state_dtype}, and a "
-                "low-precision state drifts under replay (allow_low_precision_replay overrides)"
+                "low-precision state drifts under replay (target.allow_low_precision_replay "
+                "overrides)"
             )
     ks: tuple[int, ...] = ()
     if engine.speculation and ctx.drafter_available:
@@ -456,7 +464,7 @@ def candidates(
             notes.append("speculation not proposed: no acceptance observed yet")
         else:
             limit = min(acceptance.max_spec_tokens, engine.max_spec_tokens)
-            ks = tuple(k for k in settings.spec_tokens if 1 <= k <= limit)
+            ks = tuple(k for k in settings.candidates.spec_tokens if 1 <= k <= limit)
     setups = [PLAIN, *(Setup(replay_window=w) for w in windows)]
     setups += [Setup(spec_tokens=k) for k in ks]
     if engine.replay_with_speculation:
@@ -472,12 +480,12 @@ def evaluate(
     state: TunerState, ctx: Context, settings: PolicySettings, current: Setup
 ) -> Evaluation | None:
     """Expected tokens/s of every candidate over the batch distribution, and the best one."""
-    if state.batch.total < settings.min_batch_weight:
+    if state.batch.total < settings.estimates.min_batch_weight:
         return None
     batches, weights = state.batch.distribution()
-    point = state.acceptance.estimate(ctx.now, settings.acceptance_memory_half_life_s)
+    point = state.acceptance.estimate(ctx.now, settings.estimates.acceptance_memory_half_life_s)
     setups, notes = candidates(state, ctx, settings, point)
-    if ctx.engine.spec_schedule and settings.use_schedule and point is not None:
+    if ctx.engine.spec_schedule and settings.candidates.use_schedule and point is not None:
         setups += _schedules(state, ctx, settings, setups, point)
     if current not in setups:
         setups.append(current)
@@ -499,7 +507,7 @@ def evaluate(
     by_label = {s.label: s for s in setups}
     runnable = {k: v for k, v in values.items() if k != current.label or current in setups}
     best_label = max(runnable, key=lambda k: runnable[k])
-    if settings.objective == "latency_slo" and not math.isfinite(values[best_label]):
+    if settings.objective.kind == "latency_slo" and not math.isfinite(values[best_label]):
         notes.append("no setup meets the latency SLO: falling back to throughput")
     current_value = values[current.label]
     best_value = values[best_label]
@@ -508,12 +516,12 @@ def evaluate(
         1
         for table in tables
         if table[current.label] > 0
-        and table[best_label] / table[current.label] - 1.0 >= settings.min_gain
+        and table[best_label] / table[current.label] - 1.0 >= settings.switch.min_gain
     )
-    confidence = agreeing / len(tables) if gain >= settings.min_gain else 0.0
+    confidence = agreeing / len(tables) if gain >= settings.switch.min_gain else 0.0
     if point is not None:
         age = state.acceptance.age_s(ctx.now)
-        if age is not None and age > settings.acceptance_half_life_s:
+        if age is not None and age > settings.estimates.acceptance_half_life_s:
             notes.append(
                 f"acceptance is remembered from {age / 60:.0f} min ago (speculation "
                 "off since); its interval widens with age"
@@ -551,11 +559,11 @@ def objective(
         return -math.inf
     accept = acceptance or from_conditional([])
     tokens, step = calibrated(setup, batches, state, ctx, settings, accept)
-    if settings.objective == "latency_slo" and settings.latency_slo_s:
-        quantile = state.batch.quantile(settings.latency_percentile)
+    if settings.objective.kind == "latency_slo" and settings.objective.latency_slo_s:
+        quantile = state.batch.quantile(settings.objective.latency_percentile)
         at = int(np.argmin(np.abs(batches - quantile)))
         curve_tau = tokens[at] * step[at] / max(batches[at], 1)
-        if step[at] / max(curve_tau, 1e-9) > settings.latency_slo_s:
+        if step[at] / max(curve_tau, 1e-9) > settings.objective.latency_slo_s:
             return -math.inf
     return float(np.dot(weights, tokens))
 
@@ -631,48 +639,47 @@ def _first_block(
 ) -> tuple[BlockReason, str] | None:
     # One table, in the order the rules apply (the first that fails is named): longer than
     # most functions here on purpose, since splitting it would hide that order.
-    now = ctx.now
+    now, switch, restart = ctx.now, settings.switch, settings.restart
     pending = state.pending
     dwelt = (now - pending.since) if pending is not None else 0.0
     gain_tokens = evaluation.best_value - evaluation.current_value
-    restart_tokens = settings.restart_downtime_s * evaluation.current_value * settings.restart_share
+    restart_tokens = restart.downtime_s * evaluation.current_value * restart.share
     recent = state.recent_changes(now)
     last_hour = sum(1 for t in recent if t > now - HOUR)
     last_change = max(recent) if recent else None
     checks: list[tuple[bool, BlockReason, str]] = [
         (
-            evaluation.gain < settings.min_gain,
+            evaluation.gain < switch.min_gain,
             BlockReason.BELOW_MIN_GAIN,
-            f"that is below the {settings.min_gain:.0%} minimum",
+            f"that is below the {switch.min_gain:.0%} minimum",
         ),
         (
-            evaluation.confidence < settings.min_confidence,
+            evaluation.confidence < switch.min_confidence,
             BlockReason.LOW_CONFIDENCE,
             f"only {evaluation.confidence:.0%} of acceptance scenarios agree",
         ),
         (
-            dwell and dwelt < settings.dwell_s,
+            dwell and dwelt < switch.dwell_s,
             BlockReason.DWELL,
-            f"recent load has pointed at it for {dwelt:.0f}s of the {settings.dwell_s:.0f}s dwell",
+            f"recent load has pointed at it for {dwelt:.0f}s of the {switch.dwell_s:.0f}s dwell",
         ),
         (
-            gain_tokens * settings.horizon_s <= restart_tokens * settings.restart_margin,
+            gain_tokens * restart.horizon_s <= restart_tokens * restart.margin,
             BlockReason.RESTART_COST,
-            f"{gain_tokens * settings.horizon_s:,.0f} tokens over the {settings.horizon_s:.0f}s "
-            f"horizon do not pay {settings.restart_margin:g} x the restart's "
+            f"{gain_tokens * restart.horizon_s:,.0f} tokens over the {restart.horizon_s:.0f}s "
+            f"horizon do not pay {restart.margin:g} x the restart's "
             f"{restart_tokens:,.0f}",
         ),
         (
-            last_hour >= settings.max_changes_per_hour
-            or len(recent) >= settings.max_changes_per_day,
+            last_hour >= restart.max_per_hour or len(recent) >= restart.max_per_day,
             BlockReason.BUDGET,
             f"the change budget is spent ({last_hour}/h, {len(recent)}/day)",
         ),
         (
-            last_change is not None and now - last_change < settings.cooldown_s,
+            last_change is not None and now - last_change < restart.cooldown_s,
             BlockReason.COOLDOWN,
             f"the last change was {now - (last_change or now):.0f}s ago (cooldown "
-            f"{settings.cooldown_s:.0f}s)",
+            f"{restart.cooldown_s:.0f}s)",
         ),
         (
             not observation.usable,
@@ -735,7 +742,9 @@ def _verify(
         return decision, state
     measured, reference, batch = _measured_against_previous(state, observation, ctx, settings)
     explored = verification.exploration
-    tolerance = settings.exploration_tolerance if explored else settings.regression_tolerance
+    tolerance = (
+        settings.exploration.tolerance if explored else settings.verification.regression_tolerance
+    )
     if math.isfinite(reference) and measured < reference * (1 - tolerance):
         return revert(
             state,
@@ -788,7 +797,7 @@ def _unsettled(
     return (
         ctx.rollout_in_progress
         or not observation.usable
-        or observation.window_start < verification.switched_at + settings.verify_settle_s
+        or observation.window_start < verification.switched_at + settings.verification.settle_s
         or (live is not None and live.spec_tokens != verification.target.spec_tokens)
         or not observation.generation_tokens_per_s
         or observation.batch is None
@@ -810,7 +819,7 @@ def _measured_against_previous(
     previous = verification.previous
     batch = float(np.mean(demand(observation)))
     measured = observation.generation_tokens_per_s / max(observation.series, 1)
-    accept = state.acceptance.estimate(ctx.now, settings.acceptance_memory_half_life_s)
+    accept = state.acceptance.estimate(ctx.now, settings.estimates.acceptance_memory_half_life_s)
     accept = accept or from_conditional([])
     expected_previous = float("nan")
     if previous.spec_tokens <= accept.max_spec_tokens:
@@ -842,8 +851,8 @@ def revert(
     verification = state.verification
     assert verification is not None
     target, previous = verification.target, verification.previous
-    hours = f"{settings.quarantine_s / 3600:.1f} h"
-    until = ctx.now + settings.quarantine_s if quarantine else None
+    hours = f"{settings.quarantine.setup_s / 3600:.1f} h"
+    until = ctx.now + settings.quarantine.setup_s if quarantine else None
     state = state.reverted(ctx.now, until)
     after = (
         f"{target.label} quarantined for {hours}"

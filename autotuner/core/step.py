@@ -99,19 +99,21 @@ def restart_refused(
     missing for `refusal_s` (so a K schedule refused means static K from now on)."""
     assert decision.target is not None
     target, previous = decision.target, decision.current
-    state = before.quarantined(target, ctx.now + settings.quarantine_s)
+    state = before.quarantined(target, ctx.now + settings.quarantine.setup_s)
     notices = [
         Notice(NoticeKind.REVERTED, f"rolled back {target.label} -> {previous.label}: {why}")
     ]
     capability = needed(target, previous)
     if capability is not None:
-        refusal = Refusal(why=f"{target.label}: {why}", until=ctx.now + settings.refusal_s)
+        refusal = Refusal(
+            why=f"{target.label}: {why}", until=ctx.now + settings.quarantine.capability_s
+        )
         state = state.refusing(capability, refusal)
         notices.append(
             Notice(
                 NoticeKind.CAPABILITY_REFUSED,
                 f"the engine did not come up with {target.label}: treating {capability} as "
-                f"unsupported for {settings.refusal_s / 3600:.0f} h ({why})",
+                f"unsupported for {settings.quarantine.capability_s / 3600:.0f} h ({why})",
             )
         )
     noted = decision.noted(f"rolled back to {previous.label}; {target.label} quarantined")
@@ -155,7 +157,7 @@ def _revert_stuck(
         target=previous,
         sentence=f"revert {target.label} -> {previous.label}: the rollout is stuck ({why})",
     )
-    return decision, state.reverted(ctx.now, ctx.now + settings.quarantine_s)
+    return decision, state.reverted(ctx.now, ctx.now + settings.quarantine.setup_s)
 
 
 def _blocked_worth_an_event(before: TunerState, decision: Decision) -> bool:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import re
 from enum import Enum
+from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autotuner.errors import InputError
+
+if TYPE_CHECKING:  # numpy is imported where arrays are made: the settings tree stays light
+    import numpy as np
+    import numpy.typing as npt
 
 MAX_SPEC_TOKENS = 16
 MAX_BATCH = 1 << 20
@@ -109,6 +112,8 @@ class Setup(BaseModel):
 
         Batch sizes outside every band fall back to the static K, as vLLM does.
         """
+        import numpy as np
+
         sizes = np.asarray(batch, dtype=np.int64)
         k = np.full(sizes.shape, self.spec_tokens, dtype=np.int64)
         for band in self.schedule:

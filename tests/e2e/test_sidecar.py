@@ -43,15 +43,10 @@ exporter: {{host: 127.0.0.1, port: {port}}}
 limits: {{min_drafts: 20, min_batch_samples: 2, max_age_s: 5s}}
 quality: {{max_tokens: 4, after_deadline_s: 2s}}
 policy:
-  dwell_s: 1s
-  cooldown_s: 2s
-  verify_settle_s: {settle}
-  batch_half_life_s: 1500ms
-  horizon_s: 60s
-  restart_downtime_s: 500ms
-  min_batch_weight: 2
-  max_changes_per_hour: 8
-  max_changes_per_day: 8
+  switch: {{dwell_s: 1s}}
+  restart: {{cooldown_s: 2s, horizon_s: 60s, downtime_s: 500ms, max_per_hour: 8, max_per_day: 8}}
+  verification: {{settle_s: {settle}}}
+  estimates: {{batch_half_life_s: 1500ms, min_batch_weight: 2}}
 log: {{format: json}}
 """)
     return path

@@ -113,7 +113,7 @@ def test_a_manual_apply_on_kubernetes_posts_an_event_and_is_no_drift(tmp_path: P
         assert posted["message"].startswith("spec:3 -> replay:16 by ")
         assert "@" in posted["message"]
         clock = [time.time()]
-        tuner = loop_controller(server, "a", clock, [64.0], "policy.cooldown_s=3600")
+        tuner = loop_controller(server, "a", clock, [64.0], "policy.restart.cooldown_s=3600")
         tuner.step()
         assert tuner.state is not None
         assert tuner.state.current == Setup(replay_window=16)
@@ -152,7 +152,7 @@ def test_a_leading_sidecar_takes_a_manual_apply_as_a_known_change(tmp_path: Path
     with fake_apiserver() as server:
         target, _ = k8s_target(tmp_path, server)
         clock = [time.time()]
-        tuner = loop_controller(server, "a", clock, [64.0], "policy.cooldown_s=3600")
+        tuner = loop_controller(server, "a", clock, [64.0], "policy.restart.cooldown_s=3600")
         tuner.step()  # leading, with its own state (and perhaps a change of its own)
         assert tuner.state is not None
         assert tuner.state.current != Setup(spec_tokens=1)

@@ -19,6 +19,7 @@ from autotuner.exporter import TunerMetrics
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver
+from tests.support.settings import ACT_AT_ONCE
 
 MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
 H200 = datasheet("H200")
@@ -46,13 +47,8 @@ def controller(
     settings, _ = load_settings(
         cli=cli_overrides(
             [
-                "mode=act",
-                "policy.dwell_s=0",
-                "policy.cooldown_s=0",
-                "policy.verify_settle_s=60",
-                "policy.min_batch_weight=2",
-                "policy.batch_half_life_s=120",
-                "limits.min_drafts=10",
+                *ACT_AT_ONCE,
+                "policy.estimates.batch_half_life_s=120",
                 "target.rollout_deadline_s=300",
                 *extra,
             ]
@@ -104,7 +100,7 @@ def test_two_sidecars_exactly_one_patches(server: FakeApiServer) -> None:
 
 def test_drift_is_adopted_not_fought(server: FakeApiServer) -> None:
     clock, demand = [1000.0], [512.0]
-    tuner = controller(server, "a", clock, demand, "policy.cooldown_s=3600")
+    tuner = controller(server, "a", clock, demand, "policy.restart.cooldown_s=3600")
     run([tuner], clock, 4)
     switched_to = parse_setup(args_of(server))
     assert switched_to.replay_window

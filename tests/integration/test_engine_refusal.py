@@ -17,6 +17,7 @@ from autotuner.core.types import Action, Decision, Observation
 from autotuner.exporter import TunerMetrics, decision_document
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
+from tests.support.settings import ACT_AT_ONCE
 
 MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
 B200 = datasheet("B200")
@@ -39,17 +40,12 @@ def controller(folder: Path, clock: list[float]) -> tuple[Controller, ExecActuat
     settings, _ = load_settings(
         cli=cli_overrides(
             [
-                "mode=act",
+                *ACT_AT_ONCE,
                 "model.gpu=B200",
                 "model.tensor_parallel=2",
-                "engine.spec_schedule=true",
-                "policy.dwell_s=0",
-                "policy.cooldown_s=0",
-                "policy.verify_settle_s=60",
-                "policy.min_gain=0.02",
-                "policy.min_batch_weight=2",
-                "policy.replay_windows=[]",
-                "limits.min_drafts=10",
+                "engine.capabilities.spec_schedule=true",
+                "policy.switch.min_gain=0.02",
+                "policy.candidates.replay_windows=[]",
                 "quality.enabled=false",
             ]
         )

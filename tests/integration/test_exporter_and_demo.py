@@ -29,7 +29,7 @@ def test_healthz_readyz_decision_and_metrics() -> None:
                     "loop.window_s=1",
                     "limits.min_drafts=10",
                     "limits.min_batch_samples=2",
-                    "policy.min_batch_weight=2",
+                    "policy.estimates.min_batch_weight=2",
                 ]
             ),
         )

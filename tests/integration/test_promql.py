@@ -86,7 +86,7 @@ mode: advise
 source: {{urls: ["{server.url}/metrics"]}}
 loop: {{interval_s: 250ms, window_s: 1s}}
 limits: {{min_drafts: 20, min_batch_samples: 2}}
-policy: {{min_batch_weight: 2}}
+policy: {{estimates: {{min_batch_weight: 2}}}}
 exporter: {{host: 127.0.0.1, port: {port}}}
 log: {{format: json, level: warning}}
 """)

@@ -27,6 +27,7 @@ from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
 from autotuner.wiring import quality_guard
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver
+from tests.support.settings import ACT_AT_ONCE
 
 MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
 H200 = datasheet("H200")
@@ -74,13 +75,8 @@ def settings_for(*extra: str) -> Settings:
     settings, _ = load_settings(
         cli=cli_overrides(
             [
-                "mode=act",
-                "policy.dwell_s=0",
-                "policy.cooldown_s=0",
-                "policy.verify_settle_s=60",
-                "policy.min_batch_weight=2",
-                "policy.batch_half_life_s=120",
-                "limits.min_drafts=10",
+                *ACT_AT_ONCE,
+                "policy.estimates.batch_half_life_s=120",
                 "quality.max_tokens=8",
                 "quality.max_waiting=100000",
                 "source.urls=[http://replica:8000/metrics]",

@@ -10,33 +10,26 @@ import pytest
 
 from autotuner.core.acceptance import from_conditional
 from autotuner.core.attribution import Attribution
-from autotuner.core.capabilities import EngineCapabilities
 from autotuner.core.costmodel import Workload
 from autotuner.core.estimates import BatchHistogram
-from autotuner.core.hardware import datasheet
 from autotuner.core.policy import Context
 from autotuner.core.predictor import Predictor
-from autotuner.core.registry import load_model
 from autotuner.core.state import TunerState
 from autotuner.core.step import step
 from autotuner.core.types import Action, Decision, Setup
 from autotuner.settings import ObservationLimits, PolicySettings
 from autotuner.sim.truth import StepError, TruthEngine
+from tests.support.policy import H200, MODEL, policy_settings
+from tests.support.policy import STATIC_K as ENGINE
 
-MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
-H200 = datasheet("H200")
-ENGINE = EngineCapabilities(name="static-k", spec_schedule=False)
 SPEC3, REPLAY = Setup(spec_tokens=3), Setup(replay_window=16)
 RATES = (0.8, 0.7, 0.6)
-SETTINGS = PolicySettings(
-    dwell_s=0,
-    cooldown_s=600,
-    verify_settle_s=60,
-    restart_downtime_s=1,
-    min_batch_weight=1,
-    spec_tokens=(3,),
-    replay_windows=(16,),
-    batch_half_life_s=300,
+SETTINGS = policy_settings(
+    switch={"dwell_s": 0},
+    restart={"downtime_s": 1, "cooldown_s": 600},
+    verification={"settle_s": 60},
+    estimates={"min_batch_weight": 1, "batch_half_life_s": 300},
+    candidates={"spec_tokens": (3,), "replay_windows": (16,)},
 )
 INTERVAL = 60.0
 
@@ -162,7 +155,7 @@ def test_an_exploration_that_measures_better_is_kept() -> None:
 
 
 def test_no_exploration_when_turned_off() -> None:
-    world = World(replay_faster, settings=SETTINGS.model_copy(update={"explore": False}))
+    world = World(replay_faster, settings=policy_settings(SETTINGS, exploration={"enabled": False}))
     made = world.run(20)
     assert all(d.action is not Action.SWITCH for d in made), [d.sentence for d in made]
     assert world.deployed == SPEC3

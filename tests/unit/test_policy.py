@@ -14,28 +14,24 @@ from autotuner.core.capabilities import UPSTREAM, EngineCapabilities
 from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import HardwareProfile, datasheet
 from autotuner.core.model import ModelSpec
-from autotuner.core.policy import Context, decide
+from autotuner.core.policy import Context, candidates, decide
 from autotuner.core.predictor import Predictor
-from autotuner.core.registry import load_model
 from autotuner.core.state import QualityCheck, TunerState
 from autotuner.core.types import Action, BlockReason, Decision, Observation, Setup, UnusableReason
 from autotuner.settings import ObservationLimits, PolicySettings
 from autotuner.sim.truth import TruthEngine, realistic_error
+from tests.support.policy import H200, MODEL, policy_settings
+from tests.support.policy import STATIC_K as STATIC
 
-MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
-H200 = datasheet("H200")
-STATIC = EngineCapabilities(name="static-k", spec_schedule=False)
-SETTINGS = PolicySettings(
-    dwell_s=600,
-    cooldown_s=1800,
-    verify_settle_s=120,
-    restart_downtime_s=120,
-    min_batch_weight=5,
-    spec_tokens=(1, 2, 3),
-    replay_windows=(16,),
-    batch_half_life_s=300,
-    explore=False,  # the predicted behaviours; explorations have their own tests
+SETTINGS = policy_settings(
+    switch={"dwell_s": 600},
+    restart={"downtime_s": 120, "cooldown_s": 1800},
+    verification={"settle_s": 120},
+    estimates={"min_batch_weight": 5, "batch_half_life_s": 300},
+    candidates={"spec_tokens": (1, 2, 3), "replay_windows": (16,)},
+    exploration={"enabled": False},  # the predicted behaviours; explorations have their own tests
 )
+NO_DWELL = policy_settings(SETTINGS, switch={"dwell_s": 0})
 INTERVAL = 60.0
 LIMITS = ObservationLimits(min_drafts=100)
 WORKLOAD = Workload()
@@ -118,7 +114,9 @@ def policy_crossover(run: Run) -> float:
         engine=run.engine,
         workload=run.workload,
     )
-    accept = run.state.acceptance.estimate(run.now, run.settings.acceptance_memory_half_life_s)
+    accept = run.state.acceptance.estimate(
+        run.now, run.settings.estimates.acceptance_memory_half_life_s
+    )
     assert accept is not None
     rivals = [Setup(), Setup(replay_window=16)]
     flip = context.predictor(run.state, run.settings).crossover(run.start, rivals, accept)
@@ -151,7 +149,7 @@ def test_sustained_shift_switches_once_within_dwell_plus_two_intervals() -> None
     assert switch.target.spec_tokens == 0  # speculation with copies loses at 512 here
     assert switch.target.replay_window
     intervals_after_shift = run.decisions.index(switch) - shift_at + 1
-    assert intervals_after_shift * INTERVAL <= SETTINGS.dwell_s + 2 * INTERVAL
+    assert intervals_after_shift * INTERVAL <= SETTINGS.switch.dwell_s + 2 * INTERVAL
 
 
 def test_acceptance_drop_at_high_batch_drops_speculation() -> None:
@@ -184,7 +182,7 @@ def _warm(run: Run, batch: float = 512) -> None:
 
 
 def test_each_blocking_rule_is_named() -> None:
-    base = Run(start=Setup(spec_tokens=3), settings=SETTINGS.model_copy(update={"dwell_s": 0}))
+    base = Run(start=Setup(spec_tokens=3), settings=NO_DWELL)
     base.run(10, lambda m: 32, HIGH)
     for reason, leader, paused, rollout in (
         (BlockReason.PAUSED, True, True, False),
@@ -203,13 +201,13 @@ def test_each_blocking_rule_is_named() -> None:
 
 
 def test_stale_and_insufficient_data_hold() -> None:
-    run = Run(settings=SETTINGS.model_copy(update={"dwell_s": 0}))
+    run = Run(settings=NO_DWELL)
     run.run(10, lambda m: 32, HIGH)
     for _ in range(15):
         run.step(512, HIGH)
         if run.changes():
             break
-    fresh = Run(settings=SETTINGS.model_copy(update={"dwell_s": 0}))
+    fresh = Run(settings=NO_DWELL)
     fresh.run(10, lambda m: 32, HIGH)
     stale = Observation(
         source="truth",
@@ -234,8 +232,8 @@ def test_stale_and_insufficient_data_hold() -> None:
 
 
 def test_cooldown_holds_after_a_change() -> None:
-    settings = SETTINGS.model_copy(
-        update={"dwell_s": 0, "cooldown_s": 7200, "max_changes_per_hour": 5, "verify_settle_s": 0}
+    settings = policy_settings(
+        NO_DWELL, restart={"cooldown_s": 7200, "max_per_hour": 5}, verification={"settle_s": 0}
     )
     run = Run(settings=settings)
     run.run(10, lambda m: 32, HIGH)
@@ -248,8 +246,8 @@ def test_cooldown_holds_after_a_change() -> None:
 
 
 def test_budget_holds_when_spent() -> None:
-    settings = SETTINGS.model_copy(
-        update={"dwell_s": 0, "cooldown_s": 0, "verify_settle_s": 0, "max_changes_per_day": 1}
+    settings = policy_settings(
+        NO_DWELL, restart={"cooldown_s": 0, "max_per_day": 1}, verification={"settle_s": 0}
     )
     run = Run(settings=settings)
     run.run(10, lambda m: 32, HIGH)
@@ -267,7 +265,7 @@ def test_a_change_that_measures_worse_is_reverted_and_quarantined() -> None:
 
     run = Run(
         truth=TruthEngine(MODEL, H200, WORKLOAD, lying),
-        settings=SETTINGS.model_copy(update={"dwell_s": 0}),
+        settings=NO_DWELL,
     )
     run.run(10, lambda m: 32, HIGH)
     run.run(30, lambda m: 512, HIGH)
@@ -285,9 +283,7 @@ def test_a_change_that_measures_worse_is_reverted_and_quarantined() -> None:
 
 
 def test_restart_cost_larger_than_the_gain_holds() -> None:
-    settings = SETTINGS.model_copy(
-        update={"dwell_s": 0, "horizon_s": 60, "restart_downtime_s": 600}
-    )
+    settings = policy_settings(NO_DWELL, restart={"horizon_s": 60, "downtime_s": 600})
     run = Run(settings=settings)
     run.run(10, lambda m: 32, HIGH)
     run.run(10, lambda m: 512, HIGH)
@@ -300,11 +296,22 @@ def test_replay_with_a_bf16_state_is_not_proposed() -> None:
     run = Run(
         model=bf16,
         truth=TruthEngine(bf16, H200, WORKLOAD),
-        settings=SETTINGS.model_copy(update={"dwell_s": 0}),
+        settings=NO_DWELL,
     )
     run.run(40, lambda m: 512, HIGH)
     assert all(not (d.target and d.target.replay_window) for d in run.decisions)
     assert any("bfloat16" in note for d in run.decisions for note in d.notes)
+
+
+def test_replay_with_a_bf16_state_is_proposed_where_the_target_allows_it() -> None:
+    """target.allow_low_precision_replay: the actuator writes it, so the policy may propose it."""
+    bf16 = MODEL.model_copy(update={"ssm_state_dtype": "bfloat16"})
+    allowed = Context(now=0.0, model=bf16, hardware=H200, engine=STATIC, low_precision_replay=True)
+    refused = replace(allowed, low_precision_replay=False)
+    accept = from_conditional(list(HIGH))
+    proposed, _ = candidates(TunerState(), allowed, SETTINGS, accept)
+    assert Setup(replay_window=16) in proposed
+    assert Setup(replay_window=16) not in candidates(TunerState(), refused, SETTINGS, accept)[0]
 
 
 def _k1_crosses_plain(hardware: HardwareProfile, workload: Workload, low: int, high: int) -> float:
@@ -333,7 +340,9 @@ def test_schedule_turns_speculation_off_above_the_crossover() -> None:
         hardware=b200,
         workload=tp2,
         truth=TruthEngine(MODEL, b200, tp2),
-        settings=SETTINGS.model_copy(update={"dwell_s": 0, "replay_windows": (), "min_gain": 0.02}),
+        settings=policy_settings(
+            NO_DWELL, switch={"min_gain": 0.02}, candidates={"replay_windows": ()}
+        ),
     )
     mixed = [32, 64, 128, 300, 320, 300]
     run.run(60, lambda m: mixed[m % len(mixed)], (rate, rate, rate))
@@ -369,9 +378,7 @@ def test_state_round_trips_through_json() -> None:
 
 @pytest.mark.parametrize("objective", ["throughput", "latency_slo"])
 def test_latency_slo_objective_is_respected(objective: str) -> None:
-    settings = SETTINGS.model_copy(
-        update={"dwell_s": 0, "objective": objective, "latency_slo_s": 0.02}
-    )
+    settings = policy_settings(NO_DWELL, objective={"kind": objective, "latency_slo_s": 0.02})
     run = Run(settings=settings)
     run.run(30, lambda m: 128, HIGH)
     assert run.decisions[-1].sentence
@@ -395,7 +402,7 @@ def _with_quality(run: Run, check: QualityCheck) -> None:
 
 
 def test_a_pending_quality_check_holds_the_verification() -> None:
-    run = Run(settings=SETTINGS.model_copy(update={"dwell_s": 0}))
+    run = Run(settings=NO_DWELL)
     switch = _switched(run)
     _with_quality(run, QualityCheck(status="pending", before={}, since=run.now))
     held = [run.step(512, HIGH) for _ in range(10)]  # throughput alone would have verified
@@ -410,7 +417,7 @@ def test_a_pending_quality_check_holds_the_verification() -> None:
 
 
 def test_a_failed_quality_check_reverts_and_quarantines_whatever_the_speed() -> None:
-    run = Run(settings=SETTINGS.model_copy(update={"dwell_s": 0}))
+    run = Run(settings=NO_DWELL)
     switch = _switched(run)
     assert switch.target is not None
     _with_quality(

@@ -3,41 +3,47 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from autotuner.cli import app
 from autotuner.errors import InputError
-from autotuner.settings import cli_overrides, describe, load_settings
+from autotuner.settings import Settings, cli_overrides, describe, load_settings
 
 
 def test_precedence_and_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     file = tmp_path / "autotuner.yaml"
-    file.write_text("mode: act\npolicy: {dwell_s: 20m, cooldown_s: 1h}\nloop: {interval_s: 30s}\n")
-    monkeypatch.setenv("AUTOTUNER_POLICY__DWELL_S", "5m")
+    file.write_text(
+        "mode: act\npolicy: {switch: {dwell_s: 20m}, restart: {cooldown_s: 1h}}\n"
+        "loop: {interval_s: 30s}\n"
+    )
+    monkeypatch.setenv("AUTOTUNER_POLICY__SWITCH__DWELL_S", "5m")
     monkeypatch.setenv("AUTOTUNER_LOOP__INTERVAL_S", "10")
     settings, sources = load_settings(file, cli_overrides(["loop.interval_s=500ms"]))
     assert settings.mode == "act"
-    assert settings.policy.cooldown_s == 3600
-    assert settings.policy.dwell_s == 300
+    assert settings.policy.restart.cooldown_s == 3600
+    assert settings.policy.switch.dwell_s == 300
     assert settings.loop.interval_s == 0.5
     assert sources["mode"] == f"file {file}"
-    assert sources["policy.dwell_s"] == "env"
+    assert sources["policy.switch.dwell_s"] == "env"
     assert sources["loop.interval_s"] == "cli"
     rows = {row[0]: row for row in describe(settings, sources)}
-    assert rows["policy.cooldown_s"][2].startswith("file")
+    assert rows["policy.restart.cooldown_s"][2].startswith("file")
     assert rows["loop.window_s"][2] == "default"
-    assert all(row[3] for row in rows.values() if row[0].startswith(("source.", "target.")))
+    described = ("source.", "target.", "policy.", "engine.")
+    assert all(row[3] for row in rows.values() if row[0].startswith(described))
 
 
 @pytest.mark.parametrize(
     ("override", "field"),
     [
-        ("policy.min_gain=-1", "policy.min_gain"),
+        ("policy.switch.min_gain=-1", "policy.switch.min_gain"),
         ("mode=yolo", "mode"),
         ("loop.interval_s=soon", "soon"),
         ("source.kind=graphite", "source.kind"),
@@ -62,9 +68,10 @@ def test_bad_file_and_bad_override(tmp_path: Path) -> None:
 
 def test_config_show_and_run_refuse_bad_settings() -> None:
     runner = CliRunner()
-    shown = runner.invoke(app, ["config", "show", "--json", "--set", "policy.dwell_s=2m"])
+    pair = "policy.switch.dwell_s=2m"
+    shown = runner.invoke(app, ["config", "show", "--json", "--set", pair])
     assert shown.exit_code == 0, shown.output
-    assert '"policy.dwell_s"' in shown.stdout
+    assert '"policy.switch.dwell_s"' in shown.stdout
     assert '"cli"' in shown.stdout
     bad = runner.invoke(app, ["run", "--set", "loop.interval_s=-1"])
     assert bad.exit_code == 2
@@ -85,8 +92,120 @@ def test_settings_sit_at_the_bottom_of_the_import_graph() -> None:
     assert ast.literal_eval(loaded) == [
         "autotuner",
         "autotuner.core",
+        "autotuner.core.capabilities",
         "autotuner.core.model",
+        "autotuner.core.types",
         "autotuner.durations",
         "autotuner.errors",
         "autotuner.settings",
     ]
+
+
+GROUPED = """\
+policy:
+  switch: {min_gain: 0.1, dwell_s: 10m}
+  objective: {kind: latency_slo, latency_slo_s: 50ms}
+  candidates: {spec_tokens: [1, 3], replay_windows: [16]}
+  restart: {downtime_s: 2m, max_per_day: 3}
+  estimates: {batch_half_life_s: 5m}
+  calibration: {bounds: [1, 1]}
+  verification: {settle_s: 1m}
+  quarantine: {setup_s: 2h, capability_s: 1d}
+  exploration: {enabled: false}
+engine:
+  capabilities: replay-spec
+target: {allow_low_precision_replay: true}
+"""
+
+
+def test_grouped_settings_round_trip_through_yaml_and_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = tmp_path / "autotuner.yaml"
+    file.write_text(GROUPED)
+    monkeypatch.setenv("AUTOTUNER_POLICY__RESTART__COOLDOWN_S", "45m")
+    monkeypatch.setenv("AUTOTUNER_ENGINE__CAPABILITIES__SPEC_SCHEDULE", "false")
+    settings, sources = load_settings(file)
+    policy = settings.policy
+    assert (policy.switch.min_gain, policy.switch.dwell_s) == (0.1, 600)
+    assert policy.objective.kind == "latency_slo"
+    assert policy.objective.latency_slo_s == 0.05
+    assert policy.candidates.spec_tokens == (1, 3)
+    assert (policy.restart.downtime_s, policy.restart.cooldown_s) == (120, 2700)
+    assert policy.calibration.bounds == (1.0, 1.0)
+    assert policy.quarantine.capability_s == 86400
+    assert not policy.exploration.enabled
+    assert settings.target.allow_low_precision_replay
+    # The preset from the file, one capability changed from the environment: set once.
+    engine = settings.engine.capabilities
+    assert (engine.name, engine.replay_with_speculation, engine.spec_schedule) == (
+        "replay-spec",
+        True,
+        False,
+    )
+    assert sources["policy.restart.cooldown_s"] == "env"
+    assert sources["engine.capabilities.spec_schedule"] == "env"
+    # `config show` names every grouped field, and says what it is for.
+    rows = {row[0]: row for row in describe(settings, sources)}
+    assert rows["policy.restart.cooldown_s"][1:3] == ("2700.0", "env")
+    assert all(rows[f"policy.{group}.{name}"][3] for group, name in _grouped(settings))
+    # Written out and read back (YAML), the same settings.
+    monkeypatch.delenv("AUTOTUNER_POLICY__RESTART__COOLDOWN_S")
+    monkeypatch.delenv("AUTOTUNER_ENGINE__CAPABILITIES__SPEC_SCHEDULE")
+    again = tmp_path / "again.yaml"
+    again.write_text(yaml.safe_dump(settings.model_dump(mode="json")))
+    assert load_settings(again)[0] == settings
+
+
+def _grouped(settings: Settings) -> list[tuple[str, str]]:
+    policy = settings.policy
+    return [
+        (group, name)
+        for group in type(policy).model_fields
+        for name in type(getattr(policy, group)).model_fields
+    ]
+
+
+@pytest.mark.parametrize(
+    ("layer", "old", "new"),
+    [
+        ("file", "policy: {dwell_s: 10m}", "policy.switch.dwell_s"),
+        ("file", "policy: {objective: throughput}", "policy.objective.kind"),
+        ("file", "policy: {allow_low_precision_replay: true}", "target.allow_low_precision_replay"),
+        ("env", "AUTOTUNER_POLICY__QUARANTINE_S=1h", "policy.quarantine.setup_s"),
+        ("cli", "engine.spec_schedule=false", "engine.capabilities.spec_schedule"),
+    ],
+)
+def test_an_old_flat_key_names_its_new_place(
+    layer: str, old: str, new: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file, cli = None, None
+    if layer == "file":
+        file = tmp_path / "old.yaml"
+        file.write_text(old + "\n")
+    elif layer == "env":
+        monkeypatch.setenv(*old.split("="))
+    else:
+        cli = cli_overrides([old])
+    with pytest.raises(InputError, match=rf"\(set by {layer}.*\): moved to {re.escape(new)} "):
+        load_settings(file, cli)
+
+
+def test_an_unknown_engine_preset_is_refused() -> None:
+    with pytest.raises(InputError, match=r"engine\.capabilities: .*unknown engine preset 'v0'"):
+        load_settings(None, cli_overrides(["engine.capabilities=v0"]))
+    with pytest.raises(InputError, match=r"engine\.capabilities\.replay_spec: Extra inputs"):
+        load_settings(None, cli_overrides(["engine.capabilities.replay_spec=true"]))
+
+
+def test_an_engine_preset_from_the_environment_takes_fields_from_the_command_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AUTOTUNER_ENGINE__CAPABILITIES", "replay-spec")
+    settings, _ = load_settings(None, cli_overrides(["engine.capabilities.max_spec_tokens=3"]))
+    engine = settings.engine.capabilities
+    assert (engine.name, engine.replay_with_speculation, engine.max_spec_tokens) == (
+        "replay-spec",
+        True,
+        3,
+    )

@@ -9,35 +9,26 @@ from dataclasses import replace
 import pytest
 
 from autotuner.core.acceptance import from_conditional
-from autotuner.core.capabilities import EngineCapabilities
-from autotuner.core.hardware import datasheet
 from autotuner.core.policy import Context, evaluate, objective
-from autotuner.core.registry import load_model
 from autotuner.core.state import TunerState, Verification
 from autotuner.core.step import NoticeKind, restart_refused, step
 from autotuner.core.types import Action, BlockReason, Decision, Observation, ScheduleBand, Setup
 from autotuner.settings import ObservationLimits, PolicySettings
 from autotuner.sim.truth import TruthEngine
+from tests.support.policy import H200, MODEL, policy_settings
+from tests.support.policy import STATIC_K as ENGINE
 
-MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
-H200 = datasheet("H200")
 TRUTH = TruthEngine(MODEL, H200)
-ENGINE = EngineCapabilities(name="static-k", spec_schedule=False)
 SPEC3, PLAIN, REPLAY = Setup(spec_tokens=3), Setup(), Setup(replay_window=16)
 RATES = (0.8, 0.7, 0.6)
 # Nothing in the way of a switch: each table row below turns one rule back on.
-OPEN = PolicySettings(
-    dwell_s=0,
-    cooldown_s=0,
-    verify_settle_s=60,
-    restart_downtime_s=1,
-    min_batch_weight=1,
-    min_confidence=0,
-    spec_tokens=(1, 2, 3),
-    replay_windows=(16,),
-    max_changes_per_hour=100,
-    max_changes_per_day=100,
-    explore=False,  # the exploration rule has its own tests (test_exploration.py)
+OPEN = policy_settings(
+    switch={"dwell_s": 0, "min_confidence": 0},
+    restart={"downtime_s": 1, "cooldown_s": 0, "max_per_hour": 100, "max_per_day": 100},
+    verification={"settle_s": 60},
+    estimates={"min_batch_weight": 1},
+    candidates={"spec_tokens": (1, 2, 3), "replay_windows": (16,)},
+    exploration={"enabled": False},  # the exploration rule has its own tests
 )
 NOW = 100_000.0
 
@@ -89,7 +80,7 @@ def _high_scenario_gain(state: TunerState, ctx: Context) -> tuple[float, float]:
     """(point gain, gain with the optimistic acceptance) of the best candidate over spec:3."""
     evaluation = evaluate(state, ctx, OPEN, SPEC3)
     assert evaluation is not None
-    point = state.acceptance.estimate(ctx.now, OPEN.acceptance_memory_half_life_s)
+    point = state.acceptance.estimate(ctx.now, OPEN.estimates.acceptance_memory_half_life_s)
     assert point is not None
     high = from_conditional(point.conditional_high)
     batches, weights = state.batch.distribution()
@@ -103,26 +94,27 @@ def _high_scenario_gain(state: TunerState, ctx: Context) -> tuple[float, float]:
 def _row(reason: BlockReason) -> tuple[TunerState, Observation, Context, PolicySettings]:
     state, observation, ctx, settings = learned(), window(SPEC3), context(), OPEN
     if reason is BlockReason.BELOW_MIN_GAIN:
-        settings = replace_settings(min_gain=50.0)
+        settings = policy_settings(OPEN, switch={"min_gain": 50.0})
     elif reason is BlockReason.LOW_CONFIDENCE:
         point, high = _high_scenario_gain(state, ctx)
         assert high < point
-        settings = replace_settings(min_gain=(point + high) / 2, min_confidence=1.0)
+        switch = {"min_gain": (point + high) / 2, "min_confidence": 1.0}
+        settings = policy_settings(OPEN, switch=switch)
     elif reason is BlockReason.DWELL:
-        settings = replace_settings(dwell_s=3600)
+        settings = policy_settings(OPEN, switch={"dwell_s": 3600})
     elif reason is BlockReason.RESTART_COST:
-        settings = replace_settings(restart_downtime_s=10**9)
+        settings = policy_settings(OPEN, restart={"downtime_s": 10**9})
     elif reason is BlockReason.BUDGET:
-        settings = replace_settings(max_changes_per_day=0)
+        settings = policy_settings(OPEN, restart={"max_per_day": 0})
     elif reason is BlockReason.COOLDOWN:
         state = state.updated(changes=(NOW - 60,))
-        settings = replace_settings(cooldown_s=3600)
+        settings = policy_settings(OPEN, restart={"cooldown_s": 3600})
     elif reason is BlockReason.STALE_DATA:
         observation = observation.model_copy(update={"usable": False})
     elif reason is BlockReason.INSUFFICIENT_DATA:
         # No replay: at a load where the recommendation is a shorter K (found by asking the
         # policy), this window has too few drafts to trust acceptance.
-        settings = replace_settings(replay_windows=())
+        settings = policy_settings(OPEN, candidates={"replay_windows": ()})
         batch = _shorter_k_load(settings)
         state = learned(SPEC3, batch=batch)
         stats = window(SPEC3, batch=batch).acceptance
@@ -147,10 +139,6 @@ def _shorter_k_load(settings: PolicySettings) -> int:
         if switches and target is not None and 0 < target.spec_tokens < 3:
             return batch
     raise AssertionError("spec:3 is never left for a shorter K")
-
-
-def replace_settings(**fields: object) -> PolicySettings:
-    return PolicySettings.model_validate({**OPEN.model_dump(), **fields})
 
 
 BLOCKS = [r for r in BlockReason if r is not BlockReason.VERIFYING]
@@ -194,7 +182,7 @@ def test_a_stuck_rollout_reverts_and_quarantines(ctx_fields: dict[str, object], 
     assert made.rollout_stuck
     assert made.state.current == SPEC3
     assert made.state.verification is None
-    assert made.state.quarantine[REPLAY.label] == NOW + OPEN.quarantine_s
+    assert made.state.quarantine[REPLAY.label] == NOW + OPEN.quarantine.setup_s
     assert made.state.changes[-1] == NOW
 
 
@@ -209,7 +197,8 @@ def test_a_rollout_within_its_deadline_is_waited_for() -> None:
 
 def test_drift_is_adopted_noted_and_counts_as_a_change() -> None:
     state = learned()
-    made = step(state, window(PLAIN), context(deployed=PLAIN), replace_settings(cooldown_s=600))
+    settings = policy_settings(OPEN, restart={"cooldown_s": 600})
+    made = step(state, window(PLAIN), context(deployed=PLAIN), settings)
     assert [n.kind for n in made.notices] == [NoticeKind.DRIFT]
     assert made.decision.blocked_by is BlockReason.COOLDOWN  # backing off
     assert "managed flags changed outside the tuner (spec:3 -> plain)" in made.notices[0].message
@@ -249,8 +238,8 @@ def test_a_refused_schedule_means_static_k_for_the_refusal_period() -> None:
         id=7, at=NOW, action=Action.SWITCH, current=SPEC3, target=scheduled, sentence="switch"
     )
     made = restart_refused(learned(), decision, "exit 1", context(), OPEN)
-    assert made.state.quarantine[scheduled.label] == NOW + OPEN.quarantine_s
-    assert made.state.refused["spec_schedule"].until == NOW + OPEN.refusal_s
+    assert made.state.quarantine[scheduled.label] == NOW + OPEN.quarantine.setup_s
+    assert made.state.refused["spec_schedule"].until == NOW + OPEN.quarantine.capability_s
     assert [n.kind for n in made.notices] == [NoticeKind.REVERTED, NoticeKind.CAPABILITY_REFUSED]
     assert "rolled back to spec:3" in made.decision.notes[-1]
     can_schedule = ENGINE.model_copy(update={"spec_schedule": True})
@@ -280,6 +269,7 @@ def test_a_blocked_switch_is_told_at_the_first_decision_and_every_twentieth(
     last_id: int, told: bool
 ) -> None:
     state = learned().updated(last_decision_id=last_id, changes=(NOW - 60,))
-    made = step(state, window(SPEC3), context(), replace_settings(cooldown_s=3600))
+    settings = policy_settings(OPEN, restart={"cooldown_s": 3600})
+    made = step(state, window(SPEC3), context(), settings)
     assert made.decision.blocked_by is BlockReason.COOLDOWN
     assert (NoticeKind.BLOCKED in [n.kind for n in made.notices]) is told

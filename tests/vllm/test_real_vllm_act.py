@@ -57,13 +57,13 @@ HYBRID: dict[str, Any] = {
     # One K against plain: the load alone decides speculation on or off (with K = 1, 2 as well,
     # the path through a shorter K depends on the cost model's exact capacities).
     "policy": {
-        "regression_tolerance": 0.9,
-        "calibration_bounds": [1.0, 1.0],
-        "explore": False,
-        "spec_tokens": [3],
+        "verification": {"regression_tolerance": 0.9},
+        "calibration": {"bounds": [1.0, 1.0]},
+        "exploration": {"enabled": False},
+        "candidates": {"spec_tokens": [3]},
         # The first windows' acceptance (a few dozen drafts) is noisy; a change must be
         # favoured for 10 s, not 4, before it is made.
-        "dwell_s": 10,
+        "switch": {"dwell_s": 10},
     },
 }
 LOW, HIGH = 2, 48  # load in streams: below and above the predicted crossover
@@ -221,7 +221,7 @@ def test_the_served_models_own_config_drives_an_attention_only_run(
     port = free_port()
     own_model = {
         "model": {"id": str(MODEL), "gpu": "H100-SXM", "drafter": "eagle"},
-        "engine": {"spec_schedule": True},
+        "engine": {"capabilities": {"spec_schedule": True}},
     }
     config = tuner_config(tmp_path, served, port, mode="advise", **own_model)
     log = tmp_path / "tuner.log"
