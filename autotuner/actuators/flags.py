@@ -7,7 +7,6 @@ operator's own `--speculative-config` fields (method, draft model, ...) are kept
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from collections.abc import Sequence
@@ -15,55 +14,18 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
 
+# One parser for the whole package: the core reads the same args (core/engine_args.py).
+from autotuner.core.engine_args import ArgsError, Flag, find, read_json
 from autotuner.core.types import ScheduleBand, Setup
-from autotuner.errors import InputError
 from autotuner.settings import FlagNames
+
+__all__ = ["ArgsError", "Flag", "find", "read_json"]
 
 FLAG_TABLE: dict[str, FlagNames] = {"default": FlagNames()}
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 K_KEY = "num_speculative_tokens"
 DEFAULT_REPLAY_WINDOW = 16
-
-
-class ArgsError(InputError):
-    """The args cannot be read or written safely; nothing was changed."""
-
-
-@dataclass(frozen=True)
-class Flag:
-    """One occurrence of a flag: its index, and where its value sits."""
-
-    index: int
-    joined: bool  # --flag=value (True) or --flag value (False) or a bare switch
-    value: str | None
-    value_index: int | None
-
-
-def find(args: Sequence[str], name: str) -> Flag | None:
-    """The last occurrence of `name` (argparse keeps the last), as `--x v` or `--x=v`."""
-    found = None
-    for i, arg in enumerate(args):
-        if arg == name:
-            has_value = i + 1 < len(args) and not args[i + 1].startswith("--")
-            found = Flag(i, False, args[i + 1] if has_value else None, i + 1 if has_value else None)
-        elif arg.startswith(name + "="):
-            found = Flag(i, True, arg[len(name) + 1 :], i)
-    return found
-
-
-def read_json(text: str, flag: str) -> dict[str, Any]:
-    """A JSON object, in double quotes or (as operators write in YAML) single quotes."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        try:
-            value = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            raise ArgsError(f"{flag}: value is not a JSON object: {text[:80]!r}") from None
-    if not isinstance(value, dict):
-        raise ArgsError(f"{flag}: value is not a JSON object: {text[:80]!r}")
-    return value
 
 
 def parse_setup(args: Sequence[str], names: FlagNames | None = None) -> Setup:
@@ -332,6 +294,14 @@ def _vllm_tokens(command: Sequence[str], args: Sequence[str], names: FlagNames) 
         assert index is not None
         return [t.value for t in shell_tokens(values[index])]
     return values
+
+
+def vllm_tokens(
+    command: Sequence[str], args: Sequence[str], names: FlagNames | None = None
+) -> list[str]:
+    """The vLLM argument list a container runs (from command or args, split out of a `sh -c`
+    line): what core/engine_args.py parses."""
+    return list(_vllm_tokens(command, args, names or FlagNames()))
 
 
 def container_setup(

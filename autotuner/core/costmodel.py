@@ -34,6 +34,43 @@ DRAFTER_BLOCKS = 2  # an MTP/EAGLE drafter pass: one attention block and one MLP
 TIME_CLASSES = ("fixed", "gemm", "attention", "ssm", "ssm_verify", "copy", "draft", "eager")
 
 
+class DraftModel(BaseModel):
+    """A separate draft model (`method: draft_model`), sized from its own config.json: each of
+    its K passes reads all its weights and its KV, and it holds both in the engine's memory."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    params: int = Field(ge=1, description="Parameters a pass streams (all but the embedding).")
+    active_params: int = Field(ge=1, description="Parameters one token multiplies (MoE: routed).")
+    weight_bytes: float = Field(ge=0, description="Bytes a pass streams (all but the embedding).")
+    memory_bytes: float = Field(ge=0, description="Bytes its weights hold, embedding included.")
+    kv_bytes_per_token: float = Field(ge=0, description="Its KV cache per token, all layers.")
+    kv_heads: int = Field(1, ge=1, description="KV heads (split across TP ranks).")
+    layers: int = Field(ge=1, description="Blocks one pass launches.")
+    weight_dtype: str = "bfloat16"
+    tensor_parallel: int | None = Field(
+        None, ge=1, description="draft_tensor_parallel_size; None: the target's."
+    )
+
+    @classmethod
+    def of(cls, spec: ModelSpec, tensor_parallel: int | None = None) -> DraftModel:
+        streamed = max(spec.total_params - spec.embedding_params, 1)
+        active = max(spec.active_params - spec.embedding_params, 1)
+        return cls(
+            name=spec.name,
+            params=streamed,
+            active_params=active,
+            weight_bytes=streamed * spec.weight_bytes_per_param,
+            memory_bytes=spec.weight_bytes,
+            kv_bytes_per_token=spec.kv_bytes_per_token,
+            kv_heads=spec.attention.kv_heads if spec.attention else 1,
+            layers=max(len(spec.layer_pattern), 1),
+            weight_dtype=spec.weight_dtype,
+            tensor_parallel=tensor_parallel,
+        )
+
+
 class Workload(BaseModel):
     """How the engine is run: the inputs of a prediction besides model, GPU and setup."""
 
@@ -50,6 +87,17 @@ class Workload(BaseModel):
     )
     drafter: DrafterKind | None = Field(
         None, description="Override the model's drafter (e.g. ngram); None keeps the model's."
+    )
+    draft_model: DraftModel | None = Field(
+        None,
+        description="The draft model's size when the drafter is draft_model; without it a "
+        "draft model's passes cost nothing here (its size is unknown: say so, don't propose it).",
+    )
+    max_num_seqs: int | None = Field(
+        None,
+        ge=1,
+        description="vLLM's --max-num-seqs: the scheduler runs at most this many requests at "
+        "once, whatever memory allows; None: no ceiling beyond memory.",
     )
     cudagraph_capture_tokens: int = Field(
         512,
@@ -148,18 +196,40 @@ def bytes_per_request(model: ModelSpec, setup: Setup, workload: Workload) -> flo
 
 
 def max_batch(model: ModelSpec, hardware: HardwareProfile, setup: Setup, workload: Workload) -> int:
-    """Largest number of running requests whose state and KV fit beside the weights."""
+    """Largest number of running requests: those whose state and KV fit beside the weights,
+    at most --max-num-seqs."""
+    memory = memory_batch(model, hardware, setup, workload)
+    if workload.max_num_seqs is None:
+        return memory
+    return min(memory, workload.max_num_seqs)
+
+
+def memory_batch(
+    model: ModelSpec, hardware: HardwareProfile, setup: Setup, workload: Workload
+) -> int:
+    """Largest number of running requests whose state and KV fit beside the weights (and a
+    draft model's weights and KV while it runs)."""
     pool = (
         hardware.memory_bytes * workload.gpu_memory_utilization
         - model.weight_bytes / workload.tensor_parallel
         - workload.activation_reserve_bytes
     )
     per_request = bytes_per_request(model, setup, workload)
+    draft = _running_draft_model(model, setup, workload)
+    if draft is not None:
+        tp = draft.tensor_parallel or workload.tensor_parallel
+        pool -= draft.memory_bytes / tp
+        per_request += workload.context_tokens * draft.kv_bytes_per_token / min(tp, draft.kv_heads)
     if pool <= 0:
         return 0
     if per_request <= 0:
         return 1 << 20
     return int(pool // per_request)
+
+
+def _running_draft_model(model: ModelSpec, setup: Setup, workload: Workload) -> DraftModel | None:
+    """The draft model while the setup drafts with one (it is loaded only then)."""
+    return _draft_model(model, workload) if setup.spec_tokens else None
 
 
 def predict(
@@ -188,6 +258,11 @@ def predict(
         reason = (
             f"weights ({model.weight_bytes / GIB:.0f} GiB) leave no room for state on "
             f"{workload.tensor_parallel} x {hardware.name}: raise tensor parallelism"
+        )
+    elif int(sizes.max()) > capacity and capacity == workload.max_num_seqs:
+        reason = (
+            f"vLLM runs at most {capacity} requests (--max-num-seqs) and queues the rest: the "
+            f"throughput is that of batch {capacity}"
         )
     elif int(sizes.max()) > capacity:
         reason = (
@@ -396,15 +471,32 @@ def _eager_time(
     tokens = batch * (k + 1.0)
     blocks = np.where(tokens > cap, float(len(model.layer_pattern)), 0.0)
     if _has_draft_passes(model, workload):
-        first = np.where((k > 0) & (tokens > cap), DRAFTER_BLOCKS, 0.0)
-        later = np.where(batch > cap, DRAFTER_BLOCKS * np.maximum(k - 1, 0), 0.0)
+        draft = _draft_model(model, workload)
+        per_pass = float(draft.layers) if draft is not None else float(DRAFTER_BLOCKS)
+        first = np.where((k > 0) & (tokens > cap), per_pass, 0.0)
+        later = np.where(batch > cap, per_pass * np.maximum(k - 1, 0), 0.0)
         blocks = blocks + first + later
     return blocks * hw.eager_launch_s_per_block
 
 
+def _drafter(model: ModelSpec, workload: Workload) -> DrafterKind:
+    return workload.drafter or model.drafter
+
+
+def _draft_model(model: ModelSpec, workload: Workload) -> DraftModel | None:
+    """The separate draft model the drafter runs, if it is one and its size is known."""
+    if _drafter(model, workload) is not DrafterKind.DRAFT_MODEL:
+        return None
+    return workload.draft_model
+
+
 def _has_draft_passes(model: ModelSpec, workload: Workload) -> bool:
-    drafter = workload.drafter or model.drafter
-    return drafter not in (DrafterKind.NGRAM, DrafterKind.NONE)
+    """Whether drafting runs on the GPU: ngram and suffix look tokens up on the CPU; a draft
+    model of unknown size is not charged (it is never proposed: see core/engine_args.py)."""
+    drafter = _drafter(model, workload)
+    if drafter is DrafterKind.DRAFT_MODEL:
+        return workload.draft_model is not None
+    return drafter not in (DrafterKind.NGRAM, DrafterKind.SUFFIX, DrafterKind.NONE)
 
 
 def _ssm_traffic(
@@ -487,8 +579,11 @@ def _draft(
     sampled positions; the other K - 1 passes carry B tokens."""
     if not _has_draft_passes(model, workload):
         return np.zeros_like(batch), np.zeros_like(batch)
-    first = _draft_pass(model, hw, batch * (k + 1.0), batch, workload)
-    later = _draft_pass(model, hw, batch, batch, workload)
+    one_pass = _draft_pass
+    if _drafter(model, workload) is DrafterKind.DRAFT_MODEL:
+        one_pass = _draft_model_pass
+    first = one_pass(model, hw, batch * (k + 1.0), batch, workload)
+    later = one_pass(model, hw, batch, batch, workload)
     count = np.maximum(k - 1, 0)
     time: Array = np.where(k > 0, first[0] + count * later[0], 0.0)
     flops: Array = np.where(k > 0, first[1] + count * later[1], 0.0)
@@ -502,11 +597,14 @@ def _draft_pass(
     through the LM head."""
     tp = workload.tensor_parallel
     lm_head = model.vocab_size * model.hidden_size
-    dense = model.drafter_dense_params or (
+    mtp = _drafter(model, workload) is DrafterKind.MTP
+    # The model's own MTP layers when it drafts with them; an EAGLE head is one dense layer.
+    dense = (model.drafter_dense_params if mtp else 0) or (
         4 * model.hidden_size * model.hidden_size + 3 * model.hidden_size * 4 * model.hidden_size
     )
     expert_params = model.moe.expert_params if model.moe else 0
-    experts = model.drafter_moe_layers * _experts_touched(model, tokens) * expert_params
+    moe_layers = model.drafter_moe_layers if mtp else 0
+    experts = moe_layers * _experts_touched(model, tokens) * expert_params
     weights = (dense + lm_head) * model.dense_weight_bytes_per_param + experts * (
         model.expert_weight_bytes_per_param
     )
@@ -515,6 +613,20 @@ def _draft_pass(
     flops = 2.0 * (tokens * dense + batch * lm_head) / tp
     rate = hw.tensor_flops(_role_dtype(model, False)) * hw.efficiency.mma
     return _roofline(weights / tp + kv, flops, hw.bandwidth("gemm"), rate), flops
+
+
+def _draft_model_pass(
+    model: ModelSpec, hw: HardwareProfile, tokens: Array, batch: Array, workload: Workload
+) -> tuple[Array, Array]:
+    """(time, flops) of one pass of a separate draft model over `tokens` tokens: all its
+    streamed weights, and every running request's context in its own KV cache."""
+    draft = workload.draft_model
+    assert draft is not None
+    tp = draft.tensor_parallel or workload.tensor_parallel
+    kv = batch * workload.context_tokens * draft.kv_bytes_per_token / min(tp, draft.kv_heads)
+    flops = 2.0 * tokens * draft.active_params / tp
+    rate = hw.tensor_flops(draft.weight_dtype) * hw.efficiency.mma
+    return _roofline(draft.weight_bytes / tp + kv, flops, hw.bandwidth("gemm"), rate), flops
 
 
 # --------------------------------------------------------------------------- comparisons

@@ -42,6 +42,8 @@ class DrafterKind(str, Enum):
     MTP = "mtp"  # the model's own multi-token-prediction layers (about one layer per pass)
     EAGLE = "eagle"  # a one-layer draft head
     NGRAM = "ngram"  # prompt lookup on the CPU: no GPU traffic
+    SUFFIX = "suffix"  # suffix-tree lookup on the CPU: no GPU traffic
+    DRAFT_MODEL = "draft_model"  # a separate small model: K passes of all its layers
 
 
 class SsmShape(BaseModel):

@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypedDict
 
+from autotuner.core.costmodel import DraftModel
 from autotuner.core.hf_config import from_hf_config
 from autotuner.core.model import ModelSpec
 from autotuner.errors import ModelConfigError
@@ -122,6 +123,12 @@ def load_model(
         f"unknown model {id_or_path!r}: not a file, not a directory with config.json, and not "
         f"a built-in id. Built-in: {', '.join(known_models())}"
     )
+
+
+def load_draft_model(id_or_path: str) -> DraftModel:
+    """A separate draft model (`method: draft_model`) sized from its own config.json: a path, a
+    model directory or a built-in id, as `load_model` takes; ModelConfigError otherwise."""
+    return DraftModel.of(load_model(id_or_path))
 
 
 HF_QUANT_CONFIG = "hf_quant_config.json"
