@@ -17,9 +17,20 @@ from autotuner import __version__
 from autotuner.core import acceptance as acc
 from autotuner.core.capabilities import PRESETS
 from autotuner.core.costmodel import Workload
+from autotuner.core.engine_args import (
+    DECLARED,
+    DEFAULT,
+    LIVE,
+    EngineArgs,
+    Fallback,
+    SpeculativeConfig,
+    args_table,
+    resolve,
+)
+from autotuner.core.engine_args import parse as parse_engine_args
 from autotuner.core.hardware import HardwareProfile, datasheet, load_profile
 from autotuner.core.model import DrafterKind
-from autotuner.core.registry import load_model
+from autotuner.core.registry import load_draft_model, load_model
 from autotuner.core.report import build_report
 from autotuner.core.types import Observation
 from autotuner.durations import parse_duration
@@ -116,10 +127,35 @@ def predict(
         typer.Option(help="Draft lengths K to compare (default 1..4, or 1..positions given)."),
     ] = None,
     replay_windows: Annotated[str, typer.Option(help="Replay windows L to compare.")] = "8,16,32",
-    context: Annotated[float, typer.Option(help="Mean context length (tokens).")] = 4096,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica.")] = 1,
+    context: Annotated[
+        float | None, typer.Option(help="Mean context length (tokens; default 4096).")
+    ] = None,
+    tp: Annotated[
+        int | None, typer.Option(help="Tensor-parallel GPUs per replica (default 1).")
+    ] = None,
     drafter: Annotated[
-        str | None, typer.Option(help="Override the drafter: mtp, eagle or ngram.")
+        str | None,
+        typer.Option(
+            help="The deployed drafter: mtp, eagle, eagle3, ngram, suffix or draft_model (with "
+            "--draft-model). Without one (none in the model's config or --vllm-args) "
+            "speculation is not predicted."
+        ),
+    ] = None,
+    draft_model: Annotated[
+        str | None,
+        typer.Option(
+            help="The draft model of --drafter draft_model (config.json path, model directory "
+            "or built-in id): sized from its own config."
+        ),
+    ] = None,
+    vllm_args: Annotated[
+        str | None,
+        typer.Option(
+            help="The engine's vLLM command line (one quoted string): its "
+            "--tensor-parallel-size, --gpu-memory-utilization, --max-num-seqs, --max-model-len, "
+            "--kv-cache-dtype, --mamba-* and --speculative-config are used over --tp, "
+            "--context and --drafter; the report says where each input came from."
+        ),
     ] = None,
     ssm_state_dtype: Annotated[
         str | None,
@@ -165,24 +201,43 @@ def predict(
             estimate = acc.geometric(0.7 if acceptance is None else acceptance, max(ks))
             if acceptance is not None and not 0 <= acceptance <= 1:
                 raise InputError("acceptance must lie in [0, 1]")
-        workload = Workload(
-            context_tokens=context,
-            tensor_parallel=tp,
-            drafter=DrafterKind(drafter) if drafter else None,
-        )
+        live = _vllm_args(vllm_args)
+        kind = _drafter_kind(drafter, draft_model)
         if engine not in PRESETS:
             raise InputError(f"unknown engine {engine!r}; known: {', '.join(PRESETS)}")
-        spec = load_model(model, weights=weights, ssm_state_dtype=ssm_state_dtype)
+        spec = load_model(
+            model,
+            weights=weights,
+            ssm_state_dtype=ssm_state_dtype or (live.mamba_ssm_cache_dtype if live else None),
+            mamba_cache_dtype=live.mamba_cache_dtype if live else None,
+        )
+        resolved = resolve(
+            spec,
+            live,
+            Fallback(
+                context_tokens=4096 if context is None else context,
+                tensor_parallel=1 if tp is None else tp,
+                drafter=kind,
+                draft_model=draft_model,
+                context_source=DEFAULT if context is None else "--context",
+                tensor_parallel_source=DEFAULT if tp is None else "--tp",
+                drafter_source=DECLARED,
+            ),
+            load_draft=load_draft_model,
+        )
         hardware = resolve_hardware(gpu, profile)
         report = build_report(
-            spec,
+            resolved.model,
             hardware,
             estimate,
-            workload,
+            resolved.workload,
             batches=batches,
             spec_tokens=ks,
             windows=windows,
             engine=PRESETS[engine],
+            drafter=resolved.drafter,
+            acceptance_measured=acceptance is not None or rates is not None,
+            inputs=resolved.table(),
         )
     except (AutotunerError, ValueError) as exc:
         fail(_one_line(exc))
@@ -190,6 +245,33 @@ def predict(
         print(json.dumps(report, indent=2))
     else:
         render_report(report, detail=detail)
+
+
+def _vllm_args(text: str | None) -> EngineArgs | None:
+    """A vLLM command line given as one string, read as the sidecar reads the live args."""
+    if text is None:
+        return None
+    import shlex
+
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise InputError(f"--vllm-args: cannot split the command line ({exc})") from None
+    return parse_engine_args(words)
+
+
+def _drafter_kind(drafter: str | None, draft_model: str | None) -> DrafterKind | None:
+    if drafter is None:
+        return DrafterKind.DRAFT_MODEL if draft_model else None
+    aliases = {"eagle3": DrafterKind.EAGLE}
+    try:
+        kind = aliases.get(drafter.lower()) or DrafterKind(drafter.lower())
+    except ValueError:
+        known = ", ".join([*(k.value for k in DrafterKind), "eagle3"])
+        raise InputError(f"unknown drafter {drafter!r}; known: {known}") from None
+    if draft_model and kind is not DrafterKind.DRAFT_MODEL:
+        raise InputError(f"--draft-model is the model of --drafter draft_model, not {drafter}")
+    return kind
 
 
 def _one_line(exc: Exception) -> str:
@@ -213,6 +295,18 @@ def render_report(report: dict[str, Any], *, detail: bool, console: Console | No
         f"MiB/request; ring entry {summary['ring_entry_kib']} KiB; KV "
         f"{summary['kv_kib_per_token']} KiB/token; drafter {summary['drafter']}"
     )
+    drafter = report.get("drafter")
+    if drafter:
+        predicted = "" if drafter["speculation_predicted"] else "; speculation not predicted"
+        console.print(
+            f"  deployed drafter: {escape(drafter['description'])} ({drafter['source']}){predicted}"
+        )
+    if report.get("inputs"):
+        console.print("  inputs: " + escape(_inputs_line(report["inputs"])))
+        for name, item in report["inputs"].items():
+            said = item["source"] != DEFAULT or item["note"].startswith("bounded")
+            if item["note"] and name != "drafter" and said:
+                console.print(f"  [dim]{name}: {escape(item['note'])}[/]")
     rates = ", ".join(f"{p:.2f}" for p in report["acceptance"]["conditional"])
     console.print(f"  acceptance per position: {rates}; engine: {report['engine']['name']}")
     rows: dict[int, dict[str, dict[str, Any]]] = {}
@@ -245,7 +339,8 @@ def render_report(report: dict[str, Any], *, detail: bool, console: Console | No
     flips = {k: v for k, v in report["versus_plain"].items() if v and k.startswith("spec:")}
     for label, batches in flips.items():
         console.print(f"  {label} vs plain flips at batch {', '.join(map(str, batches))}")
-    console.print("Quick rule (speculation with state copies, state-dominated steps):")
+    if report["quick_rule"]:
+        console.print("Quick rule (speculation with state copies, state-dominated steps):")
     for rule in report["quick_rule"]:
         console.print(
             f"  T={rule['drafts']}: copy_rule(p={rule['rate']:.2f}) = {rule['value']:.2f} -> "
@@ -256,8 +351,8 @@ def render_report(report: dict[str, Any], *, detail: bool, console: Console | No
         capacity = report["capacity"]
         limited = ", ".join(f"{label} {capacity[label]}" for label in infeasible)
         console.print(
-            "* = batch does not fit in memory; shown is what the engine reaches by queueing. "
-            f"Max batch: {limited}"
+            "* = batch does not fit in memory (or is above --max-num-seqs); shown is what the "
+            f"engine reaches by queueing. Max batch: {limited}"
         )
     for note in report["notes"]:
         console.print(f"[dim]note: {note}[/]")
@@ -278,6 +373,18 @@ def render_report(report: dict[str, Any], *, detail: bool, console: Console | No
                 "yes" if p["feasible"] else "no",
             )
         console.print(full)
+
+
+def _inputs_line(inputs: dict[str, dict[str, Any]]) -> str:
+    """`name value (source)` for every input the prediction used, the drafter aside."""
+    parts = []
+    for name, item in inputs.items():
+        if name == "drafter":
+            continue
+        value = "-" if item["value"] is None else item["value"]
+        mark = "" if item["modelled"] else ", not modelled"
+        parts.append(f"{name} {value} ({item['source']}{mark})")
+    return ", ".join(parts)
 
 
 def _cell(p: dict[str, Any], plain: dict[str, Any]) -> str:
@@ -523,22 +630,29 @@ def status(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Show the live args, the setup they configure, the persisted state, pause and leader."""
+    """Show the live args, the setup they configure, the engine inputs they set (and which are
+    left to vLLM's defaults), the deployed drafter, the persisted state, pause and leader."""
     from autotuner.actuators.base import ActuatorError
+    from autotuner.actuators.flags import vllm_tokens
     from autotuner.actuators.targets import open_target
 
     try:
         live = open_target(target, kube_server=kube_server).read()
         leader = _lease_holder(target, kube_server, lease) if lease else None
+        engine_args = parse_engine_args(vllm_tokens(live.command, live.args))
     except ActuatorError as exc:
         fail(_one_line(exc), code=1)
     except (AutotunerError, ValueError) as exc:
         fail(_one_line(exc))
+    inputs = {name: i.model_dump(mode="json") for name, i in args_table(engine_args).items()}
+    drafter = _status_drafter(engine_args.speculative)
     report = {
         "target": live.description,
         "setup": live.setup.label,
         "command": list(live.command),
         "args": list(live.args),
+        "engine_args": inputs,
+        "drafter": drafter,
         "paused": live.paused,
         "rollout": {
             "done": live.rollout.done,
@@ -557,6 +671,14 @@ def status(
         + (" [yellow](paused)[/]" if live.paused else "")
     )
     console.print(f"  args: {' '.join(live.command + live.args)}")
+    given = [f"{k} {v['value']}" for k, v in inputs.items() if v["source"] == LIVE]
+    left = [k for k, v in inputs.items() if v["source"] != LIVE]
+    console.print(f"  from the live args: {', '.join(given) or 'none of the modelled flags'}")
+    console.print(f"  vLLM's defaults (not in the args): {', '.join(left) or '-'}")
+    console.print(
+        f"  drafter: {escape(drafter['description'])}"
+        + (f" [dim]({escape(drafter['note'])})[/]" if drafter["note"] else "")
+    )
     console.print(
         f"  rollout: {'done' if live.rollout.done else 'in progress'} "
         f"{live.rollout.stuck or live.rollout.detail}"
@@ -564,6 +686,45 @@ def status(
     console.print(f"  state: {'persisted' if live.state else 'none'}; leader: {leader or '-'}")
     for line in _state_lines(live.state):
         console.print(f"  {line}")
+
+
+def _status_drafter(spec: SpeculativeConfig | None) -> dict[str, Any]:
+    """The drafter the live args deploy, as far as the args alone tell (no model is read:
+    whether the model has MTP layers is the sidecar's check)."""
+    if spec is None:
+        return {
+            "description": "none in the args",
+            "source": DEFAULT,
+            "note": "no --speculative-config: the model's own MTP layers or a declared drafter "
+            "(model.drafter), else no speculation",
+        }
+    method = spec.resolved_method
+    described = {
+        **spec.model_dump(mode="json"),
+        "resolved_method": method,
+        "source": LIVE,
+        "note": "" if spec.kind else f"method {method} is not modelled: speculation not predicted",
+    }
+    size = ""
+    if spec.kind is DrafterKind.DRAFT_MODEL and spec.model:
+        try:
+            draft = load_draft_model(spec.model)
+            size = f", {draft.params / 1e9:.2f}B params"
+            described["draft_params"] = draft.params
+        except AutotunerError as exc:
+            described["note"] = f"draft model size unknown ({_one_line(exc)})"
+    described["description"] = " ".join(
+        filter(
+            None,
+            (
+                method or "?",
+                f"({spec.model}{size})" if spec.model else "",
+                f"K={spec.num_speculative_tokens}" if spec.num_speculative_tokens else "",
+                "adaptive verification" if spec.enable_adaptive_verification else "",
+            ),
+        )
+    )
+    return described
 
 
 def _state_lines(persisted: str | None) -> list[str]:

@@ -22,6 +22,7 @@ from autotuner.core.costmodel import (
     predict_all,
     winner_changes,
 )
+from autotuner.core.engine_args import DECLARED, Drafter, deployed_drafter
 from autotuner.core.hardware import HardwareProfile
 from autotuner.core.model import ModelSpec
 from autotuner.core.types import PLAIN, Setup
@@ -73,8 +74,17 @@ def build_report(
     spec_tokens: Sequence[int],
     windows: Sequence[int],
     engine: EngineCapabilities,
+    drafter: Drafter | None = None,
+    acceptance_measured: bool = False,
+    inputs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Predict every candidate; winners and crossovers only among what `engine` accepts."""
+    """Predict every candidate; winners and crossovers only among what `engine` accepts.
+
+    Speculation is a candidate only with a drafter whose cost is known (the deployed or
+    declared one: `drafter`, by default the workload's override or the model's own MTP
+    layers), and for ngram / suffix drafters only with measured acceptance."""
+    drafter = drafter or deployed_drafter(model, None, workload.drafter, declared_source=DECLARED)
+    spec_tokens, why_not = _speculation(drafter, spec_tokens, acceptance_measured)
     # Replay applies only to models with recurrent state.
     setups = candidate_setups(spec_tokens, windows if model.is_hybrid else ())
     runnable = [s for s in setups if engine.accepts(s)]
@@ -90,10 +100,16 @@ def build_report(
     }
     return {
         "model": model.summary(),
-        "notes": list(model.notes),
+        "notes": [*model.notes, *why_not, *drafter.notes],
         "gpu": hardware.name,
         "profile_source": hardware.source,
         "workload": workload.model_dump(mode="json"),
+        "inputs": inputs or {},
+        "drafter": {
+            **drafter.model_dump(mode="json", exclude={"draft"}),
+            "description": drafter.describe(),
+            "speculation_predicted": bool(spec_tokens),
+        },
         "acceptance": {"conditional": list(acceptance.conditional)},
         "engine": engine.model_dump(mode="json"),
         "capacity": {label: curve.max_batch for label, curve in asked.items()},
@@ -106,6 +122,21 @@ def build_report(
         "versus_plain": versus_plain,
         "quick_rule": [quick_rule(acceptance, k) for k in spec_tokens],
     }
+
+
+def _speculation(
+    drafter: Drafter, spec_tokens: Sequence[int], acceptance_measured: bool
+) -> tuple[Sequence[int], list[str]]:
+    """The draft lengths to predict, and why none are."""
+    if not drafter.predictable:
+        return (), [drafter.problem or "speculation not predicted"]
+    if drafter.acceptance_is_the_workloads and not acceptance_measured:
+        return (), [
+            f"{drafter.method or drafter.kind.value} drafter: its acceptance is the workload's; "
+            "speculation not predicted without measured acceptance (give --acceptance or "
+            "--acceptance-per-position as measured, e.g. by `autotuner observe`)"
+        ]
+    return spec_tokens, []
 
 
 def _row(prediction: Any, engine: EngineCapabilities) -> dict[str, Any]:
