@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from autotuner.actuators.base import (
     Actuator,
@@ -18,12 +19,16 @@ from autotuner.actuators.base import (
     LiveTarget,
     RestartError,
 )
+from autotuner.actuators.flags import vllm_tokens
 from autotuner.canary.phase import CanaryPhase, Capacity
 from autotuner.core.acceptance import from_conditional
 from autotuner.core.costmodel import Crossover, Workload
+from autotuner.core.engine_args import ArgsError, Fallback, Resolved, resolve, speculative_of
+from autotuner.core.engine_args import parse as parse_engine_args
 from autotuner.core.hardware import HardwareProfile
 from autotuner.core.model import ModelSpec
 from autotuner.core.policy import Context
+from autotuner.core.registry import load_draft_model
 from autotuner.core.report import equivalent_rate
 from autotuner.core.state import TunerState, read_state
 from autotuner.core.step import Notice, NoticeKind, Step, restart_refused, step
@@ -65,6 +70,8 @@ class Controller:
     canary: CanaryPhase = field(init=False)
     set_aside_told: str | None = field(default=None, init=False)  # unreadable state, told once
     written: str | None = field(default=None, init=False)  # the state record we last wrote
+    inputs: dict[str, Any] = field(default_factory=dict, init=False)  # the workload's sources
+    args_problem: str | None = field(default=None, init=False)  # unreadable live args, told once
 
     def __post_init__(self) -> None:
         self.notifier = Notifier(self.logger, self.metrics, self.actuator)
@@ -191,20 +198,23 @@ class Controller:
         leader: bool,
         now: float,
     ) -> Context:
+        resolved = self._resolve(state, observation, live)
         return Context(
             now=now,
-            model=self.model,
+            model=resolved.model,
             hardware=self.hardware,
             engine=self.settings.engine.capabilities.without(
                 k for k, r in state.refused.items() if r.until > now
             ),
-            workload=self._workload(observation),
+            workload=resolved.workload,
             deployed=live.setup if live else None,
             drafter_available=bool(
                 (live and live.speculative_config)
                 or state.drafter
                 or (live is None and observation.live_setup and observation.live_setup.speculation)
-            ),
+            )
+            and resolved.drafter.predictable,
+            drafter_problem=resolved.drafter.problem,
             leader=leader,
             paused=self.settings.target.paused or bool(live and live.paused),
             rollout_in_progress=bool(live and not live.rollout.done),
@@ -222,13 +232,42 @@ class Controller:
             return "no target to patch"
         return None if leader else "not the leader"
 
-    def _workload(self, observation: Observation) -> Workload:
-        workload = self.workload
-        if observation.usable and observation.mean_context_tokens:
-            workload = workload.model_copy(
-                update={"context_tokens": observation.mean_context_tokens}
-            )
-        return workload
+    def _resolve(
+        self, state: TunerState, observation: Observation, live: LiveTarget | None
+    ) -> Resolved:
+        """The workload, model and drafter the engine really runs: the target's live args
+        over the settings (core/engine_args.py); each input's source goes to /decision."""
+        names = self.settings.engine.flags
+        args, problem = None, None
+        if live is not None:
+            try:
+                args = parse_engine_args(
+                    vllm_tokens(live.command, live.args, names),
+                    speculative_flag=names.speculative_config,
+                    mamba_ssm_flag=names.mamba_ssm_cache_dtype,
+                )
+            except ArgsError as exc:
+                problem = f"the live args cannot be read ({exc}): the settings are used"
+        if problem != self.args_problem and problem is not None:
+            self.notifier.log(problem, logging.WARNING)
+        self.args_problem = problem
+        model = self.settings.model
+        resolved = resolve(
+            self.model,
+            args,
+            Fallback(
+                context_tokens=model.context_tokens,
+                tensor_parallel=model.tensor_parallel,
+                drafter=model.drafter,
+            ),
+            observed_context=observation.mean_context_tokens if observation.usable else None,
+            saved=speculative_of(state.drafter),
+            load_draft=_draft_model_size,
+        )
+        self.inputs = resolved.table()
+        if problem is not None:
+            self.inputs["live_args"] = {"value": None, "source": "live args", "note": problem}
+        return resolved
 
     def _capacity(self, state: TunerState, observation: Observation, ctx: Context) -> Capacity:
         """Tokens/s one engine can serve in a setup (the canary's budget): the calibrated
@@ -398,6 +437,7 @@ class Controller:
                 calibration=ctx.predictor(state, policy).fit.factors(),
                 quick_rule_rate=rate,
                 mode=self.settings.mode,
+                inputs=self.inputs,
             )
         )
 
@@ -464,6 +504,9 @@ class Controller:
         if self.elector is not None:
             self.elector.release()
         self.notifier.log("stopped")
+
+
+_draft_model_size = cache(load_draft_model)  # a deployed draft model's config, read once
 
 
 class PhaseTimer:

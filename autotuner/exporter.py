@@ -53,6 +53,7 @@ class Snapshot:
     calibration: list[Factor] = field(default_factory=list)
     quick_rule_rate: float | None = None
     mode: str = "advise"
+    inputs: dict[str, Any] = field(default_factory=dict)  # workload inputs with their sources
 
 
 class TunerMetrics:
@@ -348,6 +349,7 @@ def decision_document(snapshot: Snapshot) -> dict[str, Any]:
         "observation": obs.model_dump(mode="json", exclude={"batch": {"values"}}) if obs else None,
         "crossover": _crossover_document(snapshot.crossover),
         "calibration": [f._asdict() for f in snapshot.calibration],
+        "inputs": snapshot.inputs,
         "state": {
             "current": snapshot.state.current.label if snapshot.state.current else None,
             "verification": snapshot.state.verification.model_dump(mode="json")

@@ -52,6 +52,7 @@ class Context:
     workload: Workload = field(default_factory=Workload)
     deployed: Setup | None = None  # read back from the target's args, when known
     drafter_available: bool = True  # the operator configured a drafter (never invented)
+    drafter_problem: str | None = None  # why the deployed drafter cannot be predicted
     low_precision_replay: bool = False  # the target writes replay over a non-fp32 SSM state
     leader: bool = True
     paused: bool = False
@@ -465,6 +466,8 @@ def candidates(
         else:
             limit = min(acceptance.max_spec_tokens, engine.max_spec_tokens)
             ks = tuple(k for k in settings.candidates.spec_tokens if 1 <= k <= limit)
+    elif engine.speculation and ctx.drafter_problem:
+        notes.append(ctx.drafter_problem)
     setups = [PLAIN, *(Setup(replay_window=w) for w in windows)]
     setups += [Setup(spec_tokens=k) for k in ks]
     if engine.replay_with_speculation:

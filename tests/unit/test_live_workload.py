@@ -1,0 +1,120 @@
+"""The loop reads the engine from its live args: tensor parallelism and memory utilisation from
+the target's command line over the settings, the drafter from its --speculative-config (a method
+the cost model cannot charge proposes no speculation), and /decision says where each came from."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from autotuner.actuators.exec import ExecActuator
+from autotuner.controller import Controller
+from autotuner.core.costmodel import Workload
+from autotuner.core.engine_args import LIVE, SETTINGS
+from autotuner.core.hardware import datasheet
+from autotuner.core.model import DrafterKind
+from autotuner.core.registry import load_model
+from autotuner.core.types import Decision, Observation
+from autotuner.exporter import TunerMetrics, decision_document
+from autotuner.settings import cli_overrides, load_settings
+from autotuner.sim.truth import TruthEngine
+
+LLAMA = load_model("meta-llama/Llama-3.1-70B-Instruct-FP8")
+H200 = datasheet("H200")
+TRUTH = TruthEngine(LLAMA, H200, Workload(drafter=DrafterKind.EAGLE))
+EAGLE = '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-70B", "num_speculative_tokens": 3}'
+MEDUSA = '{"method": "medusa", "model": "FasterDecoding/medusa-70b", "num_speculative_tokens": 3}'
+
+
+def step(tmp_path: Path, args: list[str], *settings: str) -> tuple[Decision, dict[str, object]]:
+    """One advisory step against a target whose args are `args`; the decision and /decision."""
+    path = tmp_path / "vllm.args"
+    path.write_text("\n".join(["--model", LLAMA.name, *args]) + "\n")
+    actuator = ExecActuator(path, [sys.executable, "-c", "pass"], timeout_s=30)
+    loaded, _ = load_settings(cli=cli_overrides(["quality.enabled=false", *settings]))
+
+    def observe() -> Observation:
+        return TRUTH.observation(
+            now=1000.0, window_s=60, setup=actuator.read().setup, batch=16, rates=(0.7, 0.6, 0.5)
+        )
+
+    tuner = Controller(
+        settings=loaded,
+        model=LLAMA,
+        hardware=H200,
+        observe=observe,
+        actuator=actuator,
+        metrics=TunerMetrics(),
+        logger=logging.getLogger("test"),
+        clock=lambda: 1000.0,
+    )
+    decision = tuner.step()
+    return decision, decision_document(tuner.metrics.current())
+
+
+def test_live_tensor_parallel_and_memory_utilisation_win_over_the_settings(
+    tmp_path: Path,
+) -> None:
+    settings_only, settings_doc = step(tmp_path, [], "model.tensor_parallel=1")
+    live, live_doc = step(
+        tmp_path,
+        ["--tensor-parallel-size", "2", "--gpu-memory-utilization=0.8"],
+        "model.tensor_parallel=1",
+    )
+    inputs = live_doc["inputs"]
+    assert isinstance(inputs, dict)
+    assert inputs["tensor_parallel"]["value"] == 2
+    assert inputs["tensor_parallel"]["source"] == LIVE
+    assert "settings: 1" in inputs["tensor_parallel"]["note"]
+    assert inputs["gpu_memory_utilization"] == {
+        "value": 0.8,
+        "source": LIVE,
+        "note": "",
+        "modelled": True,
+    }
+    fallback = settings_doc["inputs"]
+    assert isinstance(fallback, dict)
+    assert fallback["tensor_parallel"]["source"] == SETTINGS
+    assert fallback["context_tokens"]["source"] == "observed"
+    # Twice the GPUs per replica: plain is predicted faster than on the settings' one GPU.
+    plain = "plain"
+    assert live.predicted_tokens_per_s[plain] > 1.3 * settings_only.predicted_tokens_per_s[plain]
+
+
+def test_a_bare_model_without_a_drafter_proposes_no_speculation(tmp_path: Path) -> None:
+    decision, document = step(tmp_path, [])
+    assert set(decision.predicted_tokens_per_s) == {"plain"}
+    inputs = document["inputs"]
+    assert isinstance(inputs, dict)
+    assert inputs["drafter"]["value"] == "none"
+
+
+def test_the_deployed_drafter_decides_whether_speculation_is_proposed(tmp_path: Path) -> None:
+    eagle, document = step(tmp_path, ["--speculative-config", EAGLE])
+    assert any(label.startswith("spec:") for label in eagle.predicted_tokens_per_s)
+    inputs = document["inputs"]
+    assert isinstance(inputs, dict)
+    assert inputs["drafter"]["source"] == LIVE
+    assert inputs["drafter"]["value"].startswith("eagle")
+    # A method the cost model does not charge: nothing is proposed beyond what runs, and why.
+    medusa, _ = step(tmp_path, ["--speculative-config", MEDUSA])
+    proposed = set(medusa.predicted_tokens_per_s) - {medusa.current.label}
+    assert not any(label.startswith("spec:") for label in proposed)
+    assert any("method medusa" in note and "not modelled" in note for note in medusa.notes)
+
+
+def test_unreadable_live_args_fall_back_to_the_settings_and_say_so(tmp_path: Path) -> None:
+    decision, document = step(
+        tmp_path, ["--tensor-parallel-size", "two"], "model.tensor_parallel=2"
+    )
+    inputs = document["inputs"]
+    assert isinstance(inputs, dict)
+    assert inputs["tensor_parallel"] == {
+        "value": 2,
+        "source": SETTINGS,
+        "note": "",
+        "modelled": True,
+    }
+    assert "cannot be read" in inputs["live_args"]["note"]
+    assert decision.predicted_tokens_per_s
