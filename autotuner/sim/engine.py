@@ -4,6 +4,13 @@ Everything advances by expectation (no randomness): over dt seconds at batch B a
 an engine runs dt/t steps, each carrying one draft per running request when speculation is on.
 The exposition is produced by prometheus_client, as vLLM's own is, so names, label order,
 `_total`/`_created` suffixes and histogram layout match (cf. fixtures/).
+
+The speculative counters count as vLLM's do (vllm/v1/core/sched/scheduler.py
+`make_spec_decoding_stats`, vllm/v1/spec_decode/metrics.py `SpecDecodingStats.observe_draft`):
+per request and step that proposed at least one token, drafts += 1, draft tokens += the tokens
+proposed, and accepted_per_pos[i] += 1 for every accepted position i; a request that proposed
+nothing counts nowhere. The K proposed is the schedule's band for the step's batch, and with
+`SimSetup.proposed_lengths` (an n-gram or adaptive drafter) a draft proposes fewer at will.
 """
 
 from __future__ import annotations
@@ -49,7 +56,10 @@ TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 @dataclass
 class SimSetup:
-    """What the simulated engine runs; `acceptance` holds conditional rates per position."""
+    """What the simulated engine runs; `acceptance` holds conditional rates per position (given
+    the position was proposed). `proposed_lengths[j]`, when given, is the probability that a
+    draft proposes j tokens (j = 0, 1, ...; capped at the step's K), independent of acceptance;
+    empty: every draft proposes the step's K."""
 
     spec_tokens: int = 3
     acceptance: Sequence[float] = (0.8, 0.7, 0.6)
@@ -58,15 +68,24 @@ class SimSetup:
     mamba_ssm_cache_dtype: str = "float32"
     mamba_cache_mode: str = "none"
     schedule: tuple[ScheduleBand, ...] = ()
+    proposed_lengths: tuple[float, ...] = ()
 
     @classmethod
-    def of(cls, setup: Setup, acceptance: Sequence[float], **options: str) -> SimSetup:
+    def of(
+        cls,
+        setup: Setup,
+        acceptance: Sequence[float],
+        *,
+        proposed_lengths: Sequence[float] = (),
+        **options: str,
+    ) -> SimSetup:
         return cls(
             spec_tokens=setup.spec_tokens,
             acceptance=tuple(acceptance),
             replay=bool(setup.replay_window),
             replay_window=setup.replay_window or 16,
             schedule=setup.schedule,
+            proposed_lengths=tuple(proposed_lengths),
             **options,
         )
 
@@ -80,6 +99,40 @@ class SimSetup:
 
     def k_at(self, batch: float) -> int:
         return int(self.setup.spec_tokens_at([max(round(batch), 1)])[0])
+
+    def drafting(self, batch: float) -> Drafting:
+        """What one request's step drafts at this batch, in expectation."""
+        k = self.k_at(batch) if self.spec_tokens else 0
+        lengths = list(self.proposed_lengths) or [0.0] * k + [1.0]
+        total = sum(lengths)
+        # P(the draft proposed at least i tokens), i = 0..k, with lengths past k capped at k.
+        at_least = [sum(lengths[i:]) / total if total > 0 else 0.0 for i in range(k + 1)]
+        reach, accepted = 1.0, []
+        for i, rate in enumerate(list(self.acceptance)[:k]):
+            reach *= rate
+            accepted.append(at_least[i + 1] * reach)
+        return Drafting(
+            k=k,
+            drafts=at_least[1] if k else 0.0,
+            draft_tokens=sum(at_least[1:]),
+            accepted=accepted,
+        )
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """Per request and step: the K in force, the chance it counts as a draft (it proposed a
+    token), the draft tokens proposed, and the chance each position was accepted."""
+
+    k: int
+    drafts: float
+    draft_tokens: float
+    accepted: list[float]
+
+    @property
+    def tokens(self) -> float:
+        """Tokens the request gains in the step: the accepted drafts and one more."""
+        return 1.0 + sum(self.accepted)
 
 
 @dataclass
@@ -173,17 +226,10 @@ class SimulatedVllm:
         setup = self.setup
         limit = self.capacity(setup) if self.capacity else math.inf
         batch = min(demand, max(limit, 1.0))
-        k = setup.k_at(batch) if setup.spec_tokens else 0
+        drafting = setup.drafting(batch)
         step = self.step_time(batch, setup) if batch > 0 else 0.0
         steps = dt / step if step > 0 else 0.0
-        reach = 1.0
-        kept_per_draft = 0.0
-        reaches = []
-        for rate in setup.acceptance[:k]:
-            reach *= rate
-            reaches.append(reach)
-            kept_per_draft += reach
-        tokens_per_request_step = 1.0 + kept_per_draft
+        tokens_per_request_step = drafting.tokens
         for engine in self.engines:
             engine.running = batch
             engine.waiting = demand - batch
@@ -191,11 +237,7 @@ class SimulatedVllm:
                 min(1.0, batch / max(limit, 1.0)) if self.capacity else min(1.0, batch / 1024)
             )
             request_steps = batch * steps
-            if setup.spec_tokens and k:
-                engine.drafts += request_steps
-                engine.draft_tokens += request_steps * k
-                for i, value in enumerate(reaches):
-                    engine.accepted_per_position[i] += request_steps * value
+            self._count_drafts(engine, drafting, request_steps)
             generated = request_steps * tokens_per_request_step
             engine.generation_tokens += generated
             self.total_generated += generated
@@ -208,33 +250,34 @@ class SimulatedVllm:
             bucket = next((i for i, le in enumerate(ITL_BUCKETS) if step <= le), len(ITL_BUCKETS))
             engine.itl_buckets[bucket] += request_steps
             engine.tpot_sum += finished * step / tokens_per_request_step
-            engine.iteration_sum += steps * batch * (1 + k)
+            engine.iteration_sum += steps * batch * (1 + drafting.draft_tokens)
             engine.iteration_count += steps
         self.now = t
+
+    @staticmethod
+    def _count_drafts(engine: EngineCounters, drafting: Drafting, request_steps: float) -> None:
+        """vLLM's `observe_draft`, summed over `request_steps` requests' steps."""
+        if not drafting.k:
+            return
+        engine.drafts += request_steps * drafting.drafts
+        engine.draft_tokens += request_steps * drafting.draft_tokens
+        for i, value in enumerate(drafting.accepted):
+            engine.accepted_per_position[i] += request_steps * value
 
     def record_step(self, running: float, waiting: float, step_s: float) -> None:
         """Count one engine step that served `running` requests (the completions engine's
         steps, when the load is the real requests rather than a trace)."""
-        setup = self.setup
-        k = setup.k_at(running) if setup.spec_tokens else 0
-        reach, reaches = 1.0, []
-        for rate in list(setup.acceptance)[:k]:
-            reach *= rate
-            reaches.append(reach)
+        drafting = self.setup.drafting(running)
         for engine in self.engines:
             engine.running, engine.waiting = running, waiting
-            if k:
-                engine.drafts += running
-                engine.draft_tokens += running * k
-                for i, value in enumerate(reaches):
-                    engine.accepted_per_position[i] += running * value
-            generated = running * (1.0 + sum(reaches))
+            self._count_drafts(engine, drafting, running)
+            generated = running * drafting.tokens
             engine.generation_tokens += generated
             self.total_generated += generated
             engine.itl_sum += running * step_s
             bucket = next((i for i, le in enumerate(ITL_BUCKETS) if step_s <= le), len(ITL_BUCKETS))
             engine.itl_buckets[bucket] += running
-            engine.iteration_sum += running * (1 + k)
+            engine.iteration_sum += running * (1 + drafting.draft_tokens)
             engine.iteration_count += 1
 
     def collect(self) -> Iterator[Metric]:
