@@ -1,21 +1,37 @@
 """Acceptance math: from vLLM's draft counters to tokens kept per verify step.
 
 Notation follows COSTMODEL.md section 1. vLLM exports the number of drafts D and, per draft
-position i, the unconditional count a_i of drafts whose first i tokens were all accepted.
-The conditional rate is p_i = a_i / a_(i-1) (a_0 = D), and the expected tokens kept per verify
-step with K drafts is tau(K) = 1 + sum_{i<=K} prod_{j<=i} p_j.
+position i, the count a_i of drafts whose first i+1 tokens were all accepted. With a static K
+that every draft proposes in full, the conditional rate is p_i = a_i / a_(i-1) (a_-1 = D), and
+the expected tokens kept per verify step with K drafts is tau(K) = 1 + sum_{i<=K} prod_{j<=i} p_j.
+
+How vLLM counts (vllm-project/vllm, V1 engine): `Scheduler.update_from_output`
+(vllm/v1/core/sched/scheduler.py) calls `make_spec_decoding_stats` once per request of a step
+that carried drafts, with num_draft_tokens = len(scheduled_spec_decode_tokens[req]) and
+num_accepted = len(generated_token_ids) - 1; a request with no draft tokens that step returns
+early (`if not self.log_stats or not num_draft_tokens: return None`) and counts nowhere.
+`SpecDecodingStats.observe_draft` (vllm/v1/spec_decode/metrics.py) then does
+`num_drafts += 1; num_draft_tokens += num_draft_tokens; num_accepted_tokens_per_pos[i] += 1 for
+i < num_accepted`. So a draft that proposed k < K tokens is a trial at positions < k only, yet
+it is in D: when the proposed length varies (a per-batch K schedule, adaptive verification,
+n-gram or suffix drafting), a_i / a_(i-1) is P(accepted and proposed | reached), biased low at
+deep positions. `from_counts(..., proposed=...)` divides by the drafts that proposed each
+position instead (their share from `proposed_lengths`); where the proposed lengths are not known
+the naive rate is kept and flagged as a lower bound.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
+from autotuner.core.types import Setup
 from autotuner.errors import InputError
 
 Z_95 = 1.959963984540054
@@ -25,8 +41,12 @@ class AcceptanceEstimate(BaseModel):
     """Per-position conditional acceptance with a confidence interval from the counts.
 
     `drafts` and `accepted_per_position` may be fractional once counts are pooled with decay.
-    Positions whose previous position was never accepted carry no information: their rate is 0
-    and their interval is [0, 1].
+    `trials[i]` is the number of drafts that proposed position i having accepted every position
+    before it (the Wilson interval's trials); positions without trials carry no information:
+    their rate is 0 and their interval is [0, 1]. `lower_bound[i]` marks a position whose
+    proposals are not known (adaptive verification, n-gram drafting): its rate is the naive
+    a_i / a_(i-1), a lower bound of the rate given proposed, and exactly the per-draft rate this
+    drafter realises at the observed K; nothing is extrapolated from it (`exact_spec_tokens`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -37,11 +57,21 @@ class AcceptanceEstimate(BaseModel):
     conditional_low: tuple[float, ...]
     conditional_high: tuple[float, ...]
     confidence: float = 0.95
+    trials: tuple[float, ...] = ()
+    lower_bound: tuple[bool, ...] = ()
 
     @property
     def max_spec_tokens(self) -> int:
         """The deployed K the counts came from: no prediction is made beyond it."""
         return len(self.conditional)
+
+    @property
+    def exact_spec_tokens(self) -> int:
+        """Leading positions whose rate is an estimate, not a lower bound: a K up to this has
+        an unbiased tau; past it tau is the drafter's realised one (a lower bound of what a
+        drafter proposing every position would keep), and no larger K may be read from it."""
+        flags = self.lower_bound or (False,) * self.max_spec_tokens
+        return next((i for i, flag in enumerate(flags) if flag), len(flags))
 
     def tau(self, spec_tokens: int) -> float:
         """Expected tokens kept per verify step with K drafts (K <= the observed K)."""
@@ -62,9 +92,21 @@ class AcceptanceEstimate(BaseModel):
 
 
 def from_counts(
-    drafts: float, accepted_per_position: Sequence[float], *, confidence: float = 0.95
+    drafts: float,
+    accepted_per_position: Sequence[float],
+    *,
+    proposed: Sequence[float] | None = None,
+    confidence: float = 0.95,
 ) -> AcceptanceEstimate:
     """Build an estimate from vLLM's counters (or their deltas over a window).
+
+    `proposed[i]` is the share of the drafts that proposed position i (non-increasing, at most
+    1; `ProposedLengths.share`); None means every draft proposed every position (a static K).
+    Position i's trials are then a_(i-1) * proposed[i] / proposed[i-1]: the drafts that reached
+    it and proposed it, assuming a draft's acceptance does not depend on how many tokens it
+    proposed (true of a schedule, which picks K from the batch, not from the text). Positions
+    past the end of `proposed` have unknown proposals: their rate is the naive one, flagged as a
+    lower bound.
 
     Raises InputError for negative or non-finite counts, and for counts that rise with position
     (acceptance is prefix-only, so a_i can never exceed a_(i-1)).
@@ -78,23 +120,194 @@ def from_counts(
                 f"accepted count at position {position} ({after:g}) exceeds the count before it "
                 f"({before:g}): acceptance is prefix-only, so the counters are inconsistent"
             )
+    k = len(counts) - 1
+    shares = [1.0] * k if proposed is None else [float(s) for s in proposed[:k]]
+    if not all(0.0 <= s <= 1.0 + 1e-9 for s in shares) or any(
+        b > a * (1 + 1e-9) + 1e-12 for a, b in itertools.pairwise(shares)
+    ):
+        raise InputError(f"proposed shares must be non-increasing within [0, 1], got {shares}")
+    trials: list[float] = []
+    for i, reached in enumerate(counts[:-1]):
+        if i >= len(shares):
+            trials.append(reached)  # unknown proposals: every draft that reached i, at most
+            continue
+        before = shares[i - 1] if i else 1.0
+        trials.append(reached * shares[i] / before if before > 0 else 0.0)
+    lower = tuple(i >= len(shares) for i in range(k))
+    return from_trials(counts[0], counts[1:], trials, lower, confidence=confidence)
+
+
+def from_trials(
+    drafts: float,
+    successes: Sequence[float],
+    trials: Sequence[float],
+    lower_bound: Sequence[bool] = (),
+    *,
+    confidence: float = 0.95,
+) -> AcceptanceEstimate:
+    """An estimate from per-position successes and trials (pooled windows keep both)."""
     z = _z_for(confidence)
-    rates, lows, highs = [], [], []
-    for before, after in itertools.pairwise(counts):
-        trials = before
-        successes = min(after, trials)
-        rates.append(successes / trials if trials > 0 else 0.0)
-        low, high = wilson_interval(successes, trials, z)
+    rates, lows, highs, kept = [], [], [], []
+    for accepted, tried in zip(successes, trials, strict=True):
+        tried = max(float(tried), 0.0)
+        won = min(max(float(accepted), 0.0), tried)  # noise in a share can push it past
+        rates.append(won / tried if tried > 0 else 0.0)
+        low, high = wilson_interval(won, tried, z)
         lows.append(low)
         highs.append(high)
+        kept.append(tried)
+    flags = tuple(bool(f) for f in lower_bound) or (False,) * len(kept)
     return AcceptanceEstimate(
         drafts=float(drafts),
-        accepted_per_position=tuple(counts[1:]),
+        accepted_per_position=tuple(float(a) for a in successes),
         conditional=tuple(rates),
         conditional_low=tuple(lows),
         conditional_high=tuple(highs),
         confidence=confidence,
+        trials=tuple(kept),
+        lower_bound=flags,
     )
+
+
+# Drafts * K - draft tokens below this share of the drafts: every draft proposed every position
+# (within it, no conditional rate is off by more than this share).
+FULL_PROPOSALS = 0.01
+# Methods whose drafts propose fewer than K tokens at will (vLLM's ngram stops at the end of
+# the matched text; suffix decoding sizes each speculation), besides adaptive verification.
+VARIABLE_LENGTH_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
+
+
+class ProposedLengths(BaseModel):
+    """How many tokens the drafts of a window proposed: `share[i]` is the share of drafts that
+    proposed position i, for the positions where that is known (the rest are lower bounds)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    share: tuple[float, ...]
+    how: Literal["full", "schedule", "unknown"]
+    tokens_per_draft: float | None = None  # draft tokens / drafts, measured
+    mix: dict[int, float] = {}  # K -> share of drafts, under a schedule
+    note: str | None = None
+
+
+def variable_length(drafter: Mapping[str, Any] | None) -> bool:
+    """Whether the operator's `--speculative-config` lets a draft propose fewer than K tokens."""
+    if not drafter:
+        return False
+    method = str(drafter.get("method") or "").lower()
+    return method in VARIABLE_LENGTH_METHODS or bool(drafter.get("enable_adaptive_verification"))
+
+
+def proposed_lengths(
+    *,
+    spec_tokens: int,
+    drafts: float,
+    draft_tokens: float,
+    setup: Setup | None = None,
+    batch_samples: Sequence[float] = (),
+    variable: bool = False,
+) -> ProposedLengths:
+    """The share of drafts that proposed each of the `spec_tokens` positions.
+
+    - Draft tokens = drafts * K (within FULL_PROPOSALS): every draft proposed every position.
+    - A K schedule (`setup`, the deployed args) and a drafter that proposes all the K it is
+      given: each batch sample b drafts K(b) tokens for b requests a step; the mix of K values
+      over the window is that, tilted (exponentially, the least change) until its mean is the
+      measured draft tokens per draft. With two K values in the schedule the mean alone fixes
+      the mix; the samples only say which way to lean between three or more.
+    - Otherwise (adaptive verification, n-gram, a schedule we were not told, counts that do not
+      fit the schedule): only position 0 is known (vLLM counts no draft that proposed nothing);
+      the later positions are lower bounds.
+    """
+    full = ProposedLengths(share=(1.0,) * spec_tokens, how="full")
+    if spec_tokens == 0 or drafts <= 0:
+        return full
+    per_draft = draft_tokens / drafts
+    if spec_tokens == 1 or spec_tokens - per_draft <= FULL_PROPOSALS:
+        # Every counted draft proposed position 0: with K = 1 that is every position.
+        return full.model_copy(update={"tokens_per_draft": per_draft})
+    unknown = ProposedLengths(share=(1.0,), how="unknown", tokens_per_draft=per_draft)
+    positions = f"position{'s' if spec_tokens > 2 else ''} {_span(1, spec_tokens - 1)}"
+    if setup is None or not setup.schedule:
+        why = (
+            "the drafter proposes fewer tokens at will"
+            if variable
+            else "no K schedule was read from the target's args"
+        )
+        return unknown.model_copy(
+            update={
+                "note": f"{per_draft:.2f} draft tokens per draft at K={spec_tokens} and {why}: "
+                f"{positions} are lower bounds"
+            }
+        )
+    if variable:
+        return unknown.model_copy(
+            update={
+                "note": f"the drafter proposes fewer tokens than the schedule's K at will "
+                f"({per_draft:.2f} per draft): {positions} are lower bounds"
+            }
+        )
+    if setup.spec_tokens != spec_tokens:
+        return unknown.model_copy(
+            update={
+                "note": f"the args say K={setup.spec_tokens}, the engine exports {spec_tokens} "
+                f"positions (a restart pending?): {positions} are lower bounds"
+            }
+        )
+    mix = _schedule_mix(setup, batch_samples, per_draft)
+    if mix is None:
+        return unknown.model_copy(
+            update={
+                "note": f"{per_draft:.2f} draft tokens per draft does not fit the schedule "
+                f"{setup.label}: {positions} are lower bounds"
+            }
+        )
+    share = tuple(sum(f for k, f in mix.items() if k > i) for i in range(spec_tokens))
+    return ProposedLengths(share=share, how="schedule", tokens_per_draft=per_draft, mix=mix)
+
+
+def _schedule_mix(
+    setup: Setup, batch_samples: Sequence[float], per_draft: float
+) -> dict[int, float] | None:
+    """K -> share of drafts: the batch samples' mix (b drafts a step at batch b), tilted to
+    the measured mean; None when the mean is outside what the schedule's K values allow."""
+    values = sorted(
+        {b.spec_tokens for b in setup.schedule if b.spec_tokens > 0}
+        | ({setup.spec_tokens} if setup.spec_tokens > 0 else set())
+    )
+    if not values or not values[0] - FULL_PROPOSALS <= per_draft <= values[-1] + FULL_PROPOSALS:
+        return None
+    batches = np.maximum(np.round(np.asarray(batch_samples, dtype=np.float64)), 1.0)
+    ks = setup.spec_tokens_at(batches.astype(np.int64)) if len(batches) else np.zeros(0)
+    prior = np.array([float(batches[ks == k].sum()) for k in values])
+    # A K no sample showed may still have run between scrapes: a small weight, not none.
+    prior = np.maximum(prior, 1e-3 * max(float(prior.sum()), 1.0))
+    prior /= prior.sum()
+    k = np.asarray(values, dtype=np.float64)
+
+    def tilted(theta: float) -> npt.NDArray[np.float64]:
+        logits = np.log(prior) + theta * k
+        weights = np.exp(logits - logits.max())
+        return np.asarray(weights / weights.sum(), dtype=np.float64)
+
+    if len(values) == 1 or per_draft <= values[0]:
+        mix = np.eye(len(values))[0]
+    elif per_draft >= values[-1]:
+        mix = np.eye(len(values))[-1]
+    else:
+        low, high = -60.0, 60.0  # the tilted mean rises with theta
+        for _ in range(100):
+            middle = (low + high) / 2
+            if float(tilted(middle) @ k) < per_draft:
+                low = middle
+            else:
+                high = middle
+        mix = tilted((low + high) / 2)
+    return {int(v): float(f) for v, f in zip(values, mix, strict=True) if f > 0}
+
+
+def _span(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}-{last}"
 
 
 def geometric(rate: float, spec_tokens: int) -> AcceptanceEstimate:

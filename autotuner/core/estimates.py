@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
-from autotuner.core.acceptance import AcceptanceEstimate, from_counts
+from autotuner.core.acceptance import AcceptanceEstimate, from_trials
 from autotuner.core.types import AcceptanceStats
 
 # Batch bins: edges are powers of two up to 8192; a bin is represented by its geometric middle.
@@ -50,14 +50,24 @@ def decay(age_s: float, half_life_s: float) -> float:
 
 
 class AcceptanceMemory(BaseModel):
-    """Per-position counts pooled with decay. When speculation is off nothing new arrives: the
-    rates are kept, and their weight (so their confidence) shrinks with age."""
+    """Per-position successes and trials pooled with decay. When speculation is off nothing new
+    arrives: the rates are kept, and their weight (so their confidence) shrinks with age.
+
+    Trials are the drafts that proposed a position having accepted every one before it
+    (AcceptanceStats.trials_per_position): under a K schedule a window's deep positions have
+    fewer trials than its drafts, and a window in which no draft proposed a position keeps the
+    remembered rate there, as positions beyond a shorter deployed K do. `lower_bound_trials`
+    are the trials of windows whose proposals were not known there (their rate a lower bound):
+    a position is a lower bound while they are more than 1% of its trials.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     drafts: float = 0.0
     accepted_per_position: tuple[float, ...] = ()
     updated_at: float | None = None
+    trials_per_position: tuple[float, ...] = ()  # empty: a state written before trials
+    lower_bound_trials: tuple[float, ...] = ()
 
     @property
     def known(self) -> bool:
@@ -67,22 +77,35 @@ class AcceptanceMemory(BaseModel):
     def max_spec_tokens(self) -> int:
         return len(self.accepted_per_position)
 
+    def trials(self) -> list[float]:
+        if len(self.trials_per_position) == self.max_spec_tokens:
+            return list(self.trials_per_position)
+        return [self.drafts, *self.accepted_per_position[:-1]][: self.max_spec_tokens]
+
     def add(self, stats: AcceptanceStats, now: float, half_life_s: float) -> AcceptanceMemory:
         keep = decay(now - self.updated_at, half_life_s) if self.updated_at is not None else 0.0
         # A longer deployed K observes more positions; positions the window lacks keep memory.
         width = max(len(stats.accepted_per_position), self.max_spec_tokens)
-        old = list(self.accepted_per_position) + [0.0] * (width - self.max_spec_tokens)
-        new = list(stats.accepted_per_position) + [0.0] * (width - len(stats.accepted_per_position))
-        if len(stats.accepted_per_position) < self.max_spec_tokens and self.drafts > 0:
-            # Positions beyond the deployed K: carry the remembered conditional rates forward.
-            for i in range(len(stats.accepted_per_position), width):
-                previous = old[i - 1] if i else self.drafts
-                rate = old[i] / previous if previous > 0 else 0.0
-                new[i] = (new[i - 1] if i else stats.drafts) * rate
+        old_won = _padded(self.accepted_per_position, width)
+        old_tried = _padded(self.trials(), width)
+        old_lower = _padded(self.lower_bound_trials, width)
+        won = _padded(stats.accepted_per_position, width)
+        tried = _padded(_window_trials(stats), width)
+        flags = _padded(stats.lower_bound, width)
+        lower = [t if flag else 0.0 for t, flag in zip(tried, flags, strict=True)]
+        for i in range(width):
+            if tried[i] > 0 or old_tried[i] <= 0:
+                continue
+            # No draft of the window proposed position i: carry the remembered rate forward.
+            tried[i] = won[i - 1] if i else stats.drafts
+            won[i] = tried[i] * min(old_won[i] / old_tried[i], 1.0)
+            lower[i] = tried[i] * min(old_lower[i] / old_tried[i], 1.0)
         return AcceptanceMemory(
             drafts=self.drafts * keep + stats.drafts,
-            accepted_per_position=tuple(o * keep + n for o, n in zip(old, new, strict=True)),
+            accepted_per_position=_pooled(old_won, won, keep),
             updated_at=now,
+            trials_per_position=_pooled(old_tried, tried, keep),
+            lower_bound_trials=_pooled(old_lower, lower, keep),
         )
 
     def age_s(self, now: float) -> float | None:
@@ -94,7 +117,28 @@ class AcceptanceMemory(BaseModel):
             return None
         weight = decay(now - (self.updated_at or now), memory_half_life_s)
         weight = max(weight, 1e-6)
-        return from_counts(self.drafts * weight, [a * weight for a in self.accepted_per_position])
+        tried = self.trials()
+        lower = _padded(self.lower_bound_trials, self.max_spec_tokens)
+        return from_trials(
+            self.drafts * weight,
+            [a * weight for a in self.accepted_per_position],
+            [t * weight for t in tried],
+            [t > 0 and low > 0.01 * t for low, t in zip(lower, tried, strict=True)],
+        )
+
+
+def _window_trials(stats: AcceptanceStats) -> list[float]:
+    if len(stats.trials_per_position) == len(stats.accepted_per_position):
+        return list(stats.trials_per_position)
+    return [stats.drafts, *stats.accepted_per_position[:-1]][: len(stats.accepted_per_position)]
+
+
+def _padded(values: Sequence[float] | Sequence[bool], width: int) -> list[float]:
+    return [float(v) for v in values] + [0.0] * (width - len(values))
+
+
+def _pooled(old: Sequence[float], new: Sequence[float], keep: float) -> tuple[float, ...]:
+    return tuple(o * keep + n for o, n in zip(old, new, strict=True))
 
 
 class BatchHistogram(BaseModel):

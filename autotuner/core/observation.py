@@ -9,15 +9,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from autotuner.core.acceptance import from_counts
+from autotuner.core.acceptance import from_counts, proposed_lengths, variable_length
 from autotuner.core.types import (
     AcceptanceStats,
     BatchStats,
     LiveSetup,
     Observation,
+    Setup,
     UnusableReason,
 )
 from autotuner.errors import InputError
@@ -89,29 +91,106 @@ def batch_stats(samples: Sequence[float]) -> BatchStats:
     )
 
 
-def acceptance_stats(totals: WindowTotals, limits: ObservationLimits) -> AcceptanceStats:
-    estimate = from_counts(totals.drafts, totals.accepted_per_position)
+def acceptance_stats(
+    totals: WindowTotals,
+    limits: ObservationLimits,
+    *,
+    setup: Setup | None = None,
+    drafter: Mapping[str, Any] | None = None,
+) -> AcceptanceStats:
+    """The window's acceptance, each position's rate over the drafts that proposed it.
+
+    `setup` is the deployed one (the target's args: they show a K schedule) and `drafter` its
+    `--speculative-config` (some drafters propose fewer than K at will); without them the
+    counters alone say whether every draft proposed K (core/acceptance.py `proposed_lengths`).
+    """
+    return _stats(
+        totals.drafts,
+        totals.draft_tokens,
+        totals.accepted,
+        totals.accepted_per_position,
+        totals.batch_samples,
+        limits.min_drafts,
+        setup=setup,
+        drafter=drafter,
+    )
+
+
+def _stats(
+    drafts: float,
+    draft_tokens: float,
+    accepted: float,
+    accepted_per_position: Sequence[float],
+    batch_samples: Sequence[float],
+    min_drafts: float,
+    *,
+    setup: Setup | None,
+    drafter: Mapping[str, Any] | None,
+) -> AcceptanceStats:
+    proposals = proposed_lengths(
+        spec_tokens=len(accepted_per_position),
+        drafts=drafts,
+        draft_tokens=draft_tokens,
+        setup=setup,
+        batch_samples=batch_samples,
+        variable=variable_length(drafter),
+    )
+    estimate = from_counts(drafts, accepted_per_position, proposed=proposals.share)
+    naive = from_counts(drafts, accepted_per_position)
     k = estimate.max_spec_tokens
-    sufficient = totals.drafts >= limits.min_drafts
+    sufficient = drafts >= min_drafts
     return AcceptanceStats(
-        drafts=totals.drafts,
-        draft_tokens=totals.draft_tokens,
-        accepted=totals.accepted,
-        accepted_per_position=tuple(totals.accepted_per_position),
+        drafts=drafts,
+        draft_tokens=draft_tokens,
+        accepted=accepted,
+        accepted_per_position=tuple(accepted_per_position),
         per_position=estimate.conditional,
         per_position_low=estimate.conditional_low,
         per_position_high=estimate.conditional_high,
         tau=estimate.tau(k),
-        acceptance_rate=totals.accepted / totals.draft_tokens if totals.draft_tokens else 0.0,
-        mean_acceptance_length=1 + totals.accepted / totals.drafts if totals.drafts else 1.0,
+        acceptance_rate=accepted / draft_tokens if draft_tokens else 0.0,
+        mean_acceptance_length=1 + accepted / drafts if drafts else 1.0,
         sufficient=sufficient,
         note=None
         if sufficient
         else (
-            f"only {totals.drafts:.0f} drafts in the window (need {limits.min_drafts:.0f}): "
+            f"only {drafts:.0f} drafts in the window (need {min_drafts:.0f}): "
             "acceptance is reported but not trusted"
         ),
+        trials_per_position=estimate.trials,
+        lower_bound=estimate.lower_bound,
+        proposed_share=proposals.share[:k],
+        naive_per_position=naive.conditional,
+        proposals=proposals.how,
+        proposals_note=proposals.note,
+        read_with=setup.label if setup is not None else None,
     )
+
+
+def read_acceptance(
+    observation: Observation, setup: Setup | None, drafter: Mapping[str, Any] | None = None
+) -> Observation:
+    """The observation with its acceptance read for the deployed setup (the loop and
+    `observe --target` know it from the target's args; the window's own counts and batch
+    samples are all it needs). Unchanged without acceptance, or when already read for it."""
+    stats = observation.acceptance
+    if stats is None or setup is None or stats.read_with == setup.label:
+        return observation
+    try:
+        read = _stats(
+            stats.drafts,
+            stats.draft_tokens,
+            stats.accepted,
+            stats.accepted_per_position,
+            observation.batch.values if observation.batch else (),
+            0.0,
+            setup=setup,
+            drafter=drafter,
+        )
+    except InputError:  # the counts were checked when the window was built
+        return observation
+    read = read.model_copy(update={"sufficient": stats.sufficient, "note": stats.note})
+    return observation.model_copy(update={"acceptance": read})
 
 
 def live_setup(totals: WindowTotals) -> LiveSetup:
@@ -129,9 +208,18 @@ def live_setup(totals: WindowTotals) -> LiveSetup:
 
 
 def build_observation(
-    source: str, totals: WindowTotals, *, now: float, limits: ObservationLimits
+    source: str,
+    totals: WindowTotals,
+    *,
+    now: float,
+    limits: ObservationLimits,
+    setup: Setup | None = None,
+    drafter: Mapping[str, Any] | None = None,
 ) -> Observation:
-    """Decide whether the window is usable and summarise it. Never raises on bad data."""
+    """Decide whether the window is usable and summarise it. Never raises on bad data.
+
+    `setup` and `drafter`: the deployed setup and `--speculative-config`, when known (see
+    `acceptance_stats`; `read_acceptance` applies them to a window built without them)."""
     start, end = totals.start, totals.end
     if totals.series == 0:
         return unusable(
@@ -173,7 +261,7 @@ def build_observation(
     acceptance = None
     if totals.speculation:
         try:
-            acceptance = acceptance_stats(totals, limits)
+            acceptance = acceptance_stats(totals, limits, setup=setup, drafter=drafter)
         except InputError as exc:
             return unusable(source, UnusableReason.INVALID_VALUE, str(exc), start=start, end=end)
     prompt, generated = totals.prompt_length.mean, totals.generation_length.mean

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +22,7 @@ from autotuner.core.costmodel import Workload
 from autotuner.core.estimates import BATCH_EDGES, BatchHistogram
 from autotuner.core.hardware import HardwareProfile
 from autotuner.core.model import ModelSpec
+from autotuner.core.observation import read_acceptance
 from autotuner.core.predictor import Predictor
 from autotuner.core.state import TunerState, Verification
 from autotuner.core.types import (
@@ -367,7 +368,7 @@ def absorb(
         update["batch"] = state.batch.add(
             demand(observation), ctx.now, settings.estimates.batch_half_life_s
         )
-    stats = _unbiased_acceptance(observation, current)
+    stats = _unbiased_acceptance(observation, current, state.drafter)
     if stats is not None and stats.sufficient:
         update["acceptance"] = state.acceptance.add(
             stats, ctx.now, settings.estimates.acceptance_half_life_s
@@ -383,20 +384,14 @@ def absorb(
     return state
 
 
-def _unbiased_acceptance(observation: Observation, current: Setup) -> AcceptanceStats | None:
-    """The window's acceptance counts, cut to the positions every observed batch drafted."""
-    stats = observation.acceptance
-    if stats is None or not stats.sufficient or not current.schedule:
-        return stats
-    assert observation.batch is not None
-    # Under a K schedule, drafts of a band with smaller K never reach the later positions:
-    # only positions every observed band drafted are unbiased.
-    k_used = int(
-        current.spec_tokens_at(observation.batch.values or [batch_mean(observation)]).min()
-    )
-    if k_used == 0:
-        return None
-    return stats.model_copy(update={"accepted_per_position": stats.accepted_per_position[:k_used]})
+def _unbiased_acceptance(
+    observation: Observation, current: Setup, drafter: dict[str, Any] | None
+) -> AcceptanceStats | None:
+    """The window's acceptance read for the running setup: under a K schedule each position
+    counts only the drafts that proposed it, and where the proposed lengths are unknown the
+    deep positions are lower bounds (core/observation.py `read_acceptance`; a no-op when the
+    controller already read it for the deployed setup)."""
+    return read_acceptance(observation, current, drafter).acceptance
 
 
 def _calibrate(

@@ -237,7 +237,7 @@ class AcceptanceStats(BaseModel):
     draft_tokens: float
     accepted: float
     accepted_per_position: tuple[float, ...]
-    per_position: tuple[float, ...]  # conditional rate p_i
+    per_position: tuple[float, ...]  # conditional rate p_i, given the position was proposed
     per_position_low: tuple[float, ...]
     per_position_high: tuple[float, ...]
     tau: float  # mean tokens kept per verify step at the deployed K
@@ -245,6 +245,16 @@ class AcceptanceStats(BaseModel):
     mean_acceptance_length: float  # 1 + accepted / drafts (vLLM's definition)
     sufficient: bool
     note: str | None = None
+    # How the proposed lengths were known (core/acceptance.py `proposed_lengths`): "full" (every
+    # draft proposed K), "schedule" (the deployed K schedule and the batch samples) or "unknown"
+    # (positions past 0 are lower bounds); `read_with` is the setup read for it (None: none).
+    trials_per_position: tuple[float, ...] = ()  # drafts that proposed i having reached it
+    lower_bound: tuple[bool, ...] = ()
+    proposed_share: tuple[float, ...] = ()  # share of drafts that proposed i, where known
+    naive_per_position: tuple[float, ...] = ()  # a_i / a_(i-1), what vLLM's counters say as-is
+    proposals: str = "full"
+    proposals_note: str | None = None
+    read_with: str | None = None
 
 
 class LiveSetup(BaseModel):
