@@ -417,14 +417,34 @@ def observe(
     ] = "15s",
     min_drafts: Annotated[float, typer.Option(help="Drafts needed to trust acceptance.")] = 200,
     timeout: Annotated[str, typer.Option(help="HTTP timeout per request.")] = "5s",
+    target: Annotated[
+        str | None,
+        typer.Option(
+            help="The deployment (k8s://NS/deployment/NAME, file://PATH or exec://PATH): its live "
+            "args give the K schedule and the drafter, so that each position's acceptance counts "
+            "only the drafts that proposed it."
+        ),
+    ] = None,
+    kube_server: Annotated[str | None, typer.Option(help="API server URL (k8s targets).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the Observation as JSON.")] = False,
 ) -> None:
     """Scrape vLLM (or query Prometheus) over a window and print the Observation.
 
     Exit status 3 when the window is unusable (the reason is printed)."""
+    from autotuner.actuators.base import ActuatorError
+    from autotuner.actuators.targets import open_target
+    from autotuner.core.observation import read_acceptance
     from autotuner.sources.prometheus_api import PrometheusSource
     from autotuner.sources.vllm_scrape import VllmScraper
 
+    live = None
+    if target:
+        try:
+            live = open_target(target, kube_server=kube_server).read()
+        except ActuatorError as exc:
+            fail(_one_line(exc), code=1)
+        except (AutotunerError, ValueError) as exc:
+            fail(_one_line(exc))
     try:
         window_s, interval_s = parse_duration(window), parse_duration(interval)
         timeout_s = parse_duration(timeout)
@@ -443,6 +463,8 @@ def observe(
             raise InputError(f"unknown source {source!r}; use vllm or prometheus")
     except (AutotunerError, ValueError) as exc:
         fail(_one_line(exc))
+    if live is not None:
+        result = read_acceptance(result, live.setup, live.speculative_config)
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
@@ -533,16 +555,26 @@ def render_observation(obs: Observation, console: Console | None = None) -> None
         )
     if obs.acceptance:
         a = obs.acceptance
+        bounds = a.lower_bound or (False,) * len(a.per_position)
         rates = ", ".join(
-            f"{p:.2f} [{lo:.2f}-{hi:.2f}]"
-            for p, lo, hi in zip(
-                a.per_position, a.per_position_low, a.per_position_high, strict=True
+            f"{'>=' if bound else ''}{p:.2f} [{lo:.2f}-{hi:.2f}]"
+            for p, lo, hi, bound in zip(
+                a.per_position, a.per_position_low, a.per_position_high, bounds, strict=True
             )
         )
         trust = "" if a.sufficient else f" ({a.note})"
         console.print(
             f"  acceptance per position: {rates}; tau {a.tau:.2f} over {a.drafts:.0f} drafts{trust}"
         )
+        if a.proposals == "schedule":
+            shares = ", ".join(f"{s:.2f}" for s in a.proposed_share)
+            naive = ", ".join(f"{p:.2f}" for p in a.naive_per_position)
+            console.print(
+                f"  read with the schedule {escape(a.read_with or '')}: share of drafts that "
+                f"proposed each position {shares} (rates as counted, over every draft: {naive})"
+            )
+        if a.proposals_note:
+            console.print(f"  [yellow]{escape(a.proposals_note)}[/]")
     else:
         console.print("  speculation off (no spec-decode series)")
     for label, value, unit in (

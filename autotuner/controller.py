@@ -27,6 +27,7 @@ from autotuner.core.engine_args import ArgsError, Fallback, Resolved, resolve, s
 from autotuner.core.engine_args import parse as parse_engine_args
 from autotuner.core.hardware import HardwareProfile
 from autotuner.core.model import ModelSpec
+from autotuner.core.observation import read_acceptance
 from autotuner.core.policy import Context
 from autotuner.core.registry import load_draft_model
 from autotuner.core.report import equivalent_rate
@@ -97,6 +98,8 @@ class Controller:
             leader = self._lead()
         with timed("read_target"):
             live = self._read()
+        if live is not None:  # per-position acceptance under the deployed schedule and drafter
+            observation = read_acceptance(observation, live.setup, live.speculative_config)
         with timed("resume"):
             state = self._resume(live, leader)
         ctx = self._context(state, observation, live, leader, now)
