@@ -29,10 +29,15 @@ from autotuner.errors import InputError
 HOUR = 3600.0
 
 
-class FlagNames(BaseModel):
-    """The spelling of each managed flag in one vLLM version range (overridable in settings)."""
+class Group(BaseModel):
+    """One group of settings: a frozen value that refuses unknown keys, so a misspelt or moved
+    key stops the start naming it instead of being silently ignored."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FlagNames(Group):
+    """The spelling of each managed flag in one vLLM version range (overridable in settings)."""
 
     speculative_config: str = Field(
         "--speculative-config", description="Takes the drafter's JSON config (K among it)."
@@ -49,10 +54,8 @@ class FlagNames(BaseModel):
 # Version range -> flag names. ReplaySSM flags exist from the build that merged PR #48018.
 
 
-class ObservationLimits(BaseModel):
+class ObservationLimits(Group):
     """When a window is good enough to act on."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     min_batch_samples: int = Field(
         3, ge=1, description="Running-request samples needed for a batch distribution."
@@ -65,10 +68,8 @@ class ObservationLimits(BaseModel):
     )
 
 
-class QualitySettings(BaseModel):
+class QualitySettings(Group):
     """The quality guard: a greedy canary before and after every switch (docs/quality.md)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     enabled: bool = Field(True, description="Run the canary around every switch.")
     url: str = Field(
@@ -112,26 +113,18 @@ class QualitySettings(BaseModel):
     alpha: float = Field(0.05, gt=0, lt=1, description="A p-value below this is 'worse'.")
 
 
-class SwitchSettings(BaseModel):
+class SwitchSettings(Group):
     """When a better setup is worth a switch: the gain, how sure, and for how long (hysteresis)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    min_gain: float = Field(
-        0.05, ge=0, description="Smallest predicted gain (fraction of tokens/s) to act on."
-    )
+    min_gain: float = Field(0.05, ge=0, description="Smallest predicted gain (fraction) to act on.")
     min_confidence: float = Field(
         0.6, ge=0, le=1, description="Share of acceptance scenarios (low/point/high) agreeing."
     )
-    dwell_s: float = Field(
-        900, ge=0, description="How long recent load must favour a change before it is made."
-    )
+    dwell_s: float = Field(900, ge=0, description="How long recent load must favour a change.")
 
 
-class ObjectiveSettings(BaseModel):
+class ObjectiveSettings(Group):
     """What the candidates are scored on."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["throughput", "latency_slo"] = Field(
         "throughput",
@@ -146,20 +139,16 @@ class ObjectiveSettings(BaseModel):
     )
 
 
-class CandidateSettings(BaseModel):
+class CandidateSettings(Group):
     """The setups the policy may propose (the engine's capabilities narrow them further)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     spec_tokens: tuple[int, ...] = Field((1, 2, 3, 4), description="Draft lengths allowed.")
     replay_windows: tuple[int, ...] = Field((8, 16, 32), description="Replay windows allowed.")
     use_schedule: bool = Field(True, description="Use per-batch K schedules when the engine can.")
 
 
-class RestartSettings(BaseModel):
+class RestartSettings(Group):
     """What one restart costs, whether a gain pays for it, and how many the target may take."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     downtime_s: float = Field(
         180, ge=0, description="Downtime of one restart, seconds (default until measured)."
@@ -178,10 +167,8 @@ class RestartSettings(BaseModel):
     max_per_day: int = Field(6, ge=0, description="Changes allowed in any 24 hours.")
 
 
-class EstimateSettings(BaseModel):
+class EstimateSettings(Group):
     """How long what was measured counts: the decayed estimates the policy decides on."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     acceptance_half_life_s: float = Field(
         1800, gt=0, description="Half-life of pooled acceptance counts while speculation runs."
@@ -197,10 +184,8 @@ class EstimateSettings(BaseModel):
     )
 
 
-class CalibrationSettings(BaseModel):
+class CalibrationSettings(Group):
     """How the model is corrected by what was measured (per kernel class and batch band)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     half_life_s: float = Field(
         6 * HOUR, gt=0, description="Half-life of each window's measured/predicted error."
@@ -210,10 +195,8 @@ class CalibrationSettings(BaseModel):
     )
 
 
-class VerificationSettings(BaseModel):
+class VerificationSettings(Group):
     """How a change is judged once it runs."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     settle_s: float = Field(300, ge=0, description="Warm-up after a change before judging it.")
     regression_tolerance: float = Field(
@@ -225,10 +208,8 @@ class VerificationSettings(BaseModel):
     )
 
 
-class QuarantineSettings(BaseModel):
+class QuarantineSettings(Group):
     """What a failed change teaches, and for how long."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     setup_s: float = Field(
         6 * HOUR, ge=0, description="A reverted setup is not retried for this long."
@@ -241,10 +222,8 @@ class QuarantineSettings(BaseModel):
     )
 
 
-class ExplorationSettings(BaseModel):
+class ExplorationSettings(Group):
     """Trying a setup family never measured at this load (docs/policy.md, "Exploration")."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     enabled: bool = Field(
         True,
@@ -260,10 +239,8 @@ class ExplorationSettings(BaseModel):
     )
 
 
-class PolicySettings(BaseModel):
+class PolicySettings(Group):
     """How cautious the policy is, one group per concern. Durations are seconds."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     switch: SwitchSettings = Field(default_factory=SwitchSettings)
     objective: ObjectiveSettings = Field(default_factory=ObjectiveSettings)
@@ -276,10 +253,8 @@ class PolicySettings(BaseModel):
     exploration: ExplorationSettings = Field(default_factory=ExplorationSettings)
 
 
-class SourceSettings(BaseModel):
+class SourceSettings(Group):
     """Where metrics come from."""
-
-    model_config = ConfigDict(extra="forbid")
 
     kind: Literal["vllm", "prometheus"] = Field(
         "vllm", description="vllm: scrape /metrics directly; prometheus: query a server."
@@ -296,10 +271,8 @@ class SourceSettings(BaseModel):
     max_bytes: int = Field(16 * 2**20, gt=0, description="Largest /metrics body accepted.")
 
 
-class ModelSettings(BaseModel):
+class ModelSettings(Group):
     """What is served, on what."""
-
-    model_config = ConfigDict(extra="forbid")
 
     id: str = Field(
         "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4",
@@ -326,10 +299,8 @@ class ModelSettings(BaseModel):
     )
 
 
-class EngineSettings(BaseModel):
+class EngineSettings(Group):
     """What the running vLLM build accepts (VLLM.md) and how its flags are spelled."""
-
-    model_config = ConfigDict(extra="forbid")
 
     capabilities: Annotated[EngineCapabilities, NoDecode] = Field(
         default=UPSTREAM,
@@ -353,10 +324,8 @@ class EngineSettings(BaseModel):
         return value
 
 
-class TargetSettings(BaseModel):
+class TargetSettings(Group):
     """What gets patched."""
-
-    model_config = ConfigDict(extra="forbid")
 
     uri: str = Field(
         "",
@@ -379,10 +348,8 @@ class TargetSettings(BaseModel):
     )
 
 
-class LoopSettings(BaseModel):
+class LoopSettings(Group):
     """Timing of the observe -> decide -> act -> verify loop."""
-
-    model_config = ConfigDict(extra="forbid")
 
     interval_s: float = Field(15.0, gt=0, description="One loop step, seconds.")
     window_s: float = Field(60.0, gt=0, description="Evaluation window, seconds.")
@@ -406,15 +373,15 @@ class LoopSettings(BaseModel):
         return max(60.0, self.interval_s)
 
 
-class ExporterSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ExporterSettings(Group):
+    """Where the sidecar answers."""
 
     host: str = Field("0.0.0.0", description="Address of /metrics, /healthz, /readyz, /decision.")
     port: int = Field(9400, ge=0, le=65535, description="Port (0: any free port).")
 
 
-class LogSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class LogSettings(Group):
+    """How it logs: one line per decision, with its sentence."""
 
     format: Literal["auto", "json", "text"] = Field(
         "auto", description="auto: JSON when stderr is not a terminal (containers)."

@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from autotuner.actuators.flags import (
     ArgsError,
@@ -185,12 +185,26 @@ def select_container(containers: Sequence[Any], wanted: str | None, where: str) 
     )
 
 
-class RenderingActuator(ABC):
-    """What every target shares: an apply reads the target, checks it is as it was read,
-    renders the args for the setup, and hands them to the target's own writer."""
+class Actuator(ABC):
+    """Reads the live vLLM setup and carries out changes; it never decides. What every target
+    shares is here: an apply reads the target, checks it is as it was read, renders the args
+    for the setup, and hands them to the target's own writer."""
 
     names: FlagNames
     allow_low_precision_replay: bool
+    periodic_state: bool = True  # the learned state is written between changes too
+
+    @abstractmethod
+    def read(self) -> LiveTarget:
+        """The live args, setup, pause, rollout and persisted state."""
+
+    @abstractmethod
+    def save_state(self, state: str, *, expected_version: str | None) -> str | None:
+        """Write the state record alone; the new version when the target has one."""
+
+    @abstractmethod
+    def event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        """Tell the operator (a Kubernetes Event where there is one)."""
 
     @property
     @abstractmethod
@@ -235,26 +249,6 @@ class RenderingActuator(ABC):
             allow_low_precision_replay=self.allow_low_precision_replay,
         )
         return self._write(live, read, command, args, state=state, dry_run=dry_run)
-
-
-class Actuator(Protocol):
-    """Reads the live vLLM setup and carries out changes. It never decides."""
-
-    def read(self) -> LiveTarget: ...
-
-    def apply(
-        self,
-        setup: Setup,
-        *,
-        state: str | None,
-        expected_version: str | None,
-        saved_speculative_config: dict[str, Any] | None = None,
-        dry_run: bool = False,
-    ) -> ApplyResult: ...
-
-    def save_state(self, state: str, *, expected_version: str | None) -> str | None: ...
-
-    def event(self, reason: str, message: str, *, warning: bool = False) -> None: ...
 
 
 def atomic_write(path: Path, text: str) -> None:

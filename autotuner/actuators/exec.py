@@ -15,10 +15,10 @@ import subprocess
 from pathlib import Path
 
 from autotuner.actuators.base import (
+    Actuator,
     ActuatorError,
     ApplyResult,
     LiveTarget,
-    RenderingActuator,
     RestartError,
     RolloutStatus,
     args_diff,
@@ -28,7 +28,7 @@ from autotuner.actuators.base import (
 from autotuner.settings import FlagNames
 
 
-class ExecActuator(RenderingActuator):
+class ExecActuator(Actuator):
     def __init__(
         self,
         args_file: str | Path,

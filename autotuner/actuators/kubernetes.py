@@ -20,12 +20,12 @@ from kubernetes.client.exceptions import ApiException
 
 from autotuner.actuators.base import (
     STATE_ANNOTATION,
+    Actuator,
     ActuatorError,
     ApplyResult,
     ConflictError,
     ForbiddenError,
     LiveTarget,
-    RenderingActuator,
     RolloutStatus,
     args_diff,
     live_target,
@@ -104,7 +104,7 @@ def discover_target(
     raise ActuatorError(f"pod {namespace}/{pod} is not owned by a Deployment or StatefulSet")
 
 
-class KubernetesActuator(RenderingActuator):
+class KubernetesActuator(Actuator):
     def __init__(
         self,
         target: K8sTarget,

@@ -20,10 +20,10 @@ from ruamel.yaml.util import load_yaml_guess_indent
 
 from autotuner.actuators.base import (
     STATE_ANNOTATION,
+    Actuator,
     ActuatorError,
     ApplyResult,
     LiveTarget,
-    RenderingActuator,
     RolloutStatus,
     atomic_write,
     live_target,
@@ -34,7 +34,7 @@ from autotuner.settings import FlagNames
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 
 
-class ManifestActuator(RenderingActuator):
+class ManifestActuator(Actuator):
     # A GitOps file changes only with a decision: no periodic state commits.
     periodic_state = False
 

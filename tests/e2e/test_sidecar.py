@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +21,7 @@ from autotuner.core.types import Setup
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.truth import TruthEngine, realistic_error
 from tests.integration.conftest import free_port
+from tests.support.run import sidecar_process
 
 MODEL = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
 TRUTH = TruthEngine(load_model(MODEL), datasheet("H200"), error=realistic_error)
@@ -54,12 +53,7 @@ log: {{format: json}}
 
 @contextmanager
 def sidecar(config: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "autotuner.cli", "run", "--config", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    process = sidecar_process(config, subprocess.PIPE)
     try:
         wait_until(lambda: _get(port, "/healthz") == 200, 30, "sidecar never answered /healthz")
         yield process

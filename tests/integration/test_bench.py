@@ -50,7 +50,13 @@ def deployment(tmp_path: Path, gap: float = 0.3, **options: Any) -> SimulatedDep
     return SimulatedDeployment(manifest, TRUTH, acceptance=ACCEPTANCE, restart_gap_s=gap, **options)
 
 
-def sweep(dep: SimulatedDeployment, out: Path, plan: Plan = PLAN, **options: Any) -> Sweep:
+def sweep(
+    dep: SimulatedDeployment,
+    out: Path,
+    plan: Plan = PLAN,
+    ready_timeout_s: float = 20,
+    **options: Any,
+) -> Sweep:
     return Sweep(
         url=dep.server.url,
         actuator=ManifestActuator(dep.manifest.path),
@@ -58,7 +64,7 @@ def sweep(dep: SimulatedDeployment, out: Path, plan: Plan = PLAN, **options: Any
         plan=plan,
         model=MODEL,
         hardware=H200,
-        ready_timeout_s=20,
+        ready_timeout_s=ready_timeout_s,
         **options,
     )
 
@@ -171,15 +177,7 @@ def test_interrupted_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
 def test_a_server_that_does_not_come_back_stops_the_sweep(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     with deployment(tmp_path, gap=60) as dep:
-        stuck = Sweep(
-            url=dep.server.url,
-            actuator=ManifestActuator(dep.manifest.path),
-            out=out,
-            plan=PLAN,
-            model=MODEL,
-            hardware=H200,
-            ready_timeout_s=2,
-        )
+        stuck = sweep(dep, out, ready_timeout_s=2)
         with pytest.raises(SweepError, match="did not come back"):
             stuck.run()
         kept = stuck.finished()

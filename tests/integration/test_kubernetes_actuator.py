@@ -254,24 +254,23 @@ def test_owner_chain_discovery(server: FakeApiServer) -> None:
     assert found == TARGET
 
 
+def two_sidecars(
+    server: FakeApiServer, now: list[float], lease: str
+) -> tuple[LeaseElector, LeaseElector]:
+    """Sidecars "a" and "b" contending for one Lease, on the clock `now[0]`."""
+
+    def sidecar(identity: str) -> LeaseElector:
+        api = api_client(server.url)
+        return LeaseElector(
+            api, namespace="llm", name=lease, identity=identity, clock=lambda: now[0]
+        )
+
+    return sidecar("a"), sidecar("b")
+
+
 def test_exactly_one_of_two_sidecars_leads_and_release_hands_over(server: FakeApiServer) -> None:
     now = [1000.0]
-    first = LeaseElector(
-        api_client(server.url),
-        namespace="llm",
-        name="autotuner",
-        identity="a",
-        lease_duration_s=15,
-        clock=lambda: now[0],
-    )
-    second = LeaseElector(
-        api_client(server.url),
-        namespace="llm",
-        name="autotuner",
-        identity="b",
-        lease_duration_s=15,
-        clock=lambda: now[0],
-    )
+    first, second = two_sidecars(server, now, "autotuner")  # a 15 s Lease
     results = [first.try_acquire_or_renew(), second.try_acquire_or_renew()]
     assert results == [True, False]
     for _ in range(5):
@@ -285,12 +284,7 @@ def test_exactly_one_of_two_sidecars_leads_and_release_hands_over(server: FakeAp
 
 def test_expired_lease_is_taken_over(server: FakeApiServer) -> None:
     now = [1000.0]
-    first = LeaseElector(
-        api_client(server.url), namespace="llm", name="l", identity="a", clock=lambda: now[0]
-    )
-    second = LeaseElector(
-        api_client(server.url), namespace="llm", name="l", identity="b", clock=lambda: now[0]
-    )
+    first, second = two_sidecars(server, now, "l")
     assert first.try_acquire_or_renew()
     now[0] += 30  # first crashed without releasing
     assert second.try_acquire_or_renew()

@@ -5,10 +5,7 @@ has data (no typos, no wrong metric names)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,7 @@ import yaml
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sim.server import SimServer
 from tests.integration.conftest import StartPrometheus, free_port, wait_for_samples
+from tests.support.run import sidecar_process
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 METRIC = re.compile(r"\b(autotuner_[a-z_]+|vllm:[a-z_:]+)\b")
@@ -90,12 +88,7 @@ policy: {{estimates: {{min_batch_weight: 2}}}}
 exporter: {{host: 127.0.0.1, port: {port}}}
 log: {{format: json, level: warning}}
 """)
-        sidecar = subprocess.Popen(
-            [sys.executable, "-m", "autotuner.cli", "run", "--config", str(config)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        sidecar = sidecar_process(config)
         try:
             prometheus = start_prometheus(
                 # 1 s (and so a 1 s scrape timeout): a scrape that times out on a busy machine

@@ -1,12 +1,8 @@
 """The benchmarks stay runnable (tiny runs; the figures come from running them by hand)."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.run import python_module
 
 
 @pytest.mark.parametrize(
@@ -37,13 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
     ],
 )
 def test_benchmark_runs(module: str, args: list[str], expected: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{module}", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = python_module(f"benchmarks.{module}", *args, timeout_s=300)
     assert result.returncode == 0, result.stderr
     assert expected in result.stdout

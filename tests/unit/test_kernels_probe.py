@@ -4,9 +4,8 @@ writes a profile the core loads and `predict` uses."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 from hypothesis import given, settings
@@ -17,6 +16,7 @@ from autotuner.cli import app
 from autotuner.core.hardware import load_profile
 from kernels_probe.exactness import (
     BOUND,
+    ReplayReport,
     bf16_drift,
     gdn_replay,
     gdn_speculative,
@@ -26,60 +26,51 @@ from kernels_probe.exactness import (
     mamba_step,
     to_bfloat16,
 )
+from tests.support.run import python_module
 
-ROOT = Path(__file__).resolve().parents[2]
+
+class Run(TypedDict):
+    """Replay window, drafts per step and steps: the same runs for both recurrences."""
+
+    window: int
+    drafts: int
+    steps: int
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    st.integers(0, 2**32 - 1),
-    st.integers(1, 4),
-    st.integers(1, 8),
-    st.integers(1, 8),
-    st.integers(2, 24),
-    st.integers(0, 5),
-    st.integers(1, 20),
-)
-def test_mamba2_replay_equals_the_recurrence(
-    seed: int, heads: int, head_dim: int, d_state: int, window: int, drafts: int, steps: int
-) -> None:
-    report = mamba_speculative(
-        np.random.default_rng(seed),
-        heads=heads,
-        head_dim=head_dim,
-        d_state=d_state,
-        window=window,
-        drafts=drafts,
-        steps=steps,
-    )
+class MambaDims(TypedDict):
+    heads: int
+    head_dim: int
+    d_state: int
+
+
+class DeltaNetDims(TypedDict):
+    heads: int
+    d_k: int
+    d_v: int
+
+
+SEEDS = st.integers(0, 2**32 - 1)
+SIZE = st.integers(1, 8)
+RUNS = st.builds(Run, window=st.integers(2, 24), drafts=st.integers(0, 5), steps=st.integers(1, 20))
+
+
+def assert_exact(report: ReplayReport) -> None:
     assert report.max_output_error <= BOUND
     assert report.max_state_error <= BOUND
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    st.integers(0, 2**32 - 1),
-    st.integers(1, 3),
-    st.integers(1, 8),
-    st.integers(1, 8),
-    st.integers(2, 24),
-    st.integers(0, 5),
-    st.integers(1, 20),
-)
+@given(SEEDS, st.builds(MambaDims, heads=st.integers(1, 4), head_dim=SIZE, d_state=SIZE), RUNS)
+def test_mamba2_replay_equals_the_recurrence(seed: int, dims: MambaDims, run: Run) -> None:
+    assert_exact(mamba_speculative(np.random.default_rng(seed), **dims, **run))
+
+
+@settings(max_examples=40, deadline=None)
+@given(SEEDS, st.builds(DeltaNetDims, heads=st.integers(1, 3), d_k=SIZE, d_v=SIZE), RUNS)
 def test_gated_deltanet_replay_equals_the_recurrence(
-    seed: int, heads: int, d_k: int, d_v: int, window: int, drafts: int, steps: int
+    seed: int, dims: DeltaNetDims, run: Run
 ) -> None:
-    report = gdn_speculative(
-        np.random.default_rng(seed),
-        heads=heads,
-        d_k=d_k,
-        d_v=d_v,
-        window=window,
-        drafts=drafts,
-        steps=steps,
-    )
-    assert report.max_output_error <= BOUND
-    assert report.max_state_error <= BOUND
+    assert_exact(gdn_speculative(np.random.default_rng(seed), **dims, **run))
 
 
 def test_flushes_happen_at_the_window_boundary() -> None:
@@ -124,14 +115,7 @@ def test_bf16_state_drifts_and_the_error_grows() -> None:
 
 
 def test_exactness_cli() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "kernels_probe", "exactness"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = python_module("kernels_probe", "exactness")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "10000 steps" in result.stdout
     assert result.stdout.count(" ok") == 4
@@ -139,14 +123,7 @@ def test_exactness_cli() -> None:
 
 def test_cpu_probe_writes_a_profile_predict_uses(tmp_path: Path) -> None:
     out = tmp_path / "profile.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "kernels_probe", "--backend", "numpy", "--quick", "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = python_module("kernels_probe", "--backend", "numpy", "--quick", "--out", str(out))
     assert result.returncode == 0, result.stderr
     profile = load_profile(out)
     assert profile.source == "kernels_probe"

@@ -76,12 +76,8 @@ class Run:
             limits=LIMITS,
             ssm_dtype=self.model.ssm_state_dtype,
         )
-        context = Context(
-            now=self.now,
-            model=self.model,
-            hardware=self.hardware,
-            engine=self.engine,
-            workload=self.workload,
+        context = replace(
+            self.context(),
             deployed=self.deployed,
             leader=leader,
             paused=paused,
@@ -92,6 +88,16 @@ class Run:
             self.deployed = decision.target
         self.decisions.append(decision)
         return decision
+
+    def context(self) -> Context:
+        """The world as this run's policy is told it now (nothing deployed, leading)."""
+        return Context(
+            now=self.now,
+            model=self.model,
+            hardware=self.hardware,
+            engine=self.engine,
+            workload=self.workload,
+        )
 
     def run(self, minutes: int, batch: Callable[[int], float], rates: Sequence[float]) -> None:
         for minute in range(minutes):
@@ -107,13 +113,7 @@ HIGH = (0.8, 0.7, 0.6)
 def policy_crossover(run: Run) -> float:
     """The batch where the running setup and its strongest rival of another kind swap places,
     as the policy's own (calibrated) Predictor sees it now: no number taken from the model."""
-    context = Context(
-        now=run.now,
-        model=run.model,
-        hardware=run.hardware,
-        engine=run.engine,
-        workload=run.workload,
-    )
+    context = run.context()
     accept = run.state.acceptance.estimate(
         run.now, run.settings.estimates.acceptance_memory_half_life_s
     )
@@ -231,14 +231,18 @@ def test_stale_and_insufficient_data_hold() -> None:
     assert first.blocked_by is BlockReason.STALE_DATA
 
 
+def _two_shifts(**restart: float) -> Run:
+    """Load low, then high, then low again, each long enough to act on: one change is made,
+    and the restart rules given decide whether the second is."""
+    run = Run(settings=policy_settings(NO_DWELL, restart=restart, verification={"settle_s": 0}))
+    for batch, minutes in ((32, 10), (512, 30), (4, 30)):
+        for _ in range(minutes):
+            run.step(batch, HIGH)
+    return run
+
+
 def test_cooldown_holds_after_a_change() -> None:
-    settings = policy_settings(
-        NO_DWELL, restart={"cooldown_s": 7200, "max_per_hour": 5}, verification={"settle_s": 0}
-    )
-    run = Run(settings=settings)
-    run.run(10, lambda m: 32, HIGH)
-    run.run(30, lambda m: 512, HIGH)
-    run.run(30, lambda m: 4, HIGH)
+    run = _two_shifts(cooldown_s=7200, max_per_hour=5)
     assert len(run.changes()) == 1
     first = run.decisions.index(run.changes()[0])
     later = [d.blocked_by for d in run.decisions[first + 1 :]]
@@ -246,13 +250,7 @@ def test_cooldown_holds_after_a_change() -> None:
 
 
 def test_budget_holds_when_spent() -> None:
-    settings = policy_settings(
-        NO_DWELL, restart={"cooldown_s": 0, "max_per_day": 1}, verification={"settle_s": 0}
-    )
-    run = Run(settings=settings)
-    run.run(10, lambda m: 32, HIGH)
-    run.run(30, lambda m: 512, HIGH)
-    run.run(30, lambda m: 4, HIGH)
+    run = _two_shifts(cooldown_s=0, max_per_day=1)
     assert len(run.changes()) == 1
     assert any(d.blocked_by is BlockReason.BUDGET for d in run.decisions)
 

@@ -68,8 +68,7 @@ def test_bad_file_and_bad_override(tmp_path: Path) -> None:
 
 def test_config_show_and_run_refuse_bad_settings() -> None:
     runner = CliRunner()
-    pair = "policy.switch.dwell_s=2m"
-    shown = runner.invoke(app, ["config", "show", "--json", "--set", pair])
+    shown = runner.invoke(app, ["config", "show", "--json", "--set=policy.switch.dwell_s=2m"])
     assert shown.exit_code == 0, shown.output
     assert '"policy.switch.dwell_s"' in shown.stdout
     assert '"cli"' in shown.stdout
@@ -166,29 +165,33 @@ def _grouped(settings: Settings) -> list[tuple[str, str]]:
     ]
 
 
-@pytest.mark.parametrize(
-    ("layer", "old", "new"),
-    [
-        ("file", "policy: {dwell_s: 10m}", "policy.switch.dwell_s"),
-        ("file", "policy: {objective: throughput}", "policy.objective.kind"),
-        ("file", "policy: {allow_low_precision_replay: true}", "target.allow_low_precision_replay"),
-        ("env", "AUTOTUNER_POLICY__QUARANTINE_S=1h", "policy.quarantine.setup_s"),
-        ("cli", "engine.spec_schedule=false", "engine.capabilities.spec_schedule"),
-    ],
-)
-def test_an_old_flat_key_names_its_new_place(
-    layer: str, old: str, new: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+MOVED_IN_A_FILE = {
+    "policy: {dwell_s: 10m}": "policy.switch.dwell_s",
+    "policy: {objective: throughput}": "policy.objective.kind",
+    "policy: {allow_low_precision_replay: true}": "target.allow_low_precision_replay",
+}
+
+
+@pytest.mark.parametrize("old", MOVED_IN_A_FILE)
+def test_an_old_flat_key_names_its_new_place(old: str, tmp_path: Path) -> None:
+    file = tmp_path / "old.yaml"
+    file.write_text(old + "\n")
+    moved = re.escape(MOVED_IN_A_FILE[old])
+    with pytest.raises(InputError, match=rf"\(set by file .*old\.yaml\): moved to {moved} "):
+        load_settings(file)
+
+
+def test_old_keys_from_the_environment_and_the_command_line_say_so_too(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    file, cli = None, None
-    if layer == "file":
-        file = tmp_path / "old.yaml"
-        file.write_text(old + "\n")
-    elif layer == "env":
-        monkeypatch.setenv(*old.split("="))
-    else:
-        cli = cli_overrides([old])
-    with pytest.raises(InputError, match=rf"\(set by {layer}.*\): moved to {re.escape(new)} "):
-        load_settings(file, cli)
+    monkeypatch.setenv("AUTOTUNER_POLICY__QUARANTINE_S", "1h")
+    with pytest.raises(InputError) as refused:
+        load_settings(None, cli_overrides(["engine.spec_schedule=false"]))
+    message = str(refused.value)
+    assert "policy.quarantine_s (set by env): moved to policy.quarantine.setup_s" in message
+    assert (
+        "engine.spec_schedule (set by cli): moved to engine.capabilities.spec_schedule" in message
+    )
 
 
 def test_an_unknown_engine_preset_is_refused() -> None:

@@ -1,5 +1,6 @@
 """The direct-scrape source: the real capture, window arithmetic, and every kind of bad input."""
 
+import time
 from collections.abc import Callable
 
 import httpx
@@ -49,6 +50,26 @@ def transport_for(sims: dict[str, SimulatedVllm]) -> httpx.MockTransport:
         )
 
     return httpx.MockTransport(handle)
+
+
+Respond = Callable[[httpx.Request], httpx.Response]
+
+
+def replica(
+    respond: Respond, clock: Callable[[], float] = time.time, **options: int
+) -> VllmScraper:
+    """A scraper of one replica (http://a/metrics) that `respond` answers."""
+    client = httpx.Client(transport=httpx.MockTransport(respond))
+    return VllmScraper(["http://a/metrics"], client=client, clock=clock, **options)
+
+
+def window_after(scraper: VllmScraper, clock: Clock, scrapes: int) -> Observation:
+    """`scrapes` scrapes one second apart, then the 10 s window ending at the last."""
+    for _ in range(scrapes):
+        scraper.record(scraper.scrape(), keep_s=1e9)
+        clock.t += 1
+    clock.t -= 1
+    return scraper.observation(window_s=10, limits=LIMITS)
 
 
 def run_window(
@@ -209,11 +230,7 @@ CAPTURE_OK = 'vllm:num_requests_running{engine="0",model_name="m"} 3\n'
     ],
 )
 def test_bad_responses_have_a_typed_reason(respond, reason) -> None:  # type: ignore[no-untyped-def]
-    scraper = VllmScraper(
-        ["http://a/metrics"],
-        client=httpx.Client(transport=httpx.MockTransport(respond)),
-        max_bytes=16 * 2**20,
-    )
+    scraper = replica(respond, max_bytes=16 * 2**20)
     obs = scraper.observe(window_s=0.001, interval_s=0.001, sleep=lambda s: None)
     assert not obs.usable
     assert obs.reason is reason
@@ -231,9 +248,7 @@ def test_transport_failures_have_a_typed_reason(error: Exception, reason: Unusab
     def fail(request: httpx.Request) -> httpx.Response:
         raise error
 
-    scraper = VllmScraper(
-        ["http://a/metrics"], client=httpx.Client(transport=httpx.MockTransport(fail))
-    )
+    scraper = replica(fail)
     obs = scraper.observe(window_s=0.001, interval_s=0.001, sleep=lambda s: None)
     assert obs.reason is reason
 
@@ -246,16 +261,7 @@ def test_invalid_values_make_the_window_unusable(value: str) -> None:
     def respond(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, text=body)
 
-    scraper = VllmScraper(
-        ["http://a/metrics"],
-        client=httpx.Client(transport=httpx.MockTransport(respond)),
-        clock=clock,
-    )
-    for _ in range(3):
-        scraper.record(scraper.scrape(), keep_s=1e9)
-        clock.t += 1
-    clock.t -= 1
-    obs = scraper.observation(window_s=10, limits=LIMITS)
+    obs = window_after(replica(respond, clock), clock, scrapes=3)
     assert obs.reason is UnusableReason.INVALID_VALUE
 
 
@@ -273,16 +279,7 @@ def test_counters_going_backwards_are_a_reset_not_a_negative_rate() -> None:
             ),
         )
 
-    scraper = VllmScraper(
-        ["http://a/metrics"],
-        client=httpx.Client(transport=httpx.MockTransport(respond)),
-        clock=clock,
-    )
-    for _ in range(4):
-        scraper.record(scraper.scrape(), keep_s=1e9)
-        clock.t += 1
-    clock.t -= 1
-    obs = scraper.observation(window_s=10, limits=LIMITS)
+    obs = window_after(replica(respond, clock), clock, scrapes=4)
     assert obs.usable
     assert obs.generation_tokens_per_s == pytest.approx(10.0)
 
@@ -302,11 +299,7 @@ def test_one_shot_observe_summarises_every_scrape_even_when_scrapes_are_slow() -
     def sleep(seconds: float) -> None:
         clock.t += seconds
 
-    scraper = VllmScraper(
-        ["http://a/metrics"],
-        client=httpx.Client(transport=httpx.MockTransport(slower_after_the_first)),
-        clock=clock,
-    )
+    scraper = replica(slower_after_the_first, clock)
     # Scrapes land at +0.0, +1.2 and +2.4 s: the loop overruns its 2 s window.
     obs = scraper.observe(window_s=2.0, interval_s=0.5, limits=LIMITS, sleep=sleep)
     assert obs.usable, obs.detail
@@ -341,13 +334,7 @@ def exposition(**replace: str) -> str:
 def observe_body(body: str) -> Observation:
     """Three scrapes of the same answer over 2 s (constant counters: deltas of zero)."""
     clock = Clock()
-    scraper = VllmScraper(
-        ["http://a/metrics"],
-        client=httpx.Client(
-            transport=httpx.MockTransport(lambda r: httpx.Response(200, text=body))
-        ),
-        clock=clock,
-    )
+    scraper = replica(lambda r: httpx.Response(200, text=body), clock)
 
     def sleep(seconds: float) -> None:
         clock.t += seconds
@@ -428,13 +415,7 @@ def test_nothing_from_a_refused_scrape_is_used() -> None:
             exposition(),
         ]
     )
-    scraper = VllmScraper(
-        ["http://a/metrics"],
-        client=httpx.Client(
-            transport=httpx.MockTransport(lambda r: httpx.Response(200, text=next(bodies)))
-        ),
-        clock=clock,
-    )
+    scraper = replica(lambda r: httpx.Response(200, text=next(bodies)), clock)
     refused = []
     for _ in range(3):
         try:

@@ -25,6 +25,7 @@ import pytest
 
 from autotuner.bench.load import LoadGenerator
 from tests.integration.conftest import free_port
+from tests.support.run import sidecar_process
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "spec-autotuner"
 VENV = CACHE / "vllm-venv"
@@ -318,12 +319,7 @@ def server_total(url: str, name: str) -> float | None:
 def running_tuner(config: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """`autotuner run --config CONFIG` in its own process, its JSON log in `log`."""
     with log.open("wb") as out:
-        tuner = subprocess.Popen(
-            [sys.executable, "-m", "autotuner.cli", "run", "--config", str(config)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ),
-        )
+        tuner = sidecar_process(config, out)
         try:
             yield tuner
         finally:

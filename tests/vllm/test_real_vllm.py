@@ -4,9 +4,6 @@ metrics, its real restarts. The decisions use a hybrid model spec (see the run t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +21,7 @@ from autotuner.core.types import Observation, Setup
 from autotuner.settings import ObservationLimits
 from autotuner.sources.vllm_scrape import VllmScraper
 from tests.integration.conftest import free_port
+from tests.support.run import sidecar_process
 from tests.vllm.conftest import (
     REPETITIVE,
     Load,
@@ -176,12 +174,7 @@ def test_killed_server_is_stale_data_not_a_patch_and_recovers(
     port = free_port()
     config = tuner_config(tmp_path, served, port)
     args_before = served.args_file.read_text()
-    tuner = subprocess.Popen(
-        [sys.executable, "-m", "autotuner.cli", "run", "--config", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=dict(os.environ),
-    )
+    tuner = sidecar_process(config)
     try:
         with Load(served.url, streams=2):
             wait_for(
