@@ -7,13 +7,14 @@ import socket
 from typing import TYPE_CHECKING
 
 from autotuner.actuators.base import ActuatorError
-from autotuner.actuators.flags import find
+from autotuner.actuators.flags import vllm_tokens
 from autotuner.controller import GUARD_DISABLED, Controller, Observer
+from autotuner.core.engine_args import ArgsError, EngineArgs, parse
 from autotuner.core.hardware import datasheet, load_profile
 from autotuner.core.model import ModelSpec
 from autotuner.core.registry import load_model
 from autotuner.exporter import TunerMetrics
-from autotuner.settings import Settings
+from autotuner.settings import FlagNames, Settings
 from autotuner.sources.observers import PrometheusObserver, ScrapeObserver
 
 if TYPE_CHECKING:
@@ -54,30 +55,29 @@ def build_controller(
 
 def served_model(settings: Settings, actuator: Actuator | None) -> ModelSpec:
     """The model as the engine runs it: the settings' overrides first, else the dtypes the
-    target's live args give (--mamba-ssm-cache-dtype, --mamba-cache-dtype), else the files."""
-    live = _live_args(actuator)
-    names = settings.engine.flags
+    target's live command line gives (--mamba-ssm-cache-dtype, --mamba-cache-dtype, in args,
+    command or an `sh -c` line), else the files."""
+    live = _live_args(actuator, settings.engine.flags)
     return load_model(
         settings.model.id,
         weights=settings.model.weights,
-        ssm_state_dtype=settings.model.ssm_state_dtype
-        or _flag_value(live, names.mamba_ssm_cache_dtype),
-        mamba_cache_dtype=_flag_value(live, "--mamba-cache-dtype"),
+        ssm_state_dtype=settings.model.ssm_state_dtype or live.mamba_ssm_cache_dtype,
+        mamba_cache_dtype=live.mamba_cache_dtype,
     )
 
 
-def _live_args(actuator: Actuator | None) -> tuple[str, ...]:
+def _live_args(actuator: Actuator | None, names: FlagNames) -> EngineArgs:
     if actuator is None:
-        return ()
+        return EngineArgs()
     try:
-        return actuator.read().args
-    except ActuatorError:
-        return ()  # the loop says so at its first step; the files' dtypes meanwhile
-
-
-def _flag_value(args: tuple[str, ...], name: str) -> str | None:
-    flag = find(args, name)
-    return flag.value if flag is not None else None
+        live = actuator.read()
+        return parse(
+            vllm_tokens(live.command, live.args, names),
+            speculative_flag=names.speculative_config,
+            mamba_ssm_flag=names.mamba_ssm_cache_dtype,
+        )
+    except (ActuatorError, ArgsError):
+        return EngineArgs()  # the loop says so at its first step; the files' dtypes meanwhile
 
 
 def _own_workload(settings: Settings) -> str:

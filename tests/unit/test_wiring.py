@@ -57,3 +57,18 @@ def test_a_weights_override_changes_the_weight_bytes(tmp_path: Path) -> None:
     bf16 = served_model(settings_for(path), None)
     nvfp4 = served_model(settings_for(path, "model.weights=nvfp4"), None)
     assert nvfp4.weight_bytes < bf16.weight_bytes / 2.5
+
+
+def test_the_ssm_state_dtype_is_read_from_a_shell_command_line(tmp_path: Path) -> None:
+    """`command: [sh, -c, "vllm serve ..."]` is how many charts start vLLM: the dtype given
+    there counts as much as one in `args`."""
+    text = demo_manifest(GRANITE, Setup(spec_tokens=3))
+    head, _, _ = text.partition("          args:")
+    line = f"vllm serve {GRANITE} --max-num-seqs 1024 --mamba-ssm-cache-dtype float32"
+    shell = f'          command: ["sh", "-c", "{line}"]\n'
+    path = tmp_path / "vllm.yaml"
+    limits = '          resources:\n            limits: {nvidia.com/gpu: "1"}\n'
+    path.write_text(head + shell + limits)
+    settings = settings_for(path)
+    model = served_model(settings, _actuator(settings, settings.target.uri, "test"))
+    assert model.ssm_state_dtype == "float32"
