@@ -281,6 +281,24 @@ def _one_line(exc: Exception) -> str:
 
 def render_report(report: dict[str, Any], *, detail: bool, console: Console | None = None) -> None:
     console = console or Console()
+    _print_model_and_inputs(report, console)
+    rates = ", ".join(f"{p:.2f}" for p in report["acceptance"]["conditional"])
+    console.print(f"  acceptance per position: {rates}; engine: {report['engine']['name']}")
+    rows = _by_batch(report)
+    console.print(_winners_table(report, rows))
+    _print_report_notes(report, console)
+    if detail:
+        console.print(_every_setup_table(report, rows))
+
+
+def _by_batch(report: dict[str, Any]) -> dict[int, dict[str, dict[str, Any]]]:
+    rows: dict[int, dict[str, dict[str, Any]]] = {}
+    for p in report["predictions"]:
+        rows.setdefault(p["batch"], {})[p["setup"]["label"]] = p
+    return rows
+
+
+def _print_model_and_inputs(report: dict[str, Any], console: Console) -> None:
     summary = report["model"]
     workload = report["workload"]
     console.print(
@@ -307,11 +325,9 @@ def render_report(report: dict[str, Any], *, detail: bool, console: Console | No
             said = item["source"] != DEFAULT or item["note"].startswith("bounded")
             if item["note"] and name != "drafter" and said:
                 console.print(f"  [dim]{name}: {escape(item['note'])}[/]")
-    rates = ", ".join(f"{p:.2f}" for p in report["acceptance"]["conditional"])
-    console.print(f"  acceptance per position: {rates}; engine: {report['engine']['name']}")
-    rows: dict[int, dict[str, dict[str, Any]]] = {}
-    for p in report["predictions"]:
-        rows.setdefault(p["batch"], {})[p["setup"]["label"]] = p
+
+
+def _winners_table(report: dict[str, Any], rows: dict[int, dict[str, dict[str, Any]]]) -> Table:
     table = Table(title="Predicted decode throughput (tokens/s; x = ratio to plain)")
     for column in ("batch", "plain", "best spec", "best replay", "best replay+spec", "winner"):
         table.add_column(column, justify="right" if column == "batch" else "left")
@@ -328,7 +344,10 @@ def render_report(report: dict[str, Any], *, detail: bool, console: Console | No
         ratio = winner["ratio_to_plain"]
         cells.append(f"[bold]{winner['setup']}[/]" + (f" x{ratio:.2f}" if ratio else ""))
         table.add_row(*cells)
-    console.print(table)
+    return table
+
+
+def _print_report_notes(report: dict[str, Any], console: Console) -> None:
     refused = {p["refused_by_engine"] for p in report["predictions"] if p["refused_by_engine"]}
     for reason in sorted(refused):
         console.print(f"[dim](refused) {reason}: predicted, never chosen[/]")
@@ -356,23 +375,25 @@ def render_report(report: dict[str, Any], *, detail: bool, console: Console | No
         )
     for note in report["notes"]:
         console.print(f"[dim]note: {note}[/]")
-    if detail:
-        full = Table(title="Every setup")
-        for column in ("setup", "batch", "tokens/s", "x plain", "step ms", "tau", "fits"):
-            full.add_column(column)
-        for p in report["predictions"]:
-            plain = rows[p["batch"]]["plain"]
-            versus = p["tokens_per_s"] / plain["tokens_per_s"] if plain["tokens_per_s"] else 0.0
-            full.add_row(
-                p["setup"]["label"],
-                str(p["batch"]),
-                f"{p['tokens_per_s']:.0f}",
-                f"{versus:.2f}",
-                f"{p['step_time_s'] * 1e3:.2f}",
-                f"{p['tau']:.2f}",
-                "yes" if p["feasible"] else "no",
-            )
-        console.print(full)
+
+
+def _every_setup_table(report: dict[str, Any], rows: dict[int, dict[str, dict[str, Any]]]) -> Table:
+    full = Table(title="Every setup")
+    for column in ("setup", "batch", "tokens/s", "x plain", "step ms", "tau", "fits"):
+        full.add_column(column)
+    for p in report["predictions"]:
+        plain = rows[p["batch"]]["plain"]
+        versus = p["tokens_per_s"] / plain["tokens_per_s"] if plain["tokens_per_s"] else 0.0
+        full.add_row(
+            p["setup"]["label"],
+            str(p["batch"]),
+            f"{p['tokens_per_s']:.0f}",
+            f"{versus:.2f}",
+            f"{p['step_time_s'] * 1e3:.2f}",
+            f"{p['tau']:.2f}",
+            "yes" if p["feasible"] else "no",
+        )
+    return full
 
 
 def _inputs_line(inputs: dict[str, dict[str, Any]]) -> str:
