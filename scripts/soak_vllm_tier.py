@@ -62,7 +62,13 @@ def main() -> int:
         log = options.log / f"run{run}{'-hog' if options.hog else ''}.log"
         started = time.monotonic()
         with cpu_hog(options.hog, options.hog_max_s), log.open("w") as out:
-            command = [sys.executable, "-m", "pytest", "-q", "-s", options.tests]
+            # Each run's temporary folders (the tuner's and vLLM's logs) are kept beside its
+            # log: pytest's own keeps only the last three runs, and other pytest runs share it.
+            basetemp = options.log / f"run{run}{'-hog' if options.hog else ''}-tmp"
+            command = [
+                *(sys.executable, "-m", "pytest", "-q", "-s", f"--basetemp={basetemp}"),
+                options.tests,
+            ]
             result = subprocess.run(
                 [*command, *options.pytest_args], stdout=out, stderr=subprocess.STDOUT, env=env
             )

@@ -322,9 +322,25 @@ def running_tuner(config: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
         tuner = sidecar_process(config, out)
         try:
             yield tuner
+        except BaseException:
+            _print_log_tail(log)  # a failed wait says what the tuner was doing meanwhile
+            raise
         finally:
             tuner.terminate()
             tuner.wait(timeout=30)
+
+
+def _print_log_tail(log: Path, lines: int = 60) -> None:
+    """The tuner's last log lines on stdout (kept in pytest's report of a failed test)."""
+    messages = []
+    for line in log.read_text(errors="replace").splitlines()[-lines:]:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            messages.append(line)
+            continue
+        messages.append(f"{record.get('ts', '')} {record.get('level', '')} {record.get('msg')}")
+    print(f"--- last {len(messages)} lines of {log}:", *messages, sep="\n")
 
 
 def tuner_metric(port: int, name: str, labels: dict[str, str] | None = None) -> float:
