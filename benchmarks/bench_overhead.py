@@ -7,20 +7,15 @@ Run: python -m benchmarks.bench_overhead [--streams 512] [--step-ms 50] [--outpu
 
 from __future__ import annotations
 
-import argparse
 import time
 
 from autotuner.bench.load import LoadGenerator
+from benchmarks.options import numbers
 from benchmarks.sim_process import sim_server
 
 
 def main() -> None:
-    options = argparse.ArgumentParser(description=__doc__)
-    options.add_argument("--streams", type=int, default=512)
-    options.add_argument("--step-ms", type=float, default=50.0)
-    options.add_argument("--output-len", type=int, default=256)
-    options.add_argument("--repeats", type=int, default=3)
-    args = options.parse_args()
+    args = numbers(__doc__, streams=512, step_ms=50.0, output_len=256, repeats=3)
     with sim_server(args.step_ms) as url:
         step = args.step_ms / 1000
         configured = args.streams / step  # every stream gains one token per step

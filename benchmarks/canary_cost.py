@@ -10,12 +10,12 @@ Run: python -m benchmarks.canary_cost [--streams 64] [--step-ms 20] [--seconds 2
 
 from __future__ import annotations
 
-import argparse
 import threading
 import time
 
 from autotuner.bench.load import LoadGenerator
 from autotuner.canary import CanaryRun, load_canary, run_canary
+from benchmarks.options import numbers
 from benchmarks.sim_process import sim_server
 
 
@@ -29,13 +29,7 @@ def served(url: str, streams: int, seconds: float, output_len: int) -> float:
 
 
 def main() -> None:
-    options = argparse.ArgumentParser(description=__doc__)
-    options.add_argument("--streams", type=int, default=64)
-    options.add_argument("--step-ms", type=float, default=20.0)
-    options.add_argument("--seconds", type=float, default=20.0)
-    options.add_argument("--output-len", type=int, default=64)
-    options.add_argument("--max-tokens", type=int, default=32)
-    args = options.parse_args()
+    args = numbers(__doc__, streams=64, step_ms=20.0, seconds=20.0, output_len=64, max_tokens=32)
     with sim_server(args.step_ms) as url:
         served(url, args.streams, 1.0, 8)  # warm-up: connections, the engine task
         alone = served(url, args.streams, args.seconds, args.output_len)

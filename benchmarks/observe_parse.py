@@ -8,7 +8,6 @@ measured side by side.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 import tracemalloc
@@ -22,6 +21,7 @@ from autotuner.settings import ObservationLimits
 from autotuner.sources.invariants import check_scrape
 from autotuner.sources.promtext import parse
 from autotuner.sources.vllm_metrics import Snapshot, engine_samples, wanted_names, window_totals
+from benchmarks.options import numbers
 
 CAPTURE = (
     Path(__file__).resolve().parents[1].parent
@@ -71,11 +71,7 @@ def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    options = argparse.ArgumentParser(description=__doc__)
-    options.add_argument("--replicas", type=int, default=8)
-    options.add_argument("--engines", type=int, default=5)
-    options.add_argument("--repeats", type=int, default=20)
-    args = options.parse_args()
+    args = numbers(__doc__, replicas=8, engines=5, repeats=20)
     capture = CAPTURE.read_text()
     before = [replica_payload(capture, args.engines, 1.0) for _ in range(args.replicas)]
     after = [replica_payload(capture, args.engines, 2.0) for _ in range(args.replicas)]

@@ -6,7 +6,6 @@ Targets (issue #6): RSS under 80 MB, under 1% of one core on average.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sim.server import SimServer
+from benchmarks.options import numbers
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -33,11 +33,7 @@ def cpu_s(pid: int) -> float:
 
 
 def main() -> None:
-    options = argparse.ArgumentParser(description=__doc__)
-    options.add_argument("--duration", type=float, default=600.0)
-    options.add_argument("--interval", type=float, default=15.0)
-    options.add_argument("--replicas", type=int, default=8)
-    args = options.parse_args()
+    args = numbers(__doc__, duration=600.0, interval=15.0, replicas=8)
     servers = [
         SimServer(SimulatedVllm(setup=SimSetup(), load=lambda t: 64.0, engines=1))
         for _ in range(args.replicas)

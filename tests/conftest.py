@@ -1,9 +1,8 @@
-from pathlib import Path
-
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-FIXTURE = SHARED / "fixtures" / "vllm_cpu_spec_ngram.metrics.txt"
+from tests.support.fixtures import FIXTURES
+
+FIXTURE = FIXTURES / "vllm_cpu_spec_ngram.metrics.txt"
 
 
 @pytest.fixture(scope="session")

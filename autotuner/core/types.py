@@ -18,6 +18,12 @@ MAX_SPEC_TOKENS = 16
 MAX_BATCH = 1 << 20
 
 
+class Value(BaseModel):
+    """A value: frozen, compared and hashed by what it holds."""
+
+    model_config = ConfigDict(frozen=True)
+
+
 class SetupKind(str, Enum):
     """The four families of setups; a setup's kind follows from its K and L."""
 
@@ -27,10 +33,8 @@ class SetupKind(str, Enum):
     REPLAY_SPEC = "replay+spec"
 
 
-class ScheduleBand(BaseModel):
+class ScheduleBand(Value):
     """One `[start_bs, end_bs, K]` entry of vLLM's `num_speculative_tokens_per_batch_size`."""
-
-    model_config = ConfigDict(frozen=True)
 
     start_batch: int = Field(ge=1, le=MAX_BATCH, description="First batch size of the band.")
     end_batch: int = Field(ge=1, le=MAX_BATCH, description="Last batch size (inclusive).")
@@ -43,14 +47,12 @@ class ScheduleBand(BaseModel):
         return self
 
 
-class Setup(BaseModel):
+class Setup(Value):
     """What the engine runs: draft length K (or a per-batch K schedule) and replay window L.
 
     `spec_tokens` is vLLM's `num_speculative_tokens`: the static K, and the upper bound of a
     schedule. `replay_window` is ReplaySSM's ring length L; 0 turns replay off.
     """
-
-    model_config = ConfigDict(frozen=True)
 
     spec_tokens: int = Field(default=0, ge=0, le=MAX_SPEC_TOKENS)
     schedule: tuple[ScheduleBand, ...] = ()
@@ -172,14 +174,12 @@ _BAND_RE = re.compile(r"(\d+)-(\d+):(\d+)")
 PLAIN = Setup()
 
 
-class Prediction(BaseModel):
+class Prediction(Value):
     """The cost model's answer for one setup at one batch size, with the numbers behind it.
 
     When the batch does not fit in memory (`feasible` is false), the engine would run
     `effective_batch` requests and queue the rest: the step and throughput are for that batch.
     """
-
-    model_config = ConfigDict(frozen=True)
 
     setup: Setup
     batch: int
@@ -215,10 +215,8 @@ class UnusableReason(str, Enum):
     EMPTY_RESULT = "empty_result"
 
 
-class BatchStats(BaseModel):
+class BatchStats(Value):
     """Running requests per engine, sampled every scrape over the window."""
-
-    model_config = ConfigDict(frozen=True)
 
     samples: int
     mean: float
@@ -228,10 +226,8 @@ class BatchStats(BaseModel):
     values: tuple[float, ...] = ()
 
 
-class AcceptanceStats(BaseModel):
+class AcceptanceStats(Value):
     """Speculative-decoding counter deltas over the window, with what follows from them."""
-
-    model_config = ConfigDict(frozen=True)
 
     drafts: float
     draft_tokens: float
@@ -257,10 +253,8 @@ class AcceptanceStats(BaseModel):
     read_with: str | None = None
 
 
-class LiveSetup(BaseModel):
+class LiveSetup(Value):
     """What the running engine does, read back from its own metrics."""
-
-    model_config = ConfigDict(frozen=True)
 
     speculation: bool
     spec_tokens: int  # number of per-position acceptance series (0 when speculation is off)
@@ -275,10 +269,8 @@ class LiveSetup(BaseModel):
         return Setup(spec_tokens=self.spec_tokens, replay_window=window)
 
 
-class Observation(BaseModel):
+class Observation(Value):
     """One evaluation window of a vLLM deployment, or the reason it cannot be used."""
-
-    model_config = ConfigDict(frozen=True)
 
     source: str
     window_start: float
@@ -329,7 +321,7 @@ class BlockReason(str, Enum):
     NOT_LEADER = "not_leader"
 
 
-class Decision(BaseModel):
+class Decision(Value):
     """One decision with every number behind it (DESIGN.md rule 8)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

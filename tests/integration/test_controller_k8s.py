@@ -3,7 +3,6 @@ rollouts. Observations come from the truth engine for whatever the Deployment ru
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 
 import pytest
@@ -15,10 +14,10 @@ from autotuner.controller import Controller
 from autotuner.core.hardware import datasheet
 from autotuner.core.registry import load_model
 from autotuner.core.types import Action, BlockReason, Observation, Setup
-from autotuner.exporter import TunerMetrics
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver
+from tests.support.loop import wired
 from tests.support.settings import ACT_AT_ONCE
 
 MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
@@ -63,19 +62,11 @@ def controller(
             now=clock[0], window_s=60, setup=setup, batch=demand[0], rates=(0.8, 0.7, 0.6)
         )
 
-    return Controller(
-        settings=settings,
-        model=MODEL,
-        hardware=H200,
-        observe=observe,
-        actuator=KubernetesActuator(target, api, identity=identity),
-        metrics=TunerMetrics(),
-        logger=logging.getLogger("test"),
-        clock=lambda: clock[0],
-        elector=LeaseElector(
-            api, namespace="llm", name="tuner", identity=identity, clock=lambda: clock[0]
-        ),
+    elector = LeaseElector(
+        api, namespace="llm", name="tuner", identity=identity, clock=lambda: clock[0]
     )
+    actuator = KubernetesActuator(target, api, identity=identity)
+    return wired(settings, (MODEL, H200), observe, actuator, lambda: clock[0], elector=elector)
 
 
 def run(controllers: list[Controller], clock: list[float], steps: int) -> None:

@@ -4,7 +4,6 @@ controller puts the old args back, quarantines the setup and stops proposing wha
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
@@ -14,9 +13,10 @@ from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import datasheet
 from autotuner.core.registry import load_model
 from autotuner.core.types import Action, Decision, Observation
-from autotuner.exporter import TunerMetrics, decision_document
+from autotuner.exporter import decision_document
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
+from tests.support.loop import wired
 from tests.support.settings import ACT_AT_ONCE
 
 MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
@@ -60,17 +60,7 @@ def controller(folder: Path, clock: list[float]) -> tuple[Controller, ExecActuat
             rates=(0.3, 0.3, 0.3),
         )
 
-    tuner = Controller(
-        settings=settings,
-        model=MODEL,
-        hardware=B200,
-        observe=observe,
-        actuator=actuator,
-        metrics=TunerMetrics(),
-        logger=logging.getLogger("test"),
-        clock=lambda: clock[0],
-    )
-    return tuner, actuator
+    return wired(settings, (MODEL, B200), observe, actuator, lambda: clock[0]), actuator
 
 
 def test_a_refused_schedule_is_rolled_back_and_static_k_used_instead(tmp_path: Path) -> None:

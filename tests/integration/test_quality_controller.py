@@ -6,7 +6,6 @@ transport whose answers depend on the Deployment's live args."""
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,11 +21,12 @@ from autotuner.controller import Controller
 from autotuner.core.hardware import datasheet
 from autotuner.core.registry import load_model
 from autotuner.core.types import Action, Decision, Observation, Setup
-from autotuner.exporter import TunerMetrics, decision_document
+from autotuner.exporter import decision_document
 from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
 from autotuner.wiring import quality_guard
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver
+from tests.support.loop import wired
 from tests.support.settings import ACT_AT_ONCE
 
 MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
@@ -106,19 +106,9 @@ def controller(
             guard.base_url,
             client=httpx.Client(transport=httpx.MockTransport(replica.handle)),
         )
-    return Controller(
-        settings=settings,
-        model=MODEL,
-        hardware=H200,
-        observe=observe,
-        actuator=KubernetesActuator(
-            K8sTarget("llm", "deployment", "vllm", "vllm"), api, identity="a"
-        ),
-        metrics=TunerMetrics(),
-        logger=logging.getLogger("test"),
-        clock=lambda: clock[0],
-        quality=guard,
-        quality_off=off,
+    actuator = KubernetesActuator(K8sTarget("llm", "deployment", "vllm", "vllm"), api, identity="a")
+    return wired(
+        settings, (MODEL, H200), observe, actuator, lambda: clock[0], quality=guard, quality_off=off
     )
 
 

@@ -16,6 +16,7 @@ from autotuner.core.registry import load_model
 from autotuner.core.types import Setup
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.truth import TruthEngine
+from tests.support.clock import Clock
 
 HYBRID = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
 DENSE = "meta-llama/Llama-3.1-70B-Instruct-FP8"
@@ -26,14 +27,6 @@ def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 20.0) ->
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def deployment(

@@ -13,35 +13,22 @@ import httpx
 import pytest
 
 from autotuner.core import acceptance as acc
-from autotuner.core.capabilities import EngineCapabilities
 from autotuner.core.estimates import AcceptanceMemory
-from autotuner.core.hardware import datasheet
 from autotuner.core.observation import read_acceptance
 from autotuner.core.policy import Context, absorb
-from autotuner.core.registry import load_model
 from autotuner.core.state import TunerState
 from autotuner.core.types import AcceptanceStats, Observation, Setup
 from autotuner.errors import InputError
 from autotuner.settings import ObservationLimits, PolicySettings
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sources.vllm_scrape import VllmScraper
-
-MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
-H200 = datasheet("H200")
-STATIC_K = EngineCapabilities(name="static-k", spec_schedule=False)
+from tests.support.clock import Clock
+from tests.support.policy import H200, MODEL, STATIC_K
 
 TRUTH = (0.8, 0.7, 0.6)  # the simulated drafter's rates given the position was proposed
 SCHEDULE = Setup.parse("spec:3@1-4:3,5-512:1")  # K = 3 alone or nearly, 1 when busy
 MIXED = (1, 8, 2, 8, 16, 8)  # running requests, one per scrape interval, cycled
 LIMITS = ObservationLimits(min_batch_samples=2, min_drafts=10, max_age_s=1e9)
-
-
-class Clock:
-    def __init__(self, t: float = 1_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def step_time(batch: float, setup: SimSetup) -> float:

@@ -24,8 +24,8 @@ from autotuner.core.registry import load_model
 from autotuner.core.types import Setup
 from autotuner.core.weights import LAYER_ROLES, selector
 from autotuner.errors import ModelConfigError
+from tests.support.fixtures import CONFIGS
 
-CONFIGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "configs"
 DSV4_QUANT = CONFIGS / "deepseek-v4-flash-nvfp4.hf_quant_config.json"
 GIB = 2**30
 BYTES = {"bfloat16": 2.0, "fp8": 1.0, "nvfp4": 0.5625}

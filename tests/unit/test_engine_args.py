@@ -6,7 +6,6 @@ settings, each with its source."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,8 +36,8 @@ from autotuner.core.model import DrafterKind
 from autotuner.core.registry import load_draft_model, load_model
 from autotuner.core.report import build_report
 from autotuner.core.types import Setup
+from tests.support.fixtures import CONFIGS
 
-CONFIGS = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "configs"
 LLAMA_CONFIG = CONFIGS / "llama-3.1-70b.config.json"
 LLAMA_FP8 = load_model("meta-llama/Llama-3.1-70B-Instruct-FP8")
 NEMOTRON = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")

@@ -4,21 +4,20 @@ the cost model cannot charge proposes no speculation), and /decision says where 
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
 from autotuner.actuators.exec import ExecActuator
-from autotuner.controller import Controller
 from autotuner.core.costmodel import Workload
 from autotuner.core.engine_args import LIVE, SETTINGS
 from autotuner.core.hardware import datasheet
 from autotuner.core.model import DrafterKind
 from autotuner.core.registry import load_model
 from autotuner.core.types import Decision, Observation
-from autotuner.exporter import TunerMetrics, decision_document
+from autotuner.exporter import decision_document
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
+from tests.support.loop import wired
 
 LLAMA = load_model("meta-llama/Llama-3.1-70B-Instruct-FP8")
 H200 = datasheet("H200")
@@ -39,16 +38,7 @@ def step(tmp_path: Path, args: list[str], *settings: str) -> tuple[Decision, dic
             now=1000.0, window_s=60, setup=actuator.read().setup, batch=16, rates=(0.7, 0.6, 0.5)
         )
 
-    tuner = Controller(
-        settings=loaded,
-        model=LLAMA,
-        hardware=H200,
-        observe=observe,
-        actuator=actuator,
-        metrics=TunerMetrics(),
-        logger=logging.getLogger("test"),
-        clock=lambda: 1000.0,
-    )
+    tuner = wired(loaded, (LLAMA, H200), observe, actuator, lambda: 1000.0)
     decision = tuner.step()
     return decision, decision_document(tuner.metrics.current())
 

@@ -3,7 +3,6 @@ large batch"): the multi-token SSM kernels, eager passes above the CUDA-graph ca
 drafter's first pass over every verified position, the dense GEMMs' compute, FP4/FP8 tensor
 cores, vLLM's block-granular capacity, and MEASUREMENTS.md's K = 1 clue."""
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,18 +21,13 @@ from autotuner.core.hf_config import from_hf_config
 from autotuner.core.model import DrafterKind
 from autotuner.core.registry import load_model
 from autotuner.core.types import PLAIN, Setup
+from tests.support.fixtures import CONFIGS
 
 SUPER = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
 LLAMA = load_model("meta-llama/Llama-3.1-8B-Instruct")
 H200, B300 = datasheet("H200"), datasheet("B300")
 ACCEPT = geometric(0.7, 4)
-QWEN_NVFP4 = (
-    Path(__file__).resolve().parents[2].parent
-    / "shared"
-    / "fixtures"
-    / "configs"
-    / "qwen3.5-122b-a10b-nvfp4.config.json"
-)
+QWEN_NVFP4 = CONFIGS / "qwen3.5-122b-a10b-nvfp4.config.json"
 
 
 def curve(setup: str, batches: list[int], gpu: str = "H200", **workload: Any) -> SetupCurve:

@@ -13,16 +13,9 @@ from autotuner.sources.errors import SourceError
 from autotuner.sources.promtext import parse
 from autotuner.sources.vllm_metrics import engine_samples, wanted_names
 from autotuner.sources.vllm_scrape import VllmScraper
+from tests.support.clock import Clock
 
 LIMITS = ObservationLimits(min_batch_samples=2, min_drafts=10, max_age_s=30)
-
-
-class Clock:
-    def __init__(self, t: float = 1_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def test_real_capture_parses_to_its_counters(vllm_capture: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ import pytest
 from autotuner.bench.load import LoadGenerator
 from tests.integration.conftest import free_port
 from tests.support.run import sidecar_process
+from tests.vllm.restart_vllm import stop as stop_server
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "spec-autotuner"
 VENV = CACHE / "vllm-venv"
@@ -170,22 +170,7 @@ class Served:
 
     def stop(self) -> None:
         """SIGTERM the server's process group and wait until it is gone."""
-        pid_file = self.folder / "vllm.pid"
-        pid = int(pid_file.read_text().strip() or 0) if pid_file.exists() else 0
-        if pid <= 1:
-            return
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.2)
-        os.killpg(pid, signal.SIGKILL)
+        stop_server(self.folder / "vllm.pid", wait_s=30)
 
     def log(self) -> str:
         path = self.folder / "vllm.log"

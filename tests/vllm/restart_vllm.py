@@ -20,17 +20,18 @@ from pathlib import Path
 HEALTHY_WITHIN_S = 480  # ~25 s on a quiet 2-core machine; a busy one may take several times that
 
 
-def stop(pid_file: Path) -> None:
-    if not pid_file.exists():
-        return
-    pid = int(pid_file.read_text().strip() or 0)
+def stop(pid_file: Path, wait_s: float = 10.0) -> None:
+    """SIGTERM the process group the pid file names, wait until it is gone (SIGKILL after
+    `wait_s`)."""
+    pid = int(pid_file.read_text().strip() or 0) if pid_file.exists() else 0
     if pid <= 1:
         return  # never signal our own process group (pid 0) or init
     try:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    for _ in range(100):
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
         try:
             os.killpg(pid, 0)
         except ProcessLookupError:

@@ -1,0 +1,39 @@
+"""The sidecar's loop as the tests build it: a Controller with a private metrics registry, the
+"test" logger and the test's own clock."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from autotuner.actuators.base import Actuator
+from autotuner.controller import Controller, Observer
+from autotuner.core.hardware import HardwareProfile
+from autotuner.core.model import ModelSpec
+from autotuner.exporter import TunerMetrics
+from autotuner.settings import Settings
+
+
+def wired(
+    settings: Settings,
+    served: tuple[ModelSpec, HardwareProfile],
+    observe: Observer,
+    actuator: Actuator,
+    clock: Callable[[], float],
+    **parts: Any,
+) -> Controller:
+    """The loop over `actuator`, for `served` (model, GPU); `parts`: a Lease elector, a quality
+    guard and what else the test wires."""
+    model, hardware = served
+    return Controller(
+        settings=settings,
+        model=model,
+        hardware=hardware,
+        observe=observe,
+        actuator=actuator,
+        metrics=TunerMetrics(),
+        logger=logging.getLogger("test"),
+        clock=clock,
+        **parts,
+    )
