@@ -547,24 +547,22 @@ def load_settings(
 
 
 def describe(settings: Settings, sources: Mapping[str, str]) -> list[tuple[str, str, str, str]]:
-    """(field, value, source, description) for every leaf, for `config show`."""
+    """(field, value, source, description) for every leaf, for `config show`. The fields of
+    engine.capabilities that no layer set come from the preset its `name` names: their source
+    is that name's layer."""
     rows: list[tuple[str, str, str, str]] = []
 
-    def walk(model: BaseModel, prefix: str) -> None:
+    def walk(model: BaseModel, prefix: str, unset: str) -> None:
+        if isinstance(model, EngineCapabilities) and f"{prefix}name" in sources:
+            unset = f"{sources[prefix + 'name']} (preset {model.name})"
         for name, info in type(model).model_fields.items():
             value = getattr(model, name)
             path = f"{prefix}{name}"
             if isinstance(value, BaseModel):
-                walk(value, f"{path}.")
+                walk(value, f"{path}.", unset)
                 continue
-            rows.append(
-                (
-                    path,
-                    repr(value) if isinstance(value, str) else str(value),
-                    sources.get(path, "default"),
-                    info.description or "",
-                )
-            )
+            shown = repr(value) if isinstance(value, str) else str(value)
+            rows.append((path, shown, sources.get(path, unset), info.description or ""))
 
-    walk(settings, "")
+    walk(settings, "", "default")
     return rows

@@ -96,7 +96,7 @@ def restart_refused(
 ) -> Step:
     """The engine did not come up with `decision.target` and its previous args are back: the
     setup is quarantined, and the capability it needed that the previous did not is taken as
-    missing for `refusal_s` (so a K schedule refused means static K from now on)."""
+    missing for `quarantine.capability_s` (so a K schedule refused means static K from now on)."""
     assert decision.target is not None
     target, previous = decision.target, decision.current
     state = before.quarantined(target, ctx.now + settings.quarantine.setup_s)

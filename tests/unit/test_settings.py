@@ -147,6 +147,8 @@ def test_grouped_settings_round_trip_through_yaml_and_env(
     # `config show` names every grouped field, and says what it is for.
     rows = {row[0]: row for row in describe(settings, sources)}
     assert rows["policy.restart.cooldown_s"][1:3] == ("2700.0", "env")
+    preset = rows["engine.capabilities.replay_with_speculation"]
+    assert preset[1:3] == ("True", f"file {file} (preset replay-spec)")
     assert all(rows[f"policy.{group}.{name}"][3] for group, name in _grouped(settings))
     # Written out and read back (YAML), the same settings.
     monkeypatch.delenv("AUTOTUNER_POLICY__RESTART__COOLDOWN_S")
