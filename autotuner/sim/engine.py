@@ -281,87 +281,34 @@ class SimulatedVllm:
             engine.iteration_count += 1
 
     def collect(self) -> Iterator[Metric]:
-        labels = ["engine", "model_name"]
         families: dict[str, Metric] = {}
-
-        def counter(name: str, doc: str, extra: Sequence[str] = ()) -> CounterMetricFamily:
-            family = families.setdefault(
-                name, CounterMetricFamily(name, doc, labels=[*sorted([*labels, *extra])])
-            )
-            assert isinstance(family, CounterMetricFamily)
-            return family
-
         for index, engine in enumerate(self.engines):
             values = [str(index), self.model_name]
-            for name, doc, value in (
-                ("vllm:num_preemptions", "Cumulative number of preemption.", engine.preemptions),
-                ("vllm:prompt_tokens", "Number of prefill tokens processed.", engine.prompt_tokens),
-                (
-                    "vllm:generation_tokens",
-                    "Number of generation tokens processed.",
-                    engine.generation_tokens,
-                ),
-            ):
-                counter(name, doc).add_metric(values, value, created=engine.created)
+            counters = [
+                ("vllm:num_preemptions", engine.preemptions),
+                ("vllm:prompt_tokens", engine.prompt_tokens),
+                ("vllm:generation_tokens", engine.generation_tokens),
+            ]
             if self.setup.spec_tokens:
-                for name, doc, value in (
-                    (
-                        "vllm:spec_decode_num_drafts",
-                        "Number of spec decoding drafts.",
-                        engine.drafts,
-                    ),
-                    (
-                        "vllm:spec_decode_num_draft_tokens",
-                        "Number of draft tokens.",
-                        engine.draft_tokens,
-                    ),
-                    (
-                        "vllm:spec_decode_num_accepted_tokens",
-                        "Number of accepted tokens.",
-                        sum(engine.accepted_per_position),
-                    ),
-                ):
-                    counter(name, doc).add_metric(values, value, created=engine.created)
-                per_pos = counter(
-                    "vllm:spec_decode_num_accepted_tokens_per_pos",
-                    "Accepted tokens per draft position.",
-                    ["position"],
-                )
+                counters += [
+                    ("vllm:spec_decode_num_drafts", engine.drafts),
+                    ("vllm:spec_decode_num_draft_tokens", engine.draft_tokens),
+                    ("vllm:spec_decode_num_accepted_tokens", sum(engine.accepted_per_position)),
+                ]
+                per_pos = _counter(families, "vllm:spec_decode_num_accepted_tokens_per_pos")
                 for position, value in enumerate(engine.accepted_per_position):
-                    per_pos.add_metric(
-                        [str(index), self.model_name, str(position)], value, created=engine.created
-                    )
-            for name, doc, value in (
-                (
-                    "vllm:num_requests_running",
-                    "Number of requests in model execution batches.",
-                    engine.running,
-                ),
-                (
-                    "vllm:num_requests_waiting",
-                    "Number of requests waiting to be processed.",
-                    engine.waiting,
-                ),
-                (
-                    "vllm:kv_cache_usage_perc",
-                    "KV-cache usage. 1 means 100 percent usage.",
-                    engine.kv_usage,
-                ),
+                    per_pos.add_metric([*values, str(position)], value, created=engine.created)
+            for name, value in counters:
+                _counter(families, name).add_metric(values, value, created=engine.created)
+            for name, value in (
+                ("vllm:num_requests_running", engine.running),
+                ("vllm:num_requests_waiting", engine.waiting),
+                ("vllm:kv_cache_usage_perc", engine.kv_usage),
             ):
-                gauge = families.setdefault(name, GaugeMetricFamily(name, doc, labels=labels))
-                assert isinstance(gauge, GaugeMetricFamily)
-                gauge.add_metric(values, value)
+                _gauge(families, name, ENGINE_LABELS).add_metric(values, value)
             self._histograms(families, values, engine)
             info_labels = self._cache_config(index)
-            info = families.setdefault(
-                "vllm:cache_config_info",
-                GaugeMetricFamily(
-                    "vllm:cache_config_info",
-                    "Information of the LLMEngine CacheConfig",
-                    labels=sorted(info_labels),
-                ),
-            )
-            assert isinstance(info, GaugeMetricFamily)
+            info = _gauge(families, "vllm:cache_config_info", sorted(info_labels))
             info.add_metric([info_labels[k] for k in sorted(info_labels)], 1.0)
         yield from families.values()
 
@@ -442,3 +389,32 @@ class _Collector:
 
     def collect(self) -> Iterator[Metric]:
         return self.sim.collect()
+
+
+ENGINE_LABELS = ["engine", "model_name"]
+HELP = {  # vLLM's own help strings
+    "vllm:num_preemptions": "Cumulative number of preemption.",
+    "vllm:prompt_tokens": "Number of prefill tokens processed.",
+    "vllm:generation_tokens": "Number of generation tokens processed.",
+    "vllm:spec_decode_num_drafts": "Number of spec decoding drafts.",
+    "vllm:spec_decode_num_draft_tokens": "Number of draft tokens.",
+    "vllm:spec_decode_num_accepted_tokens": "Number of accepted tokens.",
+    "vllm:spec_decode_num_accepted_tokens_per_pos": "Accepted tokens per draft position.",
+    "vllm:num_requests_running": "Number of requests in model execution batches.",
+    "vllm:num_requests_waiting": "Number of requests waiting to be processed.",
+    "vllm:kv_cache_usage_perc": "KV-cache usage. 1 means 100 percent usage.",
+    "vllm:cache_config_info": "Information of the LLMEngine CacheConfig",
+}
+
+
+def _counter(families: dict[str, Metric], name: str) -> CounterMetricFamily:
+    labels = ENGINE_LABELS + (["position"] if name.endswith("_per_pos") else [])
+    family = families.setdefault(name, CounterMetricFamily(name, HELP[name], labels=labels))
+    assert isinstance(family, CounterMetricFamily)
+    return family
+
+
+def _gauge(families: dict[str, Metric], name: str, labels: list[str]) -> GaugeMetricFamily:
+    family = families.setdefault(name, GaugeMetricFamily(name, HELP[name], labels=labels))
+    assert isinstance(family, GaugeMetricFamily)
+    return family
