@@ -614,6 +614,26 @@ def resolve(
     )
     served = _kv_cache_dtype(model, live, inputs)
     _ssm_dtype(served, live, inputs)
+    drafter = _drafter(served, live, fallback, saved, load_draft, inputs, update)
+    order = {name: i for i, name in enumerate(INPUT_ORDER)}
+    inputs = dict(sorted(inputs.items(), key=lambda item: order.get(item[0], len(order))))
+    try:  # validated: a bad value (TP 0, ...) is refused, not carried
+        resolved = Workload.model_validate({**dict(workload), **update})
+    except ValueError as exc:
+        raise InputError(f"the workload cannot be built: {exc}") from None
+    return Resolved(resolved, served, drafter, inputs)
+
+
+def _drafter(
+    served: ModelSpec,
+    live: EngineArgs,
+    fallback: Fallback,
+    saved: SpeculativeConfig | None,
+    load_draft: DraftLoader | None,
+    inputs: dict[str, Input],
+    update: dict[str, Any],
+) -> Drafter:
+    """The drafter the engine runs (live config, else the saved one, else a declared one)."""
     speculative, spec_source = (
         (live.speculative, LIVE) if live.speculative is not None else (saved, SAVED)
     )
@@ -640,13 +660,7 @@ def resolve(
             note="recorded; predicted as fixed K",
             modelled=False,
         )
-    order = {name: i for i, name in enumerate(INPUT_ORDER)}
-    inputs = dict(sorted(inputs.items(), key=lambda item: order.get(item[0], len(order))))
-    try:  # validated: a bad value (TP 0, ...) is refused, not carried
-        resolved = Workload.model_validate({**dict(workload), **update})
-    except ValueError as exc:
-        raise InputError(f"the workload cannot be built: {exc}") from None
-    return Resolved(resolved, served, drafter, inputs)
+    return drafter
 
 
 def _mamba_cache_mode(
