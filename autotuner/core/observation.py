@@ -221,43 +221,9 @@ def build_observation(
     `setup` and `drafter`: the deployed setup and `--speculative-config`, when known (see
     `acceptance_stats`; `read_acceptance` applies them to a window built without them)."""
     start, end = totals.start, totals.end
-    if totals.series == 0:
-        return unusable(
-            source, UnusableReason.EMPTY, "no vLLM series in the window", start=start, end=end
-        )
-    age = now - totals.last_sample_at
-    if age > limits.max_age_s:
-        return unusable(
-            source,
-            UnusableReason.STALE,
-            f"newest sample is {age:.0f}s old (limit {limits.max_age_s:.0f}s)",
-            start=start,
-            end=end,
-        )
-    if len(totals.batch_samples) < limits.min_batch_samples:
-        return unusable(
-            source,
-            UnusableReason.TOO_FEW_SAMPLES,
-            f"{len(totals.batch_samples)} batch samples (need {limits.min_batch_samples})",
-            start=start,
-            end=end,
-        )
-    numbers = [
-        *totals.batch_samples,
-        totals.drafts,
-        totals.accepted,
-        *totals.accepted_per_position,
-        *totals.waiting_samples,
-        *totals.kv_usage_samples,
-    ]
-    if any(not math.isfinite(v) or v < 0 for v in numbers):
-        return unusable(
-            source,
-            UnusableReason.INVALID_VALUE,
-            "NaN, Inf or a negative value in the window",
-            start=start,
-            end=end,
-        )
+    problem = _unusable_because(totals, now, limits)
+    if problem is not None:
+        return unusable(source, *problem, start=start, end=end)
     acceptance = None
     if totals.speculation:
         try:
@@ -285,6 +251,36 @@ def build_observation(
         preemptions=totals.preemptions,
         live_setup=live_setup(totals),
     )
+
+
+def _unusable_because(
+    totals: WindowTotals, now: float, limits: ObservationLimits
+) -> tuple[UnusableReason, str] | None:
+    """Why the window cannot be used (empty, stale, too few samples, bad values), or None."""
+    if totals.series == 0:
+        return UnusableReason.EMPTY, "no vLLM series in the window"
+    age = now - totals.last_sample_at
+    if age > limits.max_age_s:
+        return (
+            UnusableReason.STALE,
+            f"newest sample is {age:.0f}s old (limit {limits.max_age_s:.0f}s)",
+        )
+    if len(totals.batch_samples) < limits.min_batch_samples:
+        return (
+            UnusableReason.TOO_FEW_SAMPLES,
+            f"{len(totals.batch_samples)} batch samples (need {limits.min_batch_samples})",
+        )
+    numbers = [
+        *totals.batch_samples,
+        totals.drafts,
+        totals.accepted,
+        *totals.accepted_per_position,
+        *totals.waiting_samples,
+        *totals.kv_usage_samples,
+    ]
+    if any(not math.isfinite(v) or v < 0 for v in numbers):
+        return UnusableReason.INVALID_VALUE, "NaN, Inf or a negative value in the window"
+    return None
 
 
 def _mean(values: Sequence[float]) -> float | None:
