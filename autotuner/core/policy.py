@@ -474,6 +474,20 @@ def candidates(
     return kept, notes
 
 
+def _scenarios(point: AcceptanceEstimate | None) -> list[AcceptanceEstimate | None]:
+    """The acceptance point estimate, then its interval's low and high ends."""
+    if point is None:
+        return [None]
+    low, high = from_conditional(point.conditional_low), from_conditional(point.conditional_high)
+    return [point, low, high]
+
+
+def _agreement(tables: list[dict[str, float]], current: str, best: str, min_gain: float) -> float:
+    """The share of acceptance scenarios in which `best` beats `current` by min_gain."""
+    agreeing = sum(1 for t in tables if t[current] > 0 and t[best] / t[current] - 1.0 >= min_gain)
+    return agreeing / len(tables)
+
+
 def evaluate(
     state: TunerState, ctx: Context, settings: PolicySettings, current: Setup
 ) -> Evaluation | None:
@@ -487,20 +501,10 @@ def evaluate(
         setups += _schedules(state, ctx, settings, setups, point)
     if current not in setups:
         setups.append(current)
-    scenarios = [point]
-    if point is not None:
-        scenarios += [
-            from_conditional(point.conditional_low),
-            from_conditional(point.conditional_high),
-        ]
-    tables: list[dict[str, float]] = []
-    for acceptance in scenarios:
-        tables.append(
-            {
-                s.label: objective(s, batches, weights, state, ctx, settings, acceptance)
-                for s in setups
-            }
-        )
+    tables = [
+        {s.label: objective(s, batches, weights, state, ctx, settings, scenario) for s in setups}
+        for scenario in _scenarios(point)
+    ]
     values = tables[0]
     by_label = {s.label: s for s in setups}
     runnable = {k: v for k, v in values.items() if k != current.label or current in setups}
@@ -510,20 +514,16 @@ def evaluate(
     current_value = values[current.label]
     best_value = values[best_label]
     gain = (best_value / current_value - 1.0) if current_value > 0 else math.inf
-    agreeing = sum(
-        1
-        for table in tables
-        if table[current.label] > 0
-        and table[best_label] / table[current.label] - 1.0 >= settings.switch.min_gain
+    min_gain = settings.switch.min_gain
+    confidence = (
+        _agreement(tables, current.label, best_label, min_gain) if gain >= min_gain else 0.0
     )
-    confidence = agreeing / len(tables) if gain >= settings.switch.min_gain else 0.0
-    if point is not None:
-        age = state.acceptance.age_s(ctx.now)
-        if age is not None and age > settings.estimates.acceptance_half_life_s:
-            notes.append(
-                f"acceptance is remembered from {age / 60:.0f} min ago (speculation "
-                "off since); its interval widens with age"
-            )
+    age = state.acceptance.age_s(ctx.now) if point is not None else None
+    if age is not None and age > settings.estimates.acceptance_half_life_s:
+        notes.append(
+            f"acceptance is remembered from {age / 60:.0f} min ago (speculation "
+            "off since); its interval widens with age"
+        )
     predictor, typical = ctx.predictor(state, settings), state.batch.quantile(0.5)
     finite = {k: v for k, v in values.items() if math.isfinite(v)}
     sigmas = {k: predictor.sigma(by_label[k], typical, current) for k in finite}
