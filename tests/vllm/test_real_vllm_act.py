@@ -129,8 +129,10 @@ def test_load_turns_speculation_off_and_back(served: Served, tmp_path: Path) -> 
     config = tuner_config(tmp_path, served, port, **HYBRID)
     log = tmp_path / "tuner.log"
     with (
-        running_tuner(config, log),
+        # The load stops after the tuner: a tuner still running when it stops would judge an
+        # idle window (and revert, restarting vLLM under the test's teardown).
         Load(served.url, streams=LOW, output_len=OUTPUT_LEN) as load,
+        running_tuner(config, log),
     ):
         wait_for(
             lambda: (decision(port).get("decision") or {}).get("action") == "keep",
@@ -179,8 +181,8 @@ def test_another_model_behind_the_same_flags_fails_the_quality_guard(
     port = free_port()
     config = tuner_config(tmp_path, served, port, **HYBRID)
     with (
+        Load(served.url, streams=LOW, output_len=OUTPUT_LEN) as load,  # stops after the tuner
         running_tuner(config, tmp_path / "tuner.log"),
-        Load(served.url, streams=LOW, output_len=OUTPUT_LEN) as load,
     ):
         wait_for(lambda: baselines(port) >= 1, 300, "no canary baseline at low load")
         load.streams = HIGH
@@ -231,7 +233,7 @@ def test_the_served_models_own_config_drives_an_attention_only_run(
     }
     config = tuner_config(tmp_path, served, port, mode="advise", **own_model)
     log = tmp_path / "tuner.log"
-    with running_tuner(config, log), Load(served.url, streams=LOW, output_len=OUTPUT_LEN):
+    with Load(served.url, streams=LOW, output_len=OUTPUT_LEN), running_tuner(config, log):
         wait_for(
             lambda: (
                 "spec:3"
