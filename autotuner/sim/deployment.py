@@ -7,6 +7,7 @@ asks for one it can run)."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -38,7 +39,12 @@ class SimulatedDeployment:
         clock: Callable[[], float] = time.time,
         generate: Callable[[str, int], str] | None = None,
         engine: EngineCapabilities | None = None,
+        watch: bool = True,
     ) -> None:
+        """`watch`: a thread looks at the manifest every `poll_s` and a restart takes
+        `restart_gap_s` real seconds (whatever `clock` says); without it the caller calls `poll()`
+        and the gap passes on `clock` (a simulated clock that moves only when the caller moves
+        it)."""
         self.manifest = ManifestActuator(manifest)
         self.truth = truth
         self.engine = engine or REPLAY_SPEC
@@ -69,9 +75,16 @@ class SimulatedDeployment:
         self.server = SimServer(self.sim, completions=self.completions, generate=generate)
         self.clock = clock
         self.history.append((clock(), setup.label))
+        self.current = self.sim.setup.setup  # what the manifest asked for last (run or refused)
+        self.wanted: Setup | None = None  # restarting towards this
+        self.up_at = math.inf  # when the restart towards `wanted` ends, on gap_clock
+        self.gap_clock = time.monotonic if watch else clock
+        self.seen = ""  # the manifest's text at the last look
         self.stop_event = threading.Event()
-        self.watcher = threading.Thread(target=self._watch, daemon=True)
-        self.watcher.start()
+        self.watcher: threading.Thread | None = None
+        if watch:
+            self.watcher = threading.Thread(target=self._watch, daemon=True)
+            self.watcher.start()
 
     @property
     def url(self) -> str:
@@ -105,33 +118,49 @@ class SimulatedDeployment:
             return self.sim.total_generated
 
     def _watch(self) -> None:
-        current = self.sim.setup.setup
-        while not self.stop_event.wait(self.poll_s):
-            try:
-                wanted = self.manifest.read().setup
-            except ActuatorError:
-                continue  # mid-write; look again
-            if wanted == current:
-                continue
-            with self.server.lock:
-                self.server.up = False
-                self.sim.stop()  # nothing is served while it restarts
-            if self.stop_event.wait(self.restart_gap_s):
+        while not self.stop_event.wait(min(self.poll_s, max(self.up_at - self.gap_clock(), 0))):
+            self.poll()
+
+    def poll(self) -> None:
+        """One look: a manifest that asks for another setup takes the server down (nothing is
+        served), and `restart_gap_s` later the engine comes up with it, unless it
+        cannot run it (then it stays down until the manifest changes again)."""
+        if self.wanted is not None:
+            if self.gap_clock() < self.up_at:
                 return
-            current = wanted
-            refused = self.refusal(wanted)
-            if refused is not None:  # it does not come up; down until the manifest changes
-                self.history.append((self.clock(), f"refused {wanted.label}: {refused}"))
-                continue
-            with self.server.lock:
-                self.sim.restart(SimSetup.of(wanted, self.acceptance))
-                self.server.up = True
-            self.restarts += 1
-            self.history.append((self.clock(), wanted.label))
+            self._come_up(self.wanted)
+            return
+        try:
+            text = self.manifest.path.read_text(encoding="utf-8")
+            if text == self.seen:
+                return  # unchanged since the last look (parsing it costs more than a step)
+            wanted = self.manifest.read().setup
+        except (OSError, ActuatorError):
+            return  # mid-write; look again
+        self.seen = text
+        if wanted == self.current:
+            return
+        with self.server.lock:
+            self.server.up = False
+            self.sim.stop()  # nothing is served while it restarts
+        self.wanted, self.up_at = wanted, self.gap_clock() + self.restart_gap_s
+
+    def _come_up(self, wanted: Setup) -> None:
+        self.current, self.wanted, self.up_at = wanted, None, math.inf
+        refused = self.refusal(wanted)
+        if refused is not None:
+            self.history.append((self.clock(), f"refused {wanted.label}: {refused}"))
+            return
+        with self.server.lock:
+            self.sim.restart(SimSetup.of(wanted, self.acceptance))
+            self.server.up = True
+        self.restarts += 1
+        self.history.append((self.clock(), wanted.label))
 
     def close(self) -> None:
         self.stop_event.set()
-        self.watcher.join(timeout=5)
+        if self.watcher is not None:
+            self.watcher.join(timeout=5)
         self.server.close()
 
     def __enter__(self) -> SimulatedDeployment:

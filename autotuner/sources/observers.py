@@ -3,8 +3,6 @@ scrapes; the Prometheus observer asks the server for the window."""
 
 from __future__ import annotations
 
-import time
-
 from autotuner.core.observation import unusable
 from autotuner.core.types import Observation
 from autotuner.settings import Settings
@@ -29,7 +27,7 @@ class ScrapeObserver:
         try:
             self.scraper.record(self.scraper.scrape(), keep_s=2 * self.window_s)
         except SourceError as exc:
-            now = time.time()
+            now = self.scraper.clock()  # the clock the scrapes are stamped with
             return unusable("vllm", exc.reason, exc.detail, start=now - self.window_s, end=now)
         return self.scraper.observation(self.window_s, self.limits)
 
