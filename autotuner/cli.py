@@ -988,13 +988,21 @@ def demo(
         str,
         typer.Option(
             help="The simulated engine's hidden error: realistic (about 10%), or wrong-prior "
-            "(replay 30% faster than modelled: the prior's ranking is wrong mid-day, which only "
-            "trying replay can show: the tuner explores)."
+            "(speculation 30% slower and replay 30% faster than modelled, the load held at "
+            "batch 24 for 30% of the run: the prior's ranking is wrong there, which only trying "
+            "replay can show: the tuner explores)."
         ),
     ] = "realistic",
+    fast: Annotated[
+        bool,
+        typer.Option(
+            help="On a simulated clock: the same steps, windows and restarts, as fast as the "
+            "CPU allows (and the same on a slow machine)."
+        ),
+    ] = False,
 ) -> None:
     """Simulated vLLM + the sidecar in act mode against a manifest, load 4 -> 512 -> 4."""
-    from autotuner.demo import run_demo, summary_table
+    from autotuner.demo import describe_load, log_lines, run_demo, summary_table
     from autotuner.sim.truth import WORLDS
 
     try:
@@ -1007,7 +1015,7 @@ def demo(
     console = Console()
     console.print(
         f"[bold]spec-autotuner demo[/]: {model} on a simulated {gpu}, "
-        f"{seconds:.0f}s, load 4 -> 512 -> 4 per engine"
+        f"{seconds:.0f}s{' (simulated clock)' if fast else ''}, {describe_load(world)}"
     )
     result = run_demo(
         model_id=model,
@@ -1020,11 +1028,11 @@ def demo(
         console=console,
         live=not no_live,
         world=world,
+        fast=fast,
     )
     console.print(summary_table(result))
-    switches = [d for d in result.decisions if d.action.value in ("switch", "revert")]
-    for decision in switches:
-        console.print(f"  {decision.action.value}: {decision.sentence}")
+    for line in log_lines(result):
+        console.print(line, markup=False)
     console.print(f"{result.restarts} restart(s); details: {out / 'demo.json'}")
     console.print(_plots_line(result.plots), markup=False)
 

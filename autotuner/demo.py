@@ -2,9 +2,11 @@
 
 A simulated vLLM (cost model x a hidden error, restarted whenever its manifest changes, serving
 nothing while it restarts) serves metrics; the sidecar's controller runs in act mode against the
-manifest in a temp folder while the load ramps from batch 4 to 512 and back. A live view shows
+manifest in a temp folder while the load ramps from batch 4 to 512 and back (in some worlds
+with a plateau where the world's truth and the prior rank setups differently). A live view shows
 what the tuner sees and does; at the end, tokens served are compared with every static setup the
-model and the engine build can run, and the figures are drawn (with the `plots` extra).
+model and the engine build can run, and the figures are drawn (with the `plots` extra). With
+`fast`, everything runs on a simulated clock: the same steps, as fast as the CPU allows.
 """
 
 from __future__ import annotations
@@ -36,9 +38,35 @@ from autotuner.logs import configure
 from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.truth import WORLDS, TruthEngine
+from autotuner.sources.observers import ScrapeObserver
 from autotuner.wiring import build_controller
 
 Load = Callable[[float], float]
+
+
+def explores(decision: Decision) -> bool:
+    """A switch the policy made as an exploration (its sentence says so first)."""
+    return decision.action is Action.SWITCH and decision.sentence.startswith("explore ")
+
+
+def verdict(decision: Decision) -> bool:
+    """The end of a change's verification: verified (kept) or reverted."""
+    return decision.action is Action.REVERT or (
+        decision.action is Action.KEEP and decision.sentence.startswith("verified ")
+    )
+
+
+@dataclass
+class Exploration:
+    at: float  # seconds into the run
+    decision: Decision  # the switch that explored
+    verdict: Decision | None = None  # its verification's end (None: the run ended first)
+
+    @property
+    def outcome(self) -> str:
+        if self.verdict is None:
+            return "unverified"
+        return "reverted" if self.verdict.action is Action.REVERT else "kept"
 
 
 @dataclass
@@ -49,10 +77,46 @@ class DemoResult:
     statics: dict[str, float] = field(default_factory=dict)  # label -> tokens, same span
     restarts: int = 0
     plots: list[Path] = field(default_factory=list)  # demo.png and demo.svg, when drawn
+    explorations: list[Exploration] = field(default_factory=list)
+    changing: Decision | None = None  # the switch whose verification is under way
 
     @property
     def best_static(self) -> str:
         return max(self.statics, key=lambda label: self.statics[label])
+
+    def explorations_line(self) -> str:
+        """How many explorations, and what became of them."""
+        outcomes = [e.outcome for e in self.explorations]
+        counts = ", ".join(f"{outcomes.count(o)} {o}" for o in dict.fromkeys(outcomes))
+        return f"{len(outcomes)} exploration(s)" + (f": {counts}" if counts else "")
+
+
+class WallClock:
+    """The demo in real time: steps are paced by the loop interval."""
+
+    def __call__(self) -> float:
+        return time.time()
+
+    def wait(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+
+class SimulatedClock:
+    """The demo on a simulated clock: time moves only when the loop waits, by exactly what it
+    waits, so every run takes the same steps, windows and restarts however slow the machine
+    is (and as fast as it allows)."""
+
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def wait(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+
+
+Clock = WallClock | SimulatedClock
 
 
 def ramp(start: float, duration: float, low: float = 4, high: float = 512) -> Load:
@@ -63,6 +127,57 @@ def ramp(start: float, duration: float, low: float = 4, high: float = 512) -> Lo
         return low + (high - low) * (1 - math.cos(2 * math.pi * phase)) / 2
 
     return load
+
+
+def plateau(
+    start: float,
+    duration: float,
+    level: float,
+    hold: float,
+    low: float = 4,
+    high: float = 512,
+) -> Load:
+    """The ramp with a plateau: demand rises to `level`, stays there for `hold` of the run,
+    then goes on up to `high` and back (the rest of the day compressed around it)."""
+    base = ramp(0.0, 1.0, low, high)
+    reach = math.acos(1 - 2 * (level - low) / (high - low)) / (2 * math.pi)  # base(reach) = level
+    before = reach * (1 - hold)
+
+    def load(t: float) -> float:
+        phase = min(max((t - start) / duration, 0.0), 1.0)
+        if phase < before:
+            return base(phase / (1 - hold))
+        if phase < before + hold:
+            return level
+        return base((phase - hold) / (1 - hold))
+
+    return load
+
+
+# Where a world's demo load dwells (a plateau for PLATEAU_HOLD of the run); else the plain ramp.
+# wrong-prior: batch 24, in the 16-64 band, where the prior ranks spec:3 a third above replay:16
+# and that world's truth ranks replay:16 40% above spec:3. Once speculation's measured error is
+# learned (it lands on what speculation adds, so fewer drafts look better and the tuner may
+# first move to a lower K), speculation and replay are predicted about level there and the
+# interval of the never-measured replay reaches some 19% past the running setup: more than the
+# 10% a restart costs in this compressed day (2 x a 0.75 s restart over a 15 s horizon). The
+# plain ramp passes that band in about 6 s, less than the cooldown after that first switch
+# (7.5 s) plus the lag of the batch history, and above it replay wins by prediction.
+PLATEAUS: dict[str, float] = {"wrong-prior": 24.0}
+PLATEAU_HOLD = 0.3
+
+
+def world_load(world: str, start: float, duration: float) -> Load:
+    level = PLATEAUS.get(world)
+    if level is None:
+        return ramp(start, duration)
+    return plateau(start, duration, level, PLATEAU_HOLD)
+
+
+def describe_load(world: str) -> str:
+    level = PLATEAUS.get(world)
+    held = f" (held at {level:.0f} for {PLATEAU_HOLD:.0%} of the run)" if level is not None else ""
+    return f"load 4 -> 512 -> 4 per engine{held}"
 
 
 def statics_for(
@@ -132,7 +247,9 @@ def run_demo(
     console: Console | None = None,
     live: bool = True,
     world: str = "realistic",
+    fast: bool = False,
 ) -> DemoResult:
+    """`fast`: on a simulated clock (SimulatedClock), as fast as the CPU allows."""
     console = console or Console()
     model = load_model(model_id)
     kind = DrafterKind(drafter) if drafter else None
@@ -156,8 +273,9 @@ def run_demo(
         drafter=drafter,
     )
     engine = settings.engine.capabilities
-    start = time.time() + 1.0
-    load = ramp(start, duration_s)
+    clock: Clock = SimulatedClock(time.time()) if fast else WallClock()
+    start = clock() + 1.0
+    load = world_load(world, start, duration_s)
     result = DemoResult(
         series=plots.DemoSeries(
             title=f"{model.name} on a simulated {gpu}", seconds_per_hour=duration_s / 24
@@ -170,12 +288,17 @@ def run_demo(
         acceptance=acceptance,
         restart_gap_s=restart_gap(duration_s),
         engine=engine,
+        clock=clock,
+        watch=not fast,  # on the simulated clock the loop polls it (the gap passes on that clock)
     ) as deployment:
         settings = settings.model_copy(
             update={"source": settings.source.model_copy(update={"urls": [deployment.url]})}
         )
         controller = build_controller(settings, TunerMetrics(), configure("json", "warning"))
-        _loop(controller, deployment, load, start, duration_s, result, console, live)
+        controller.clock = clock
+        if isinstance(controller.observe, ScrapeObserver):
+            controller.observe.scraper.clock = clock
+        _loop(controller, deployment, clock, load, start, duration_s, result, console, live)
         result.restarts = deployment.restarts
     statics = statics_for(model, engine, len(acceptance), speculates)
     _compare_statics(result, statics, truth, load, start, acceptance)
@@ -186,6 +309,7 @@ def run_demo(
 def _loop(
     controller: Controller,
     deployment: SimulatedDeployment,
+    clock: Clock,
     load: Load,
     start: float,
     duration_s: float,
@@ -205,15 +329,19 @@ def _loop(
     served: list[float] = []
     view = Live(Group(progress), console=console, refresh_per_second=4) if live else _NoLive()
     with view:
-        while time.time() < start + duration_s:
-            step_started = time.time()
+        while clock() < start + duration_s:
+            step_started = clock()
+            if deployment.watcher is None:
+                deployment.poll()  # a restart the last step asked for may be over by now
             decision = controller.step()
-            now = time.time()
+            if deployment.watcher is None:
+                deployment.poll()  # a change this step made takes the server down now
+            now = clock()
             served.append(deployment.served())
             _record(result, controller, decision, now - start, load(now), deployment, served)
             progress.update(task, completed=min(now - start, duration_s))
-            view.update(Group(progress, _view(controller, decision, load(now), deployment)))
-            time.sleep(max(0.0, interval - (time.time() - step_started)))
+            view.update(Group(progress, _view(controller, decision, load(now), deployment, result)))
+            clock.wait(interval - (clock() - step_started))
     result.tokens = served[-1] - served[0] if served else 0.0
 
 
@@ -244,7 +372,16 @@ def _record(
     series.tuned.append(rate)
     result.decisions.append(decision)
     if decision.action in (Action.SWITCH, Action.REVERT) and decision.target is not None:
-        series.decisions.append((t, f"{decision.current.label} -> {decision.target.label}"))
+        what = f"{decision.current.label} -> {decision.target.label}"
+        series.decisions.append((t, f"explore {what}" if explores(decision) else what))
+    if decision.action is Action.SWITCH:
+        result.changing = decision
+        if explores(decision):
+            result.explorations.append(Exploration(t, decision))
+    elif verdict(decision) and result.changing is not None:
+        if result.explorations and result.explorations[-1].decision is result.changing:
+            result.explorations[-1].verdict = decision
+        result.changing = None
 
 
 def _compare_statics(
@@ -292,6 +429,17 @@ def _document(result: DemoResult) -> dict[str, Any]:
             for d in result.decisions
             if d.action in (Action.SWITCH, Action.REVERT)
         ],
+        "explorations": [
+            {
+                "at_s": round(e.at, 3),
+                "from": e.decision.current.label,
+                "to": e.decision.target.label if e.decision.target else None,
+                "sentence": e.decision.sentence,
+                "outcome": e.outcome,
+                "verdict": e.verdict.sentence if e.verdict else None,
+            }
+            for e in result.explorations
+        ],
         "series": {
             "t": finite(series.t),
             "demand": finite(series.demand),
@@ -316,7 +464,11 @@ class _NoLive:
 
 
 def _view(
-    controller: object, decision: Decision, demand: float, deployment: SimulatedDeployment
+    controller: object,
+    decision: Decision,
+    demand: float,
+    deployment: SimulatedDeployment,
+    result: DemoResult | None = None,
 ) -> Table:
     snapshot = controller.metrics.current()  # type: ignore[attr-defined]
     obs = snapshot.observation
@@ -351,6 +503,8 @@ def _view(
     if check is not None:
         table.add_row("quality", f"{check.status}: {check.summary}"[:150])
     table.add_row("decision", decision.sentence[:150])
+    if result is not None and result.explorations:
+        table.add_row("explorations", result.explorations_line())
     return table
 
 
@@ -366,3 +520,13 @@ def summary_table(result: DemoResult) -> Table:
             f"{tokens / result.tokens:.2f}" if result.tokens else "-",
         )
     return table
+
+
+def log_lines(result: DemoResult) -> list[str]:
+    """What the tuner changed and how each change was judged, then the explorations' count."""
+    lines = [
+        f"  {d.action.value}: {d.sentence}"
+        for d in result.decisions
+        if d.action in (Action.SWITCH, Action.REVERT) or verdict(d)
+    ]
+    return [*lines, result.explorations_line()]
