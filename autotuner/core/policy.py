@@ -799,6 +799,9 @@ def _unsettled(
         or (live is not None and live.spec_tokens != verification.target.spec_tokens)
         or not observation.generation_tokens_per_s
         or observation.batch is None
+        # A window idle more than it serves (demand below one request) measures the load's
+        # absence, not the setup: the tokens/s of a server left alone would revert any change.
+        or float(np.mean(demand(observation))) < 1.0
     )
 
 
