@@ -68,8 +68,10 @@ HYBRID: dict[str, Any] = {
         "exploration": {"enabled": False},
         "candidates": {"spec_tokens": [3]},
         # The first windows' acceptance (a few dozen drafts) is noisy; a change must be
-        # favoured for 10 s, not 4, before it is made.
-        "switch": {"dwell_s": 10},
+        # favoured for 10 s, not 4, and by every acceptance scenario (the estimate's interval
+        # ends too), before it is made: once, beside a CPU hog, a window cut short by the
+        # engine's start sent spec:3 to plain at 2 streams on a 2-of-3 agreement.
+        "switch": {"dwell_s": 10, "min_confidence": 1.0},
     },
 }
 LOW, HIGH = 2, 48  # load in streams: below and above the predicted crossover
