@@ -22,7 +22,7 @@ from autotuner.actuators.base import (
 from autotuner.actuators.flags import vllm_tokens
 from autotuner.canary.phase import CanaryPhase, Capacity
 from autotuner.core.acceptance import from_conditional
-from autotuner.core.costmodel import Crossover, Workload
+from autotuner.core.costmodel import Crossover
 from autotuner.core.engine_args import ArgsError, Fallback, Resolved, resolve, speculative_of
 from autotuner.core.engine_args import parse as parse_engine_args
 from autotuner.core.hardware import HardwareProfile
@@ -78,14 +78,6 @@ class Controller:
         self.notifier = Notifier(self.logger, self.metrics, self.actuator)
         interval = self.settings.loop.interval_s
         self.canary = CanaryPhase(self.quality, self.quality_off, self.notifier, interval)
-
-    @property
-    def workload(self) -> Workload:
-        return Workload(
-            context_tokens=self.settings.model.context_tokens,
-            tensor_parallel=self.settings.model.tensor_parallel,
-            drafter=self.settings.model.drafter,
-        )
 
     # ----------------------------------------------------------------- one step
 
