@@ -19,7 +19,7 @@ from rich.table import Table
 
 from autotuner import __version__
 from autotuner.core import acceptance as acc
-from autotuner.core.capabilities import PRESETS
+from autotuner.core.capabilities import PRESETS, EngineCapabilities
 from autotuner.core.costmodel import Workload
 from autotuner.core.engine_args import (
     DECLARED,
@@ -182,6 +182,13 @@ def predict(
             "both) or replay-spec. Winners are chosen among what it accepts."
         ),
     ] = "upstream",
+    adaptive_verification: Annotated[
+        bool,
+        typer.Option(
+            help="The build has vLLM's adaptive verification (PR #47808): predict "
+            "spec:K@adaptive too (on by itself when --vllm-args turn it on)."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     detail: Annotated[bool, typer.Option(help="Also print every setup at every batch.")] = False,
 ) -> None:
@@ -238,7 +245,7 @@ def predict(
             batches=batches,
             spec_tokens=ks,
             windows=windows,
-            engine=PRESETS[engine],
+            engine=_predicted_engine(engine, adaptive_verification, live),
             drafter=resolved.drafter,
             acceptance_measured=acceptance is not None or rates is not None,
             inputs=resolved.table(),
@@ -249,6 +256,16 @@ def predict(
         print(json.dumps(report, indent=2))
     else:
         render_report(report, detail=detail)
+
+
+def _predicted_engine(
+    preset: str, adaptive_verification: bool, live: EngineArgs | None
+) -> EngineCapabilities:
+    """The preset, with adaptive verification where asked for or running in the live args."""
+    speculative = live.speculative if live is not None else None
+    if adaptive_verification or (speculative and speculative.enable_adaptive_verification):
+        return PRESETS[preset].model_copy(update={"adaptive_verification": True})
+    return PRESETS[preset]
 
 
 def _vllm_args(text: str | None) -> EngineArgs | None:
@@ -362,6 +379,7 @@ def _print_report_notes(report: dict[str, Any], console: Console) -> None:
     flips = {k: v for k, v in report["versus_plain"].items() if v and k.startswith("spec:")}
     for label, batches in flips.items():
         console.print(f"  {label} vs plain flips at batch {', '.join(map(str, batches))}")
+    _print_adaptive(report, console)
     if report["quick_rule"]:
         console.print("Quick rule (speculation with state copies, state-dominated steps):")
     for rule in report["quick_rule"]:
@@ -379,6 +397,18 @@ def _print_report_notes(report: dict[str, Any], console: Console) -> None:
         )
     for note in report["notes"]:
         console.print(f"[dim]note: {note}[/]")
+
+
+def _print_adaptive(report: dict[str, Any], console: Console) -> None:
+    """How many of its K drafts adaptive verification is predicted to verify at each batch."""
+    verified: dict[str, list[str]] = {}
+    for p in report["predictions"]:
+        if p["setup"]["adaptive"] and not p["refused_by_engine"]:
+            verified.setdefault(p["setup"]["label"], []).append(f"{p['spec_tokens']}@{p['batch']}")
+    if verified:
+        console.print("Adaptive verification, drafts verified of K (at batch):")
+    for label, counts in verified.items():
+        console.print(f"  {label}: {', '.join(counts)}")
 
 
 def _every_setup_table(report: dict[str, Any], rows: dict[int, dict[str, dict[str, Any]]]) -> Table:
@@ -422,7 +452,7 @@ def _cell(p: dict[str, Any], plain: dict[str, Any]) -> str:
         f"{name}{value}"
         for name, value in (("K", setup["spec_tokens"]), ("L", setup["replay_window"]))
         if value
-    )
+    ) + (" adaptive" if setup.get("adaptive") else "")
     return f"{knobs}: {p['tokens_per_s']:,.0f}{mark} x{ratio:.2f}"
 
 

@@ -200,7 +200,7 @@ class Controller:
             hardware=self.hardware,
             engine=self.settings.engine.capabilities.without(
                 k for k, r in state.refused.items() if r.until > now
-            ),
+            ).proven_by(live.setup if live else None),
             workload=resolved.workload,
             deployed=live.setup if live else None,
             drafter_available=bool(

@@ -15,7 +15,7 @@ from difflib import SequenceMatcher
 from typing import Any
 
 # One parser for the whole package: the core reads the same args (core/engine_args.py).
-from autotuner.core.engine_args import ArgsError, Flag, find, read_json
+from autotuner.core.engine_args import ArgsError, Flag, SpeculativeConfig, find, read_json
 from autotuner.core.types import ScheduleBand, Setup
 from autotuner.settings import FlagNames
 
@@ -25,6 +25,7 @@ FLAG_TABLE: dict[str, FlagNames] = {"default": FlagNames()}
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 K_KEY = "num_speculative_tokens"
+ADAPTIVE_KEY = "enable_adaptive_verification"
 DEFAULT_REPLAY_WINDOW = 16
 
 
@@ -32,13 +33,15 @@ def parse_setup(args: Sequence[str], names: FlagNames | None = None) -> Setup:
     """The Setup the args configure."""
     names = names or FlagNames()
     spec = find(args, names.speculative_config)
-    k = 0
+    k, adaptive = 0, False
     schedule: tuple[ScheduleBand, ...] = ()
     if spec is not None:
         if spec.value is None:
             raise ArgsError(f"{names.speculative_config} has no value")
         config = read_json(spec.value, names.speculative_config)
         k = int(config.get(K_KEY, 0) or 0)
+        read = SpeculativeConfig.of(config, names.speculative_config)
+        adaptive = bool(read.enable_adaptive_verification)
         bands = config.get(SCHEDULE_KEY) or []
         try:
             schedule = tuple(
@@ -53,7 +56,9 @@ def parse_setup(args: Sequence[str], names: FlagNames | None = None) -> Setup:
         length = find(args, names.replayssm_buffer_len)
         window = int(length.value) if length and length.value else DEFAULT_REPLAY_WINDOW
     try:
-        return Setup(spec_tokens=k, schedule=schedule, replay_window=window)
+        return Setup(
+            spec_tokens=k, schedule=schedule, replay_window=window, adaptive=adaptive and k > 0
+        )
     except ValueError as exc:
         raise ArgsError(f"the args configure an invalid setup: {exc}") from None
 
@@ -120,6 +125,10 @@ def _render_spec(
         config[SCHEDULE_KEY] = [[b.start_batch, b.end_batch, b.spec_tokens] for b in setup.schedule]
     else:
         config.pop(SCHEDULE_KEY, None)
+    if setup.adaptive:
+        config[ADAPTIVE_KEY] = True
+    else:
+        config.pop(ADAPTIVE_KEY, None)
     value = json.dumps(config, separators=(",", ":"))
     return _set_value(args, spec, names.speculative_config, value)
 

@@ -26,6 +26,12 @@ class EngineCapabilities(BaseModel):
     spec_schedule: bool = Field(
         True, description="num_speculative_tokens_per_batch_size (Dynamic SD, PR #32374)."
     )
+    adaptive_verification: bool = Field(
+        False,
+        description="enable_adaptive_verification in --speculative-config (PR #47808, builds "
+        "from 2026-08): the engine verifies per step the drafts its cost profile and "
+        "confidence favour, K being the ceiling.",
+    )
     max_spec_tokens: int = Field(8, ge=0, le=16, description="Largest K the drafter allows.")
 
     def refusal(self, setup: Setup) -> str | None:
@@ -43,17 +49,42 @@ class EngineCapabilities(BaseModel):
             return f"{self.name}: --use-replayssm does not support speculative decoding"
         if setup.schedule and not self.spec_schedule:
             return f"{self.name}: no num_speculative_tokens_per_batch_size"
+        if setup.adaptive and not self.adaptive_verification:
+            return f"{self.name}: no enable_adaptive_verification (PR #47808)"
         return None
 
     def accepts(self, setup: Setup) -> bool:
         return self.refusal(setup) is None
+
+    def proven_by(self, running: Setup | None) -> EngineCapabilities:
+        """These capabilities with what the running setup shows the build accepts (the engine
+        started with it): its schedule, adaptive verification, replay with speculation."""
+        if running is None:
+            return self
+        shown = {
+            "speculation": bool(running.spec_tokens),
+            "replay": bool(running.replay_window),
+            "replay_with_speculation": running.kind is SetupKind.REPLAY_SPEC,
+            "spec_schedule": bool(running.schedule),
+            "adaptive_verification": running.adaptive,
+        }
+        update: dict[str, object] = {name: True for name, shown_on in shown.items() if shown_on}
+        if running.spec_tokens > self.max_spec_tokens:
+            update["max_spec_tokens"] = running.spec_tokens
+        return self.model_copy(update=update) if update else self
 
     def without(self, refused: Iterable[str]) -> EngineCapabilities:
         """These capabilities turned off (the running engine refused them)."""
         return self.model_copy(update={name: False for name in refused if name in FEATURES})
 
 
-FEATURES = ("speculation", "replay", "replay_with_speculation", "spec_schedule")
+FEATURES = (
+    "speculation",
+    "replay",
+    "replay_with_speculation",
+    "spec_schedule",
+    "adaptive_verification",
+)
 
 
 def needed(target: Setup, previous: Setup) -> str | None:
@@ -61,6 +92,8 @@ def needed(target: Setup, previous: Setup) -> str | None:
     the engine may not have."""
     if target.schedule and not previous.schedule:
         return "spec_schedule"
+    if target.adaptive and not previous.adaptive:
+        return "adaptive_verification"
     if target.kind is SetupKind.REPLAY_SPEC and previous.kind is not SetupKind.REPLAY_SPEC:
         return "replay_with_speculation"
     if target.replay_window and not previous.replay_window:

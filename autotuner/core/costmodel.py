@@ -270,7 +270,18 @@ def predict(
             f"request) and queues the rest: the throughput is that of batch {capacity}"
         )
     effective = np.minimum(sizes, max(capacity, 1))
-    parts = _step(model, hardware, setup, effective.astype(np.float64), k, taus, workload)
+    if setup.adaptive:
+        k, taus = _adaptive_verified(model, hardware, setup, effective, k, acceptance, workload)
+    parts = _step(
+        model,
+        hardware,
+        setup,
+        effective.astype(np.float64),
+        k,
+        taus,
+        workload,
+        drafted=setup.spec_tokens_at(sizes),
+    )
     step = sum(parts["time"].values(), np.zeros(len(sizes)))
     tokens = np.where(capacity > 0, effective * taus / step, 0.0)
     return SetupCurve(
@@ -288,6 +299,37 @@ def predict(
         time_s=parts["time"],
         flops=parts["flops"],
     )
+
+
+def _adaptive_verified(
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    setup: Setup,
+    batch: npt.NDArray[np.int64],
+    drafted: npt.NDArray[np.int64],
+    acceptance: AcceptanceEstimate,
+    workload: Workload,
+) -> tuple[npt.NDArray[np.int64], Array]:
+    """The drafts adaptive verification verifies at each batch, and its tau.
+
+    The engine profiles step cost against verified tokens at start-up and verifies the drafts
+    its confidence favours (VLLM.md). Modelled: at each batch the count k <= K that gives the
+    most tokens/s, the drafter still running its K passes (the confidence is read from the
+    drafts). The per-request selection by confidence is not credited: vLLM's counters do not
+    show how acceptance varies across requests, so where it does this is a lower bound. Under a
+    schedule too, the band's K (`drafted`) is the step's ceiling."""
+    sizes = batch.astype(np.float64)
+    options = np.arange(setup.spec_tokens + 1)
+    tau_of = tau_curve(acceptance.conditional)
+    rates = []
+    for verified in options:
+        k = np.full(batch.shape, verified, dtype=np.int64)
+        taus = tau_of[k]
+        parts = _step(model, hardware, setup, sizes, k, taus, workload, drafted=drafted)
+        rate = sizes * taus / sum(parts["time"].values(), np.zeros(len(sizes)))
+        rates.append(np.where(verified <= drafted, rate, -np.inf))
+    best = options[np.argmax(np.vstack(rates), axis=0)].astype(np.int64)
+    return best, tau_of[best]
 
 
 def _kv_shards(model: ModelSpec, tp: int) -> int:
@@ -313,7 +355,11 @@ def _step(
     k: npt.NDArray[np.int64],
     taus: Array,
     workload: Workload,
+    *,
+    drafted: npt.NDArray[np.int64],
 ) -> dict[str, dict[str, Array]]:
+    """One step's bytes, times and flops by kernel class: `k` drafts verified per request,
+    `drafted` proposed (more than `k` only under adaptive verification)."""
     n: Array = k.astype(np.float64) + 1.0
     tokens = batch * n
     gemm = _gemm(model, hw, batch, k, workload)
@@ -321,7 +367,7 @@ def _step(
     ssm = _ssm_traffic(model, setup, batch, k, n, taus, workload.tensor_parallel)
     state_time, verify_time = _ssm_times(model, hw, setup, k, ssm)
     logits = 2.0 * tokens * model.vocab_size * 4.0 / workload.tensor_parallel  # fp32, sampled
-    draft_time, draft_flops = _draft(model, hw, batch, k, workload)
+    draft_time, draft_flops = _draft(model, hw, batch, drafted, workload)
     time: dict[str, Array] = {
         "fixed": np.full_like(batch, hw.step_overhead_s)
         + (hw.replay_overhead_s_per_layer * model.ssm_layers if setup.replay_window else 0.0),

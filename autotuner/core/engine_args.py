@@ -405,7 +405,8 @@ def _configured(
     if spec.enable_adaptive_verification:
         notes.append(
             "adaptive verification is on: the engine verifies up to K drafts per step by its "
-            "own start-up profile; predicted here as fixed K (an upper bound of its cost)"
+            "own start-up profile; predicted as spec:K@adaptive (at each batch the verified "
+            "count its cost favours, the drafter running K passes)"
         )
     if kind is None:
         what = f"method {method}" if method else "no method and no draft model"
@@ -657,8 +658,7 @@ def _drafter(
         inputs["adaptive_verification"] = Input(
             value=drafter.adaptive_verification,
             source=drafter.source,
-            note="recorded; predicted as fixed K",
-            modelled=False,
+            note="K is the ceiling: the setup is spec:K@adaptive",
         )
     return drafter
 

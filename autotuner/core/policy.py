@@ -464,14 +464,53 @@ def candidates(
     elif engine.speculation and ctx.drafter_problem:
         notes.append(ctx.drafter_problem)
     setups = [PLAIN, *(Setup(replay_window=w) for w in windows)]
-    setups += [Setup(spec_tokens=k) for k in ks]
+    speculating = [Setup(spec_tokens=k) for k in ks]
     if engine.replay_with_speculation:
-        setups += [Setup(spec_tokens=k, replay_window=w) for k in ks for w in windows if w > k + 1]
+        speculating += [
+            Setup(spec_tokens=k, replay_window=w) for k in ks for w in windows if w > k + 1
+        ]
+    setups += speculating + _adaptive(speculating, ctx, notes)
     quarantined = {k for k, until in state.quarantine.items() if until > ctx.now}
     kept = [s for s in setups if s.label not in quarantined and engine.accepts(s)]
     if len(kept) < len(setups):
         notes.append(f"quarantined: {', '.join(sorted(quarantined))}")
     return kept, notes
+
+
+def _adaptive(speculating: Sequence[Setup], ctx: Context, notes: list[str]) -> list[Setup]:
+    """Each speculating setup with adaptive verification, where the build has it."""
+    if not (ctx.engine.adaptive_verification and speculating):
+        return []
+    if ctx.workload.cudagraph_capture_tokens == 0:
+        notes.append(
+            "adaptive verification not proposed: it needs full CUDA graphs (the engine runs eager)"
+        )
+        return []
+    return [s.model_copy(update={"adaptive": True}) for s in speculating]
+
+
+def _adaptive_versus_schedule(values: dict[str, float], setups: Sequence[Setup]) -> list[str]:
+    """Which way of varying K wins when the build offers both, and why."""
+    adaptive = [s for s in setups if s.adaptive and math.isfinite(values[s.label])]
+    scheduled = [s for s in setups if s.schedule and math.isfinite(values[s.label])]
+    if not (adaptive and scheduled):
+        return []
+    best_adaptive = max(adaptive, key=lambda s: values[s.label])
+    best_schedule = max(scheduled, key=lambda s: values[s.label])
+    a, b = values[best_adaptive.label], values[best_schedule.label]
+    if b >= a:
+        why = (
+            "the schedule drafts only what its band verifies (K=0 turns drafting off), while "
+            "adaptive verification drafts K and verifies fewer"
+        )
+        winner, loser, ratio = best_schedule, best_adaptive, b / a if a > 0 else math.inf
+    else:
+        why = "adaptive verification picks the verified count at every batch, a schedule per band"
+        winner, loser, ratio = best_adaptive, best_schedule, a / b if b > 0 else math.inf
+    return [
+        f"adaptive verification or a K schedule: {winner.label} predicted {ratio - 1:+.1%} over "
+        f"{loser.label} ({why})"
+    ]
 
 
 def _scenarios(point: AcceptanceEstimate | None) -> list[AcceptanceEstimate | None]:
@@ -507,6 +546,7 @@ def evaluate(
     ]
     values = tables[0]
     by_label = {s.label: s for s in setups}
+    notes += _adaptive_versus_schedule(values, setups)
     runnable = {k: v for k, v in values.items() if k != current.label or current in setups}
     best_label = max(runnable, key=lambda k: runnable[k])
     if settings.objective.kind == "latency_slo" and not math.isfinite(values[best_label]):

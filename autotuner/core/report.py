@@ -28,12 +28,17 @@ from autotuner.core.model import ModelSpec
 from autotuner.core.types import PLAIN, Setup
 
 
-def candidate_setups(spec_tokens: Sequence[int], windows: Sequence[int]) -> list[Setup]:
-    """plain, spec:K, replay:L and replay+spec:K:L for every K and L given."""
-    setups = [PLAIN]
-    setups += [Setup(spec_tokens=k) for k in spec_tokens]
-    setups += [Setup(replay_window=w) for w in windows]
-    setups += [Setup(spec_tokens=k, replay_window=w) for k in spec_tokens for w in windows]
+def candidate_setups(
+    spec_tokens: Sequence[int], windows: Sequence[int], *, adaptive: bool = False
+) -> list[Setup]:
+    """plain, spec:K, replay:L and replay+spec:K:L for every K and L given (and each
+    speculating one with adaptive verification when `adaptive`)."""
+    speculating = [Setup(spec_tokens=k) for k in spec_tokens]
+    speculating += [Setup(spec_tokens=k, replay_window=w) for k in spec_tokens for w in windows]
+    setups = [PLAIN, *speculating[: len(spec_tokens)], *(Setup(replay_window=w) for w in windows)]
+    setups += speculating[len(spec_tokens) :]
+    if adaptive:
+        setups += [s.model_copy(update={"adaptive": True}) for s in speculating]
     return setups
 
 
@@ -86,7 +91,9 @@ def build_report(
     drafter = drafter or deployed_drafter(model, None, workload.drafter, declared_source=DECLARED)
     spec_tokens, why_not = _speculation(drafter, spec_tokens, acceptance_measured)
     # Replay applies only to models with recurrent state.
-    setups = candidate_setups(spec_tokens, windows if model.is_hybrid else ())
+    setups = candidate_setups(
+        spec_tokens, windows if model.is_hybrid else (), adaptive=engine.adaptive_verification
+    )
     runnable = [s for s in setups if engine.accepts(s)]
     asked = predict_all(model, hardware, setups, sorted(set(batches)), acceptance, workload)
     # Crossovers are found on every integer batch, not just the ones asked for.
@@ -146,6 +153,7 @@ def _row(prediction: Any, engine: EngineCapabilities) -> dict[str, Any]:
     row["setup"] = {
         "spec_tokens": setup.spec_tokens,
         "replay_window": setup.replay_window,
+        "adaptive": setup.adaptive,
         "label": setup.label,
         "name": setup.name,
     }

@@ -48,20 +48,27 @@ class ScheduleBand(Value):
 
 
 class Setup(Value):
-    """What the engine runs: draft length K (or a per-batch K schedule) and replay window L.
+    """What the engine runs: draft length K (or a per-batch K schedule, or adaptive
+    verification) and replay window L.
 
     `spec_tokens` is vLLM's `num_speculative_tokens`: the static K, and the upper bound of a
-    schedule. `replay_window` is ReplaySSM's ring length L; 0 turns replay off.
+    schedule or of adaptive verification. `replay_window` is ReplaySSM's ring length L; 0 turns
+    replay off. `adaptive` is vLLM's `enable_adaptive_verification` (PR #47808): the engine
+    verifies per step the drafts its start-up cost profile and online confidence favour, K
+    being the ceiling (under a schedule too: the band's K is then the step's ceiling).
     """
 
     spec_tokens: int = Field(default=0, ge=0, le=MAX_SPEC_TOKENS)
     schedule: tuple[ScheduleBand, ...] = ()
     replay_window: int = Field(default=0, ge=0, le=4096)
+    adaptive: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> Setup:
         if self.replay_window == 1:
             raise ValueError("replay_window must be 0 (off) or at least 2")
+        if self.adaptive and self.spec_tokens == 0:
+            raise ValueError("adaptive verification needs speculation (K >= 1, its ceiling)")
         if self.schedule:
             if self.spec_tokens == 0:
                 raise ValueError("a K schedule needs spec_tokens (its upper bound) >= 1")
@@ -107,10 +114,11 @@ class Setup(Value):
             text += "@" + ",".join(
                 f"{b.start_batch}-{b.end_batch}:{b.spec_tokens}" for b in self.schedule
             )
-        return text
+        return text + (ADAPTIVE_SUFFIX if self.adaptive else "")
 
     def spec_tokens_at(self, batch: npt.ArrayLike) -> npt.NDArray[np.int64]:
-        """K the engine uses at each batch size (the schedule's band, else the static K).
+        """K the engine uses at each batch size (the schedule's band, else the static K; under
+        adaptive verification the ceiling, which the engine drafts and verifies at most).
 
         Batch sizes outside every band fall back to the static K, as vLLM does.
         """
@@ -125,12 +133,16 @@ class Setup(Value):
     @classmethod
     def parse(cls, text: str) -> Setup:
         """Read ``plain``, ``spec:K``, ``replay:L`` or ``replay+spec:K:L`` (optionally followed
-        by ``@start-end:K,...`` for a schedule). Raises InputError with the accepted forms."""
-        match = _SETUP_RE.fullmatch(text.strip())
+        by ``@start-end:K,...`` for a schedule, and ``@adaptive`` last for adaptive verification).
+        Raises InputError with the accepted forms."""
+        text = text.strip()
+        adaptive = text.endswith(ADAPTIVE_SUFFIX)
+        match = _SETUP_RE.fullmatch(text.removesuffix(ADAPTIVE_SUFFIX))
         if match is None:
             raise InputError(
                 f"cannot read setup {text!r}: use plain, spec:K, replay:L or replay+spec:K:L "
-                "(optionally @start-end:K,... for a K schedule)"
+                "(optionally @start-end:K,... for a K schedule, @adaptive for adaptive "
+                "verification)"
             )
         kind, first, second, schedule_text = match.groups()
         numbers = [int(n) for n in (first, second) if n is not None]
@@ -156,7 +168,9 @@ class Setup(Value):
                 start, end, band_k = (int(g) for g in band.groups())
                 bands.append(_band(start, end, band_k))
         try:
-            return cls(spec_tokens=k, replay_window=window, schedule=tuple(bands))
+            return cls(
+                spec_tokens=k, replay_window=window, schedule=tuple(bands), adaptive=adaptive
+            )
         except ValueError as exc:
             raise InputError(f"setup {text!r}: {exc}") from None
 
@@ -168,6 +182,7 @@ def _band(start: int, end: int, k: int) -> ScheduleBand:
         raise InputError(f"schedule band {start}-{end}:{k}: {exc}") from None
 
 
+ADAPTIVE_SUFFIX = "@adaptive"
 _SETUP_RE = re.compile(r"(plain|spec|replay\+spec|replay)(?::(\d+))?(?::(\d+))?(?:@(.+))?")
 _BAND_RE = re.compile(r"(\d+)-(\d+):(\d+)")
 

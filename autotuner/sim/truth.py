@@ -96,19 +96,20 @@ class TruthEngine:
         samples = list(batch) if isinstance(batch, Sequence) else [float(batch)] * 5
         mean = float(np.mean(samples))
         size = max(round(mean), 1)
-        k = int(setup.spec_tokens_at([size])[0])
-        used = list(rates)[:k]
-        reach = np.cumprod(used) if used else np.zeros(0)
-        tau = 1.0 + float(reach.sum())
-        step = self.step_time(setup, mean, rates)
-        capacity = predict(
+        curve = predict(
             self.model,
             self.hardware,
             setup,
             [size],
             from_conditional(list(rates)[: setup.spec_tokens]),
             self.workload,
-        ).max_batch
+        )
+        k = int(curve.spec_tokens[0])  # verified: below the ceiling under adaptive verification
+        used = list(rates)[:k]
+        reach = np.cumprod(used) if used else np.zeros(0)
+        tau = 1.0 + float(reach.sum())
+        step = self.step_time(setup, mean, rates)
+        capacity = curve.max_batch
         running = min(mean, max(capacity, 1))
         steps = window_s / step
         request_steps = running * steps * engines
