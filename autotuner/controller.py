@@ -198,9 +198,10 @@ class Controller:
             now=now,
             model=resolved.model,
             hardware=self.hardware,
-            engine=self.settings.engine.capabilities.without(
-                k for k, r in state.refused.items() if r.until > now
-            ).proven_by(live.setup if live else None),
+            engine=self.settings.engine.capabilities.serving(resolved.model)
+            .shown_by(observation.live_setup)
+            .without(k for k, r in state.refused.items() if r.until > now)
+            .proven_by(live.setup if live else None),
             workload=resolved.workload,
             deployed=live.setup if live else None,
             drafter_available=bool(

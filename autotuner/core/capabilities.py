@@ -1,13 +1,20 @@
 """What a vLLM build accepts (VLLM.md, "Flags the autotuner manages"): the model predicts every
-setup, the policy proposes only the ones the running engine can run."""
+setup, the policy proposes only the ones the running engine can run.
+
+Capabilities start from settings (a preset with fields changed) and are narrowed or widened by
+what the engine itself shows: the served model's SSM family (`--use-replayssm` means ReplaySSM
+only for the families the build has kernels for), the labels of `vllm:cache_config_info` (a build
+without a `use_replayssm` label predates ReplaySSM), the setup it runs (it started with it) and
+the restarts it refused."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from autotuner.core.types import Setup, SetupKind
+from autotuner.core.model import ModelSpec, SsmKind
+from autotuner.core.types import LiveSetup, Setup, SetupKind
 
 
 class EngineCapabilities(BaseModel):
@@ -20,6 +27,17 @@ class EngineCapabilities(BaseModel):
     )
     speculation: bool = Field(True, description="--speculative-config is accepted.")
     replay: bool = Field(True, description="--use-replayssm exists (PR #48018).")
+    replay_families: tuple[str, ...] = Field(
+        (SsmKind.MAMBA2.value,),
+        description="SSM families whose ReplaySSM kernels the build has: upstream, Mamba-2 "
+        "standard decode (PR #48018); gated_deltanet (Qwen3.5 / Qwen3-Next) needs a build with "
+        "its kernels (PRs #48792, #49887, forks).",
+    )
+    served_family: str | None = Field(
+        None,
+        description="The served model's SSM family, set from the model (not a setting): replay "
+        "is refused where the build's kernels do not cover it.",
+    )
     replay_with_speculation: bool = Field(
         False, description="ReplaySSM together with speculation (PR #49847/#49887 builds)."
     )
@@ -34,6 +52,15 @@ class EngineCapabilities(BaseModel):
     )
     max_spec_tokens: int = Field(8, ge=0, le=16, description="Largest K the drafter allows.")
 
+    @field_validator("replay_families")
+    @classmethod
+    def _known_families(cls, families: tuple[str, ...]) -> tuple[str, ...]:
+        known = [k.value for k in SsmKind]
+        unknown = [f for f in families if f not in known]
+        if unknown:
+            raise ValueError(f"unknown SSM families {unknown}; known: {', '.join(known)}")
+        return families
+
     def refusal(self, setup: Setup) -> str | None:
         """Why this engine would refuse the setup, or None when it accepts it."""
         kind = setup.kind
@@ -45,6 +72,12 @@ class EngineCapabilities(BaseModel):
             )
         if setup.replay_window and not self.replay:
             return f"{self.name}: this build has no --use-replayssm"
+        if setup.replay_window and self.served_family not in (None, *self.replay_families):
+            return (
+                f"{self.name}: --use-replayssm has {', '.join(self.replay_families)} kernels "
+                f"here, not {self.served_family} (a build with them: engine.capabilities."
+                "replay_families)"
+            )
         if kind is SetupKind.REPLAY_SPEC and not self.replay_with_speculation:
             return f"{self.name}: --use-replayssm does not support speculative decoding"
         if setup.schedule and not self.spec_schedule:
@@ -55,6 +88,20 @@ class EngineCapabilities(BaseModel):
 
     def accepts(self, setup: Setup) -> bool:
         return self.refusal(setup) is None
+
+    def serving(self, model: ModelSpec) -> EngineCapabilities:
+        """These capabilities for this model (its SSM family decides what replay means)."""
+        return self.model_copy(
+            update={"served_family": model.ssm.kind.value if model.ssm else None}
+        )
+
+    def shown_by(self, live: LiveSetup | None) -> EngineCapabilities:
+        """Narrowed by what the engine's own metrics say: a `vllm:cache_config_info` without a
+        `use_replayssm` label (its labels are the build's CacheConfig fields) is a build that
+        predates ReplaySSM."""
+        if live and live.cache_config_read and live.replay is None and self.replay:
+            return self.model_copy(update={"replay": False, "replay_with_speculation": False})
+        return self
 
     def proven_by(self, running: Setup | None) -> EngineCapabilities:
         """These capabilities with what the running setup shows the build accepts (the engine
@@ -71,6 +118,8 @@ class EngineCapabilities(BaseModel):
         update: dict[str, object] = {name: True for name, shown_on in shown.items() if shown_on}
         if running.spec_tokens > self.max_spec_tokens:
             update["max_spec_tokens"] = running.spec_tokens
+        if running.replay_window and self.served_family not in (None, *self.replay_families):
+            update["replay_families"] = (*self.replay_families, self.served_family)
         return self.model_copy(update=update) if update else self
 
     def without(self, refused: Iterable[str]) -> EngineCapabilities:
@@ -104,5 +153,15 @@ def needed(target: Setup, previous: Setup) -> str | None:
 
 
 UPSTREAM = EngineCapabilities(name="upstream")
-REPLAY_SPEC = EngineCapabilities(name="replay-spec", replay_with_speculation=True)
-PRESETS = {c.name: c for c in (UPSTREAM, REPLAY_SPEC)}
+# Upstream plus the Gated DeltaNet ReplaySSM kernels (PR #48792): replay or speculation, not
+# both; for a Mamba-2 model the same as upstream.
+GDN_REPLAY = EngineCapabilities(
+    name="gdn-replay", replay_families=(SsmKind.MAMBA2.value, SsmKind.GATED_DELTANET.value)
+)
+# The builds with speculative ReplaySSM (PR #49847 for Mamba-2, #49887 for Gated DeltaNet).
+REPLAY_SPEC = EngineCapabilities(
+    name="replay-spec",
+    replay_with_speculation=True,
+    replay_families=(SsmKind.MAMBA2.value, SsmKind.GATED_DELTANET.value),
+)
+PRESETS = {c.name: c for c in (UPSTREAM, GDN_REPLAY, REPLAY_SPEC)}

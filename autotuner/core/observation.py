@@ -204,6 +204,7 @@ def live_setup(totals: WindowTotals) -> LiveSetup:
         replay_window=int(window) if window and window.isdigit() else None,
         mamba_ssm_cache_dtype=config.get("mamba_ssm_cache_dtype"),
         mamba_cache_mode=config.get("mamba_cache_mode"),
+        cache_config_read=bool(config),
     )
 
 

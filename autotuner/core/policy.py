@@ -443,17 +443,8 @@ def candidates(
 ) -> tuple[list[Setup], list[str]]:
     """Setups this engine accepts, within the settings, never beyond observed acceptance."""
     notes: list[str] = []
-    engine = ctx.engine
-    windows: tuple[int, ...] = ()
-    if ctx.model.is_hybrid and engine.replay and settings.candidates.replay_windows:
-        if ctx.model.ssm_state_dtype in ("float32", "fp32") or ctx.low_precision_replay:
-            windows = settings.candidates.replay_windows
-        else:
-            notes.append(
-                f"replay not proposed: the SSM state is {ctx.model.ssm_state_dtype}, and a "
-                "low-precision state drifts under replay (target.allow_low_precision_replay "
-                "overrides)"
-            )
+    engine = ctx.engine.serving(ctx.model)
+    windows = _replay_windows(ctx, engine, settings, notes)
     ks: tuple[int, ...] = ()
     if engine.speculation and ctx.drafter_available:
         if acceptance is None:
@@ -475,6 +466,26 @@ def candidates(
     if len(kept) < len(setups):
         notes.append(f"quarantined: {', '.join(sorted(quarantined))}")
     return kept, notes
+
+
+def _replay_windows(
+    ctx: Context, engine: EngineCapabilities, settings: PolicySettings, notes: list[str]
+) -> tuple[int, ...]:
+    """The replay windows to propose, and why none are where the model has state."""
+    windows = settings.candidates.replay_windows
+    if not (ctx.model.is_hybrid and engine.replay and windows):
+        return ()
+    refusal = engine.refusal(Setup(replay_window=windows[0]))
+    if refusal is not None:
+        notes.append(f"replay not proposed: {refusal}")
+        return ()
+    if ctx.model.ssm_state_dtype in ("float32", "fp32") or ctx.low_precision_replay:
+        return windows
+    notes.append(
+        f"replay not proposed: the SSM state is {ctx.model.ssm_state_dtype}, and a "
+        "low-precision state drifts under replay (target.allow_low_precision_replay overrides)"
+    )
+    return ()
 
 
 def _adaptive(speculating: Sequence[Setup], ctx: Context, notes: list[str]) -> list[Setup]:

@@ -88,6 +88,7 @@ def build_report(
     Speculation is a candidate only with a drafter whose cost is known (the deployed or
     declared one: `drafter`, by default the workload's override or the model's own MTP
     layers), and for ngram / suffix drafters only with measured acceptance."""
+    engine = engine.serving(model)
     drafter = drafter or deployed_drafter(model, None, workload.drafter, declared_source=DECLARED)
     spec_tokens, why_not = _speculation(drafter, spec_tokens, acceptance_measured)
     # Replay applies only to models with recurrent state.

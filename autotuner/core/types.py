@@ -277,6 +277,7 @@ class LiveSetup(Value):
     replay_window: int | None
     mamba_ssm_cache_dtype: str | None
     mamba_cache_mode: str | None
+    cache_config_read: bool = False  # vllm:cache_config_info was there (its labels are fields)
 
     @property
     def setup(self) -> Setup:

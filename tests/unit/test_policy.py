@@ -10,12 +10,13 @@ import pytest
 
 from autotuner.core.acceptance import from_conditional
 from autotuner.core.attribution import Attribution
-from autotuner.core.capabilities import UPSTREAM, EngineCapabilities
+from autotuner.core.capabilities import GDN_REPLAY, UPSTREAM, EngineCapabilities
 from autotuner.core.costmodel import Workload
 from autotuner.core.hardware import HardwareProfile, datasheet
 from autotuner.core.model import ModelSpec
 from autotuner.core.policy import Context, candidates, decide
 from autotuner.core.predictor import Predictor
+from autotuner.core.registry import load_model
 from autotuner.core.state import QualityCheck, TunerState
 from autotuner.core.types import Action, BlockReason, Decision, Observation, Setup, UnusableReason
 from autotuner.settings import ObservationLimits, PolicySettings
@@ -326,6 +327,17 @@ def test_replay_with_a_bf16_state_is_proposed_where_the_target_allows_it() -> No
     proposed, _ = candidates(TunerState(), allowed, SETTINGS, accept)
     assert Setup(replay_window=16) in proposed
     assert Setup(replay_window=16) not in candidates(TunerState(), refused, SETTINGS, accept)[0]
+
+
+def test_replay_is_not_proposed_for_a_family_the_build_has_no_kernels_for() -> None:
+    qwen = load_model("Qwen/Qwen3.5-122B-A10B-FP8")
+    accept = from_conditional(list(HIGH))
+    upstream = Context(now=0.0, model=qwen, hardware=H200, engine=UPSTREAM)
+    proposed, notes = candidates(TunerState(), upstream, SETTINGS, accept)
+    assert not any(s.replay_window for s in proposed)
+    assert any("replay not proposed" in n and "gated_deltanet" in n for n in notes), notes
+    with_kernels = replace(upstream, engine=GDN_REPLAY)
+    assert Setup(replay_window=16) in candidates(TunerState(), with_kernels, SETTINGS, accept)[0]
 
 
 def _k1_crosses_plain(hardware: HardwareProfile, workload: Workload, low: int, high: int) -> float:
