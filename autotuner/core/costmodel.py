@@ -178,6 +178,9 @@ def bytes_per_request(model: ModelSpec, setup: Setup, workload: Workload) -> flo
     holds whole blocks of that many tokens in every attention layer."""
     tp = workload.tensor_parallel
     kv_token = model.kv_bytes_per_token / _kv_shards(model, tp)
+    attention_layers = model.attention_layers + _drafter_attention_layers(model, setup, workload)
+    if model.attention_layers:
+        kv_token *= attention_layers / model.attention_layers
     if not model.is_hybrid:
         return workload.context_tokens * kv_token
     slots = state_slots(setup, workload.mamba_cache_mode)
@@ -188,11 +191,20 @@ def bytes_per_request(model: ModelSpec, setup: Setup, workload: Workload) -> flo
     ) / tp
     if model.attention_layers == 0 or kv_token <= 0:
         return model.ssm_layers * slots * page
-    layer_token = kv_token / model.attention_layers  # one attention layer's KV per token
+    layer_token = kv_token / attention_layers  # one attention layer's KV per token
     block = 16 * math.ceil(page / (16 * layer_token))  # tokens per attention block
     blocks = max(1, math.ceil(workload.context_tokens / block))
     padded = block * layer_token  # state pages are padded to the attention page
-    return padded * (model.ssm_layers * slots + model.attention_layers * blocks)
+    return padded * (model.ssm_layers * slots + attention_layers * blocks)
+
+
+def _drafter_attention_layers(model: ModelSpec, setup: Setup, workload: Workload) -> int:
+    """Attention layers the drafter adds to the KV pool while it drafts: an MTP layer or an
+    EAGLE head keeps its own KV, one attention layer's worth (the MTP blocks of the modelled
+    families hold one attention layer); a draft model's KV is counted with its weights."""
+    if not setup.spec_tokens or not _has_draft_passes(model, workload):
+        return 0
+    return 0 if _drafter(model, workload) is DrafterKind.DRAFT_MODEL else 1
 
 
 def max_batch(model: ModelSpec, hardware: HardwareProfile, setup: Setup, workload: Workload) -> int:
