@@ -163,8 +163,18 @@ class RestartSettings(Group):
         4 * HOUR, gt=0, description="How long a new setup is expected to stay: gain x horizon."
     )
     cooldown_s: float = Field(1800, ge=0, description="Quiet time after any change, seconds.")
-    max_per_hour: int = Field(2, ge=0, description="Changes allowed in any hour.")
-    max_per_day: int = Field(6, ge=0, description="Changes allowed in any 24 hours.")
+    max_per_hour: int = Field(
+        2,
+        ge=0,
+        description="Restarts allowed in any hour, reverts included: a change is made only "
+        "with room left for its own revert.",
+    )
+    max_per_day: int = Field(
+        6,
+        ge=0,
+        description="Restarts allowed in any 24 hours, reverts included: a change is made "
+        "only with room left for its own revert.",
+    )
 
 
 class EstimateSettings(Group):

@@ -720,9 +720,12 @@ def _first_block(
             f"{restart_tokens:,.0f}",
         ),
         (
-            last_hour >= restart.max_per_hour or len(recent) >= restart.max_per_day,
+            # A change is verified and may be reverted: it needs room for both.
+            last_hour + 2 > restart.max_per_hour or len(recent) + 2 > restart.max_per_day,
             BlockReason.BUDGET,
-            f"the change budget is spent ({last_hour}/h, {len(recent)}/day)",
+            f"the change budget has no room for this change and its possible revert "
+            f"({last_hour}/h of {restart.max_per_hour}, {len(recent)}/day of "
+            f"{restart.max_per_day})",
         ),
         (
             last_change is not None and now - last_change < restart.cooldown_s,

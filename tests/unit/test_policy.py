@@ -251,9 +251,19 @@ def test_cooldown_holds_after_a_change() -> None:
 
 
 def test_budget_holds_when_spent() -> None:
-    run = _two_shifts(cooldown_s=0, max_per_day=1)
+    run = _two_shifts(cooldown_s=0, max_per_day=2)
     assert len(run.changes()) == 1
     assert any(d.blocked_by is BlockReason.BUDGET for d in run.decisions)
+
+
+def test_a_change_needs_room_for_its_revert_in_the_budget() -> None:
+    """Restarts a day stay within the budget, reverts included: with room for one restart
+    only, no change is made (its revert would be the second)."""
+    run = _two_shifts(cooldown_s=0, max_per_day=1)
+    assert run.changes() == []
+    blocked = [d for d in run.decisions if d.blocked_by is BlockReason.BUDGET]
+    assert blocked
+    assert "its possible revert" in blocked[0].sentence
 
 
 def test_a_change_that_measures_worse_is_reverted_and_quarantined() -> None:
@@ -367,7 +377,10 @@ def test_schedule_turns_speculation_off_above_the_crossover() -> None:
         workload=tp2,
         truth=TruthEngine(MODEL, b200, tp2),
         settings=policy_settings(
-            NO_DWELL, switch={"min_gain": 0.02}, candidates={"replay_windows": ()}
+            NO_DWELL,
+            switch={"min_gain": 0.02},
+            candidates={"replay_windows": ()},
+            restart={"max_per_hour": 4},
         ),
     )
     mixed = [32, 64, 128, 300, 320, 300]
