@@ -21,21 +21,14 @@ from autotuner import __version__
 from autotuner.core import acceptance as acc
 from autotuner.core.capabilities import PRESETS, EngineCapabilities
 from autotuner.core.costmodel import Workload
-from autotuner.core.engine_args import (
-    DECLARED,
-    DEFAULT,
-    LIVE,
-    EngineArgs,
-    Fallback,
-    SpeculativeConfig,
-    args_table,
-    resolve,
-)
+from autotuner.core.drafter import DECLARED, DEFAULT, LIVE
+from autotuner.core.engine_args import EngineArgs, SpeculativeConfig
 from autotuner.core.engine_args import parse as parse_engine_args
 from autotuner.core.hardware import HardwareProfile, datasheet, load_profile
 from autotuner.core.model import DrafterKind
 from autotuner.core.registry import load_draft_model, load_model
 from autotuner.core.report import build_report
+from autotuner.core.resolution import Fallback, args_table, resolve
 from autotuner.core.types import Observation
 from autotuner.durations import parse_duration
 from autotuner.errors import AutotunerError, InputError

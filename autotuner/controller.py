@@ -23,7 +23,7 @@ from autotuner.actuators.flags import vllm_tokens
 from autotuner.canary.phase import CanaryPhase, Capacity
 from autotuner.core.acceptance import from_conditional
 from autotuner.core.costmodel import Crossover
-from autotuner.core.engine_args import ArgsError, Fallback, Resolved, resolve, speculative_of
+from autotuner.core.engine_args import ArgsError
 from autotuner.core.engine_args import parse as parse_engine_args
 from autotuner.core.hardware import HardwareProfile
 from autotuner.core.model import ModelSpec
@@ -31,6 +31,7 @@ from autotuner.core.observation import read_acceptance
 from autotuner.core.policy import Context
 from autotuner.core.registry import load_draft_model
 from autotuner.core.report import equivalent_rate
+from autotuner.core.resolution import Fallback, Resolved, resolve, speculative_of
 from autotuner.core.state import TunerState, read_state
 from autotuner.core.step import Notice, NoticeKind, Step, restart_refused, step
 from autotuner.core.types import Action, Decision, Observation, Setup

@@ -22,7 +22,7 @@ from autotuner.core.costmodel import (
     predict_all,
     winner_changes,
 )
-from autotuner.core.engine_args import DECLARED, Drafter, deployed_drafter
+from autotuner.core.drafter import DECLARED, Drafter, deployed_drafter
 from autotuner.core.hardware import HardwareProfile
 from autotuner.core.model import ModelSpec
 from autotuner.core.types import PLAIN, Setup

@@ -16,25 +16,20 @@ from autotuner.cli import app
 from autotuner.core.acceptance import geometric
 from autotuner.core.capabilities import PRESETS
 from autotuner.core.costmodel import DraftModel, Workload, max_batch, predict
-from autotuner.core.engine_args import (
+from autotuner.core.drafter import (
     DECLARED,
     DEFAULT,
     LIVE,
     MODEL_CONFIG,
     NO_DRAFTER,
-    SAVED,
-    SETTINGS,
-    ArgsError,
-    Fallback,
-    SpeculativeConfig,
     deployed_drafter,
-    parse,
-    resolve,
 )
+from autotuner.core.engine_args import ArgsError, SpeculativeConfig, parse
 from autotuner.core.hardware import datasheet
 from autotuner.core.model import DrafterKind
 from autotuner.core.registry import load_draft_model, load_model
 from autotuner.core.report import build_report
+from autotuner.core.resolution import SAVED, SETTINGS, Fallback, resolve
 from autotuner.core.types import Setup
 from tests.support.fixtures import CONFIGS
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from autotuner.actuators.exec import ExecActuator
 from autotuner.core.costmodel import Workload
-from autotuner.core.engine_args import LIVE, SETTINGS
+from autotuner.core.drafter import LIVE
 from autotuner.core.hardware import datasheet
 from autotuner.core.model import DrafterKind
 from autotuner.core.registry import load_model
+from autotuner.core.resolution import SETTINGS
 from autotuner.core.types import Decision, Observation
 from autotuner.exporter import decision_document
 from autotuner.settings import cli_overrides, load_settings

@@ -1,0 +1,353 @@
+"""The live args' resolution (pure): EngineArgs + the settings -> the Workload a prediction
+runs on, the drafter that is really deployed, and where every input came from.
+
+The live args are the source of truth; the settings are the fallback where the args say
+nothing, and vLLM's defaults after them. Each input is recorded with its source ("live args",
+"settings", "observed", "default", ...) and a note when it is bounded, ignored or not modelled,
+so `status`, `/decision` and `predict` can show which value came from where.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from autotuner.core.costmodel import Workload
+from autotuner.core.drafter import (
+    DEFAULT,
+    LIVE,
+    MODEL_CONFIG,
+    Drafter,
+    DraftLoader,
+    deployed_drafter,
+)
+from autotuner.core.engine_args import EngineArgs, SpeculativeConfig
+from autotuner.core.model import DrafterKind, ModelSpec
+from autotuner.errors import InputError
+
+SAVED = "saved speculative config"  # the operator's config, kept while the tuner turned it off
+SETTINGS = "settings"
+OBSERVED = "observed"
+
+MAMBA_CACHE_MODES = ("none", "all", "align")
+
+
+class Input(BaseModel):
+    """One input of a prediction: its value, where it came from, and what was made of it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    value: str | int | float | bool | None
+    source: str
+    note: str = ""
+    modelled: bool = True
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """What the settings say (or predict's options), used where the live args say nothing."""
+
+    context_tokens: float = 4096
+    tensor_parallel: int = 1
+    drafter: DrafterKind | None = None
+    draft_model: str | None = None
+    context_source: str = SETTINGS
+    tensor_parallel_source: str = SETTINGS
+    drafter_source: str = SETTINGS
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The workload and model a prediction runs on, the drafter, and every input's source."""
+
+    workload: Workload
+    model: ModelSpec
+    drafter: Drafter
+    inputs: dict[str, Input]
+
+    def table(self) -> dict[str, dict[str, Any]]:
+        """The inputs as plain JSON (for /decision, status and predict --json)."""
+        return {name: i.model_dump(mode="json") for name, i in self.inputs.items()}
+
+
+INPUT_ORDER = (
+    "tensor_parallel",
+    "context_tokens",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "kv_cache_dtype",
+    "ssm_state_dtype",
+    "mamba_cache_mode",
+    "enable_prefix_caching",
+    "cudagraph_capture_tokens",
+    "drafter",
+    "adaptive_verification",
+)
+
+KV_CACHE_DTYPES = {
+    "fp8": "fp8",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
+    "fp8_inc": "fp8",
+    "fp8_ds_mla": "fp8",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "half": "float16",
+}
+
+
+def resolve(
+    model: ModelSpec,
+    args: EngineArgs | None,
+    fallback: Fallback | None = None,
+    *,
+    base: Workload | None = None,
+    observed_context: float | None = None,
+    saved: SpeculativeConfig | None = None,
+    load_draft: DraftLoader | None = None,
+) -> Resolved:
+    """The live args over the fallback over vLLM's defaults. `args` None: the target is not
+    known (every value from the fallback). `saved` is the operator's speculative config kept
+    while the tuner runs without speculation. `base` carries the Workload fields the args do
+    not set (reserve, capture size, ...)."""
+    fallback = fallback or Fallback()
+    live = args or EngineArgs()
+    workload = base or Workload()
+    inputs: dict[str, Input] = {}
+    update: dict[str, Any] = {}
+
+    def pick(name: str, value: Any, fallback_value: Any, fallback_source: str) -> Any:
+        if value is not None:
+            note = ""
+            if fallback_source != DEFAULT and fallback_value not in (None, value):
+                note = f"{fallback_source}: {fallback_value}; the live args win"
+            inputs[name] = Input(value=value, source=LIVE, note=note)
+            update[name] = value
+            return value
+        inputs[name] = Input(value=fallback_value, source=fallback_source)
+        return fallback_value
+
+    update["tensor_parallel"] = pick(
+        "tensor_parallel",
+        live.tensor_parallel_size,
+        fallback.tensor_parallel,
+        fallback.tensor_parallel_source,
+    )
+    pick(
+        "gpu_memory_utilization",
+        live.gpu_memory_utilization,
+        workload.gpu_memory_utilization,
+        DEFAULT,
+    )
+    _mamba_cache_mode(live, workload, inputs, update)
+    _max_num_seqs(live, inputs, update)
+    _context(live, fallback, observed_context, inputs, update)
+    _eager(live, workload, inputs, update)
+    inputs["enable_prefix_caching"] = Input(
+        value=live.enable_prefix_caching,
+        source=LIVE if live.enable_prefix_caching is not None else DEFAULT,
+        note="recorded, not modelled: the cost model predicts decode steps, prefix-cache hits "
+        "change prefill",
+        modelled=False,
+    )
+    served = _kv_cache_dtype(model, live, inputs)
+    _ssm_dtype(served, live, inputs)
+    drafter = _drafter(served, live, fallback, saved, load_draft, inputs, update)
+    order = {name: i for i, name in enumerate(INPUT_ORDER)}
+    inputs = dict(sorted(inputs.items(), key=lambda item: order.get(item[0], len(order))))
+    try:  # validated: a bad value (TP 0, ...) is refused, not carried
+        resolved = Workload.model_validate({**dict(workload), **update})
+    except ValueError as exc:
+        raise InputError(f"the workload cannot be built: {exc}") from None
+    return Resolved(resolved, served, drafter, inputs)
+
+
+def _drafter(
+    served: ModelSpec,
+    live: EngineArgs,
+    fallback: Fallback,
+    saved: SpeculativeConfig | None,
+    load_draft: DraftLoader | None,
+    inputs: dict[str, Input],
+    update: dict[str, Any],
+) -> Drafter:
+    """The drafter the engine runs (live config, else the saved one, else a declared one)."""
+    speculative, spec_source = (
+        (live.speculative, LIVE) if live.speculative is not None else (saved, SAVED)
+    )
+    drafter = deployed_drafter(
+        served,
+        speculative,
+        fallback.drafter,
+        source=spec_source,
+        declared_source=fallback.drafter_source,
+        draft_model=fallback.draft_model,
+        load_draft=load_draft,
+    )
+    update["drafter"] = drafter.kind if drafter.kind is not DrafterKind.NONE else None
+    update["draft_model"] = drafter.draft
+    inputs["drafter"] = Input(
+        value=drafter.describe(),
+        source=drafter.source,
+        note="; ".join(filter(None, (drafter.problem, *drafter.notes))),
+    )
+    if drafter.adaptive_verification is not None:
+        inputs["adaptive_verification"] = Input(
+            value=drafter.adaptive_verification,
+            source=drafter.source,
+            note="K is the ceiling: the setup is spec:K@adaptive",
+        )
+    return drafter
+
+
+def _mamba_cache_mode(
+    live: EngineArgs, workload: Workload, inputs: dict[str, Input], update: dict[str, Any]
+) -> None:
+    mode = live.mamba_cache_mode
+    if mode is None:
+        inputs["mamba_cache_mode"] = Input(value=workload.mamba_cache_mode, source=DEFAULT)
+    elif mode.lower() in MAMBA_CACHE_MODES:
+        update["mamba_cache_mode"] = mode.lower()
+        note = "align keeps 2 + K state slots per request" if mode.lower() == "align" else ""
+        inputs["mamba_cache_mode"] = Input(value=mode.lower(), source=LIVE, note=note)
+    else:
+        inputs["mamba_cache_mode"] = Input(
+            value=mode,
+            source=LIVE,
+            note=f"not a mode this model knows ({', '.join(MAMBA_CACHE_MODES)}): "
+            f"{workload.mamba_cache_mode} used",
+            modelled=False,
+        )
+
+
+def _max_num_seqs(live: EngineArgs, inputs: dict[str, Input], update: dict[str, Any]) -> None:
+    if live.max_num_seqs is None:
+        inputs["max_num_seqs"] = Input(
+            value=None,
+            source=DEFAULT,
+            note="not given: vLLM's default (it depends on the build and GPU) is not taken as "
+            "a ceiling; memory bounds the batch",
+        )
+        return
+    update["max_num_seqs"] = live.max_num_seqs
+    inputs["max_num_seqs"] = Input(
+        value=live.max_num_seqs, source=LIVE, note="the running batch's ceiling"
+    )
+
+
+def _context(
+    live: EngineArgs,
+    fallback: Fallback,
+    observed: float | None,
+    inputs: dict[str, Input],
+    update: dict[str, Any],
+) -> None:
+    context, source = fallback.context_tokens, fallback.context_source
+    if observed:
+        context, source = observed, OBSERVED
+    note = ""
+    limit = live.max_model_len
+    if limit is not None and context > limit:
+        note = f"bounded by --max-model-len {live.max_model_len_text} (was {context:.0f})"
+        context = float(limit)
+    update["context_tokens"] = context
+    inputs["context_tokens"] = Input(value=round(float(context), 1), source=source, note=note)
+    inputs["max_model_len"] = Input(
+        value=limit if limit is not None else live.max_model_len_text,
+        source=LIVE if live.max_model_len_text is not None else DEFAULT,
+        note="auto: vLLM fits it to memory" if live.max_model_len_text and limit is None else "",
+    )
+
+
+def _eager(
+    live: EngineArgs, workload: Workload, inputs: dict[str, Input], update: dict[str, Any]
+) -> None:
+    if live.enforce_eager:
+        update["cudagraph_capture_tokens"] = 0
+        inputs["cudagraph_capture_tokens"] = Input(
+            value=0, source=LIVE, note="--enforce-eager: no CUDA graphs"
+        )
+    else:
+        inputs["cudagraph_capture_tokens"] = Input(
+            value=workload.cudagraph_capture_tokens, source=DEFAULT
+        )
+
+
+def _kv_cache_dtype(model: ModelSpec, live: EngineArgs, inputs: dict[str, Input]) -> ModelSpec:
+    text = live.kv_cache_dtype
+    if text is None or text.lower() == "auto":
+        inputs["kv_cache_dtype"] = Input(
+            value=model.kv_cache_dtype,
+            source=LIVE if text else DEFAULT,
+            note="auto: the model's dtype",
+        )
+        return model
+    dtype = KV_CACHE_DTYPES.get(text.lower())
+    if dtype is None:
+        inputs["kv_cache_dtype"] = Input(
+            value=text,
+            source=LIVE,
+            note=f"unknown KV cache dtype: {model.kv_cache_dtype} used",
+            modelled=False,
+        )
+        return model
+    inputs["kv_cache_dtype"] = Input(value=dtype, source=LIVE)
+    if model.attention is None or dtype == model.kv_cache_dtype:
+        return model
+    return model.model_copy(update={"kv_cache_dtype": dtype})
+
+
+def _ssm_dtype(model: ModelSpec, live: EngineArgs, inputs: dict[str, Input]) -> None:
+    """The SSM state dtype is the model's (read with the live flag when the model was loaded:
+    core/registry.py load_model)."""
+    if not model.is_hybrid:
+        return
+    from_args = live.mamba_ssm_cache_dtype not in (None, "auto")
+    inputs["ssm_state_dtype"] = Input(
+        value=model.ssm_state_dtype,
+        source=LIVE if from_args else MODEL_CONFIG,
+        note=model.ssm_state_dtype_source,
+    )
+
+
+def args_table(args: EngineArgs) -> dict[str, Input]:
+    """What the args alone say (status reads no settings and no model): each flag the cost model
+    reads, from the live args or left to vLLM's default."""
+    modelled = {
+        "tensor_parallel_size": "",
+        "gpu_memory_utilization": "",
+        "max_num_seqs": "the running batch's ceiling",
+        "max_model_len": "bounds the mean context",
+        "kv_cache_dtype": "",
+        "mamba_ssm_cache_dtype": "",
+        "mamba_cache_dtype": "",
+        "mamba_cache_mode": "",
+        "enable_prefix_caching": "recorded, not modelled",
+        "enforce_eager": "",
+    }
+    table: dict[str, Input] = {}
+    for name, note in modelled.items():
+        value = getattr(args, name)
+        if name == "max_model_len" and value is None:
+            value = args.max_model_len_text
+        table[name] = Input(
+            value=value,
+            source=LIVE if value is not None else DEFAULT,
+            note=note if value is not None else "not in the args: vLLM's default",
+            modelled=name != "enable_prefix_caching",
+        )
+    return table
+
+
+def speculative_of(config: Mapping[str, Any] | None) -> SpeculativeConfig | None:
+    """A saved speculative config (TunerState.drafter), read leniently: None if unreadable."""
+    if not config:
+        return None
+    try:
+        return SpeculativeConfig.of(config)
+    except InputError:
+        return None
