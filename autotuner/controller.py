@@ -233,7 +233,7 @@ class Controller:
         self, state: TunerState, observation: Observation, live: LiveTarget | None
     ) -> Resolved:
         """The workload, model and drafter the engine really runs: the target's live args
-        over the settings (core/engine_args.py); each input's source goes to /decision."""
+        over the settings (core/resolution.py); each input's source goes to /decision."""
         names = self.settings.engine.flags
         args, problem = None, None
         if live is not None:
@@ -435,6 +435,7 @@ class Controller:
                 quick_rule_rate=rate,
                 mode=self.settings.mode,
                 inputs=self.inputs,
+                engine=ctx.engine,
             )
         )
 

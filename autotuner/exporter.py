@@ -20,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from autotuner import __version__
 from autotuner.core.acceptance import copy_rule, copy_rule_break_even
 from autotuner.core.attribution import Factor
+from autotuner.core.capabilities import EngineCapabilities
 from autotuner.core.costmodel import Crossover
 from autotuner.core.state import TunerState
 from autotuner.core.types import (
@@ -54,6 +55,7 @@ class Snapshot:
     quick_rule_rate: float | None = None
     mode: str = "advise"
     inputs: dict[str, Any] = field(default_factory=dict)  # workload inputs with their sources
+    engine: EngineCapabilities | None = None  # what the build accepts, as this step saw it
 
 
 class TunerMetrics:
@@ -350,6 +352,7 @@ def decision_document(snapshot: Snapshot) -> dict[str, Any]:
         "crossover": _crossover_document(snapshot.crossover),
         "calibration": [f._asdict() for f in snapshot.calibration],
         "inputs": snapshot.inputs,
+        "engine": snapshot.engine.model_dump(mode="json") if snapshot.engine else None,
         "state": {
             "current": snapshot.state.current.label if snapshot.state.current else None,
             "verification": snapshot.state.verification.model_dump(mode="json")

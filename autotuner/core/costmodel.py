@@ -550,7 +550,7 @@ def _draft_model(model: ModelSpec, workload: Workload) -> DraftModel | None:
 
 def _has_draft_passes(model: ModelSpec, workload: Workload) -> bool:
     """Whether drafting runs on the GPU: ngram and suffix look tokens up on the CPU; a draft
-    model of unknown size is not charged (it is never proposed: see core/engine_args.py)."""
+    model of unknown size is not charged (it is never proposed: see core/drafter.py)."""
     drafter = _drafter(model, workload)
     if drafter is DrafterKind.DRAFT_MODEL:
         return workload.draft_model is not None

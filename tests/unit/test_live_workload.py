@@ -109,3 +109,26 @@ def test_unreadable_live_args_fall_back_to_the_settings_and_say_so(tmp_path: Pat
     }
     assert "cannot be read" in inputs["live_args"]["note"]
     assert decision.predicted_tokens_per_s
+
+
+ADAPTIVE_EAGLE = (
+    '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-70B", "num_speculative_tokens": 3, '
+    '"enable_adaptive_verification": true}'
+)
+
+
+def test_a_running_adaptive_verification_shows_the_build_has_it(tmp_path: Path) -> None:
+    """Not in the settings' capabilities, but the engine runs it: /decision's engine says the
+    build has it, and the loop weighs adaptive setups (the running one among them)."""
+    decision, document = step(tmp_path, ["--speculative-config", ADAPTIVE_EAGLE])
+    assert decision.current.label == "spec:3@adaptive"
+    engine = document["engine"]
+    assert isinstance(engine, dict)
+    assert engine["adaptive_verification"] is True
+    assert any(label.endswith("@adaptive") and label != "spec:3@adaptive"
+               for label in decision.predicted_tokens_per_s)  # fmt: skip
+    plain, plain_doc = step(tmp_path, ["--speculative-config", EAGLE])
+    plain_engine = plain_doc["engine"]
+    assert isinstance(plain_engine, dict)
+    assert plain_engine["adaptive_verification"] is False
+    assert not any(label.endswith("@adaptive") for label in plain.predicted_tokens_per_s)
