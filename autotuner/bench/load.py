@@ -5,6 +5,10 @@ One event loop and its connection pools live as long as the generator, so a run 
 server, not connection set-up (the warm-up run opens the connections). Each stream has its own
 small client: one httpx pool with hundreds of connections spends more CPU finding a free
 connection than sending the request (measured: benchmarks/bench_overhead.py).
+
+Runs are timed by a Clock: the wall clock by default (a real server); a simulated engine's own
+clock in tests (autotuner/sim/clock.py), so that tokens/s is tokens per simulated second and the
+same on any machine however busy.
 """
 
 from __future__ import annotations
@@ -13,9 +17,35 @@ import asyncio
 import ssl
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import httpx
 import numpy as np
+
+
+class Clock(Protocol):
+    """What runs and waits are timed by: `clock()` is seconds on a monotonic scale,
+    `wait(s)` lets s of them pass, and `sending(n)` says n requests are leaving for the
+    server (a simulated clock holds still until they have arrived; the wall clock ignores it)."""
+
+    def __call__(self) -> float: ...
+
+    def wait(self, seconds: float) -> None: ...
+
+    def sending(self, requests: int) -> None: ...
+
+
+class WallClock:
+    """Real time: a real server, measured as it serves."""
+
+    def __call__(self) -> float:
+        return time.perf_counter()
+
+    def wait(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+    def sending(self, requests: int) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -42,9 +72,11 @@ class LoadGenerator:
         model: str | None = None,
         timeout_s: float = 600.0,
         max_streams: int = 1024,
+        clock: Clock | None = None,
     ) -> None:
         self.url = f"{base_url.rstrip('/')}/v1/completions"
         self.model = model
+        self.clock: Clock = clock or WallClock()
         self.loop = asyncio.new_event_loop()
         per = self.STREAMS_PER_CLIENT
         limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
@@ -63,7 +95,7 @@ class LoadGenerator:
         return httpx.AsyncClient(timeout=timeout_s, limits=limits, verify=tls)
 
     async def _one(self, index: int, body: dict[str, object]) -> tuple[int, float] | None:
-        started = time.perf_counter()
+        started = self.clock()
         client = self.clients[(index // self.STREAMS_PER_CLIENT) % len(self.clients)]
         try:
             response = await client.post(self.url, json=body)
@@ -72,7 +104,7 @@ class LoadGenerator:
         if response.status_code != 200:
             return None
         tokens = int(response.json().get("usage", {}).get("completion_tokens", 0))
-        return tokens, time.perf_counter() - started
+        return tokens, self.clock() - started
 
     async def _run(self, streams: int, prompts: list[str], output_len: int) -> RunResult:
         bodies = [
@@ -86,9 +118,10 @@ class LoadGenerator:
             }
             for i in range(streams)
         ]
-        started = time.perf_counter()
+        started = self.clock()
+        self.clock.sending(streams)
         results = await asyncio.gather(*(self._one(i, body) for i, body in enumerate(bodies)))
-        elapsed = time.perf_counter() - started
+        elapsed = self.clock() - started
         done = [r for r in results if r is not None]
         per_token = np.array([s / max(t, 1) for t, s in done]) if done else np.array([0.0])
         return RunResult(

@@ -6,13 +6,16 @@ point, appended as it finishes: an interrupted sweep continues from there), cana
 (one greedy canary run per setup, on the idle server right after the switch), and at the end
 results.csv, results.json (with each setup's canary compared with the first setup's) and
 plot.png / plot.svg (with the `plots` extra).
+
+Time (tokens/s, per-token latency, the wait for a restarted server) is read from a Clock: the
+wall clock by default; a simulated engine's own clock in tests, so that they measure the
+simulator's truth exactly however busy the machine is.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,7 +24,7 @@ from typing import Any
 import httpx
 
 from autotuner.actuators.base import Actuator, ActuatorError
-from autotuner.bench.load import LoadGenerator
+from autotuner.bench.load import Clock, LoadGenerator, WallClock
 from autotuner.bench.prompts import prompts_hash
 from autotuner.canary import CanaryPrompt, CanaryRun, compare, run_canary
 from autotuner.canary.run import CanaryError
@@ -86,6 +89,7 @@ class Sweep:
         workload: Workload | None = None,
         ready_timeout_s: float = 600.0,
         on_point: Callable[[Point], None] = lambda point: None,
+        clock: Clock | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.actuator = actuator
@@ -96,6 +100,7 @@ class Sweep:
         self.workload = workload or Workload()
         self.ready_timeout_s = ready_timeout_s
         self.on_point = on_point
+        self.clock: Clock = clock or WallClock()
         self.results = out / "results.jsonl"
         self.plots: list[Path] = []  # the figures written at the end (none without matplotlib)
 
@@ -150,7 +155,8 @@ class Sweep:
                 )
         header_file.write_text(json.dumps(header, indent=2) + "\n")
         done = self.finished()
-        with LoadGenerator(self.url, max_streams=max(self.plan.batches)) as load:
+        streams = max(self.plan.batches)
+        with LoadGenerator(self.url, max_streams=streams, clock=self.clock) as load:
             for setup in self.plan.setups:
                 wanted = [
                     (b, r)
@@ -181,9 +187,9 @@ class Sweep:
             self.actuator.apply(setup, state=None, expected_version=live.version)
         except ActuatorError as exc:
             return str(exc)
-        deadline = time.monotonic() + self.ready_timeout_s
-        time.sleep(0.2)
-        while time.monotonic() < deadline:
+        deadline = self.clock() + self.ready_timeout_s
+        self.clock.wait(0.2)
+        while self.clock() < deadline:
             try:
                 healthy = httpx.get(f"{self.url}/health", timeout=5).status_code == 200
                 probe = (
@@ -199,7 +205,7 @@ class Sweep:
                 probe = False
             if probe:
                 return None
-            time.sleep(0.5)
+            self.clock.wait(0.5)
         raise SweepError(
             f"the server did not come back within {self.ready_timeout_s:g}s after "
             f"switching to {setup.label}; finished points are in {self.results}"

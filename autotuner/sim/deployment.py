@@ -19,6 +19,7 @@ from autotuner.core.acceptance import from_conditional
 from autotuner.core.capabilities import REPLAY_SPEC, EngineCapabilities
 from autotuner.core.costmodel import predict
 from autotuner.core.types import Setup
+from autotuner.sim.clock import EngineClock
 from autotuner.sim.completions import CompletionsEngine
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sim.server import SimServer
@@ -40,11 +41,20 @@ class SimulatedDeployment:
         generate: Callable[[str, int], str] | None = None,
         engine: EngineCapabilities | None = None,
         watch: bool = True,
+        engine_clock: EngineClock | None = None,
     ) -> None:
         """`watch`: a thread looks at the manifest every `poll_s` and a restart takes
         `restart_gap_s` real seconds (whatever `clock` says); without it the caller calls `poll()`
         and the gap passes on `clock` (a simulated clock that moves only when the caller moves
-        it)."""
+        it).
+
+        `engine_clock`: the deployment on its engine's own time (the bench's tests), in place of
+        `clock` and `watch`: completions take their simulated step times on it (no sleeping),
+        the restart gap passes on it, and every request the server answers first looks at the
+        manifest (no watcher thread), so whoever changed it sees the restart on their next
+        request, however busy the host."""
+        if engine_clock is not None:
+            clock, watch = engine_clock, False
         self.manifest = ManifestActuator(manifest)
         self.truth = truth
         self.engine = engine or REPLAY_SPEC
@@ -61,6 +71,7 @@ class SimulatedDeployment:
             self._step_time,
             self._capacity,
             on_step=None if load else self._count_step,
+            clock=engine_clock,
         )
         trace: Callable[[float], float] = load or (lambda t: 0.0)
         self.sim = SimulatedVllm(
@@ -82,6 +93,8 @@ class SimulatedDeployment:
         self.seen = ""  # the manifest's text at the last look
         self.stop_event = threading.Event()
         self.watcher: threading.Thread | None = None
+        if engine_clock is not None:
+            self.server.on_request = self.poll
         if watch:
             self.watcher = threading.Thread(target=self._watch, daemon=True)
             self.watcher.start()

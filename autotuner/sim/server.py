@@ -36,8 +36,12 @@ class SimServer:
         port: int = 0,
         completions: CompletionsEngine | None = None,
         generate: Callable[[str, int], str] | None = None,
+        on_request: Callable[[], None] | None = None,
     ) -> None:
+        """`on_request`: called (on the server's thread) before each request is answered,
+        e.g. a deployment looking at its manifest."""
         self.sim = sim
+        self.on_request = on_request
         self.completions = completions
         self.generate = generate or greedy_text
         self.lock = threading.Lock()
@@ -100,6 +104,11 @@ class SimServer:
             writer.close()
 
     async def _route(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
+        if self.on_request is not None:
+            self.on_request()
+        completion = method == "POST" and path == "/v1/completions"
+        if completion and self.completions is not None:
+            self.completions.arrived()
         if not self.up:
             return 503, b"engine restarting\n", "text/plain"
         if method == "GET" and path == "/metrics":
@@ -109,7 +118,7 @@ class SimServer:
             return 200, b"", "text/plain"
         if method == "GET" and path == "/version":
             return 200, b'{"version": "sim"}', "application/json"
-        if method == "POST" and path == "/v1/completions" and self.completions is not None:
+        if completion and self.completions is not None:
             try:
                 request = json.loads(body or b"{}")
                 max_tokens = int(request.get("max_tokens", 16))
