@@ -1,5 +1,6 @@
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -9,6 +10,7 @@ from autotuner.core.types import Setup
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sim.server import SimServer
 from tests.integration.conftest import free_port
+from tests.support.clock import Clock
 
 runner = CliRunner()
 
@@ -66,14 +68,35 @@ def test_observe_bad_arguments_exit_2() -> None:
     assert result.exit_code == 2
 
 
+class ScrapedVllm(SimulatedVllm):
+    """A simulated engine whose time moves only when it is scraped: each scrape first runs
+    `dt` simulated seconds at each batch of `loads` in turn (starting one further along each
+    time, so that the batch gauge shows them all). Every interval between two scrapes then
+    holds the same mix of batches, however many scrapes the window takes and however late
+    each one comes."""
+
+    def __init__(self, loads: tuple[float, ...], dt: float, **options: Any) -> None:
+        self.loads, self.dt, self.turn, self.scrapes = loads, dt, 0, 0
+        self.time = Clock()
+        super().__init__(load=lambda t: self.loads[self.turn], clock=self.time, **options)
+
+    def render(self) -> bytes:
+        for i in range(len(self.loads)):
+            self.turn = (self.scrapes + i) % len(self.loads)
+            self.time.t += self.dt
+            self.advance_to(self.time.t)
+        self.scrapes += 1
+        return super().render()
+
+
 def test_observe_reads_the_schedule_from_the_target(tmp_path: Path) -> None:
     """Under a K schedule the deep positions count only the drafts that proposed them: with
     the target's args `observe` reads them right, without it says they are lower bounds."""
     schedule = Setup.parse("spec:3@1-4:3,5-512:1")
-    loads = (1, 8, 2, 16)
-    sim = SimulatedVllm(
+    sim = ScrapedVllm(
+        loads=(1, 8, 2, 16),  # K = 3, 1, 3, 1: every scrape interval drafts at both
+        dt=0.05,
         setup=SimSetup.of(schedule, (0.8, 0.7, 0.6)),
-        load=lambda t: loads[int(t * 20) % len(loads)],  # a new batch every 50 ms
         step_time=lambda b, s: 0.002 * b + 0.003 * s.k_at(b),
     )
     spec = {
@@ -94,7 +117,11 @@ def test_observe_reads_the_schedule_from_the_target(tmp_path: Path) -> None:
     naive = json.loads(plain.stdout)["acceptance"]
     assert naive["proposals"] == "unknown"
     assert naive["lower_bound"] == [False, True, True]
-    assert naive["per_position"][1] < 0.5
+    # Position 1 over every draft: 0.7 x the share of drafts made at K = 3 (b / step(b)
+    # requests' steps a second at batch b).
+    drafts = {b: b / sim.step_time(b, sim.setup) for b in sim.loads}
+    at_k3 = sum(n for b, n in drafts.items() if sim.setup.k_at(b) == 3) / sum(drafts.values())
+    assert naive["per_position"][1] == pytest.approx(0.7 * at_k3, rel=1e-6)
     stats = json.loads(read.stdout)["acceptance"]
     assert stats["proposals"] == "schedule"
     assert stats["read_with"] == schedule.label
