@@ -247,6 +247,12 @@ class ExplorationSettings(Group):
         description="An exploration is reverted when it measures this much below the setup it "
         "replaced (a predicted switch gets verification.regression_tolerance).",
     )
+    reserve: int = Field(
+        2,
+        ge=0,
+        description="Restarts of the day's budget (restart.max_per_day) explorations leave "
+        "for predicted changes: one is made only when this many remain after it and its revert.",
+    )
 
 
 class PolicySettings(Group):

@@ -222,6 +222,9 @@ def _explore(
         return None
     if observation.batch is None or band_of(float(np.mean(demand(observation)))) != band:
         return None
+    restarts = len(state.recent_changes(ctx.now))
+    if restarts + 2 + settings.exploration.reserve > settings.restart.max_per_day:
+        return None  # a question must not spend the restarts a predicted change needs
     chosen = _widest_chance(state, ctx, settings, evaluation, current, band)
     if chosen is None:
         return None

@@ -161,6 +161,18 @@ def test_no_exploration_when_turned_off() -> None:
     assert world.deployed == SPEC3
 
 
+def test_explorations_leave_the_budget_a_predicted_change_needs() -> None:
+    """An exploration and its revert are two restarts; `exploration.reserve` more stay for
+    predicted changes. With 3 a day and a reserve of 2 there is no room; with 4 there is."""
+    three = policy_settings(SETTINGS, restart={"max_per_day": 3}, exploration={"reserve": 2})
+    none = World(replay_faster, settings=three)
+    made = none.run(20)
+    assert not explorations(made), [d.sentence for d in made]
+    assert none.deployed == SPEC3
+    room = World(replay_faster, settings=policy_settings(three, restart={"max_per_day": 4}))
+    assert len(explorations(room.run(20))) == 1
+
+
 @pytest.mark.parametrize("error", [replay_slower, replay_faster], ids=["slower", "faster"])
 def test_each_decision_carries_intervals(error: StepError) -> None:
     world = World(error)
