@@ -33,12 +33,12 @@ def candidate_setups(
 ) -> list[Setup]:
     """plain, spec:K, replay:L and replay+spec:K:L for every K and L given (and each
     speculating one with adaptive verification when `adaptive`)."""
-    speculating = [Setup(spec_tokens=k) for k in spec_tokens]
-    speculating += [Setup(spec_tokens=k, replay_window=w) for k in spec_tokens for w in windows]
-    setups = [PLAIN, *speculating[: len(spec_tokens)], *(Setup(replay_window=w) for w in windows)]
-    setups += speculating[len(spec_tokens) :]
+    spec = [Setup(spec_tokens=k) for k in spec_tokens]
+    replay = [Setup(replay_window=w) for w in windows]
+    both = [Setup(spec_tokens=k, replay_window=w) for k in spec_tokens for w in windows]
+    setups = [PLAIN, *spec, *replay, *both]
     if adaptive:
-        setups += [s.model_copy(update={"adaptive": True}) for s in speculating]
+        setups += [s.model_copy(update={"adaptive": True}) for s in (*spec, *both)]
     return setups
 
 
