@@ -36,6 +36,7 @@ from autotuner.core.types import PLAIN, Action, Decision, Setup
 from autotuner.exporter import TunerMetrics
 from autotuner.logs import configure
 from autotuner.settings import Settings, cli_overrides, load_settings
+from autotuner.sim.clock import EngineClock
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.truth import WORLDS, TruthEngine
 from autotuner.sources.observers import ScrapeObserver
@@ -101,22 +102,10 @@ class WallClock:
         time.sleep(max(0.0, seconds))
 
 
-class SimulatedClock:
-    """The demo on a simulated clock: time moves only when the loop waits, by exactly what it
-    waits, so every run takes the same steps, windows and restarts however slow the machine
-    is (and as fast as it allows)."""
-
-    def __init__(self, start: float) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def wait(self, seconds: float) -> None:
-        self.now += max(0.0, seconds)
-
-
-Clock = WallClock | SimulatedClock
+# `fast`: the simulated engine's clock (time moves only when the loop waits, by exactly what
+# it waits), so every run takes the same steps, windows and restarts however slow the machine
+# is, and as fast as it allows.
+Clock = WallClock | EngineClock
 
 
 def ramp(start: float, duration: float, low: float = 4, high: float = 512) -> Load:
@@ -249,7 +238,7 @@ def run_demo(
     world: str = "realistic",
     fast: bool = False,
 ) -> DemoResult:
-    """`fast`: on a simulated clock (SimulatedClock), as fast as the CPU allows."""
+    """`fast`: on a simulated clock (EngineClock), as fast as the CPU allows."""
     console = console or Console()
     model = load_model(model_id)
     kind = DrafterKind(drafter) if drafter else None
@@ -273,7 +262,7 @@ def run_demo(
         drafter=drafter,
     )
     engine = settings.engine.capabilities
-    clock: Clock = SimulatedClock(time.time()) if fast else WallClock()
+    clock: Clock = EngineClock(time.time()) if fast else WallClock()
     start = clock() + 1.0
     load = world_load(world, start, duration_s)
     result = DemoResult(

@@ -1,7 +1,7 @@
 """A simulated engine's own time, for measuring it exactly on any machine however busy.
 
-The pattern of the demo's SimulatedClock (autotuner/demo.py): time moves only by `wait`, by
-exactly what is waited. The completions engine's steps move it by their step times instead of
+Time moves only by `wait`, by exactly what is waited (also the clock of `autotuner demo
+--fast`). The completions engine's steps move it by their step times instead of
 sleeping them; the bench's waits (for a restarted server) by what they wait. A load generator
 and a bench sweep given this clock (autotuner/bench/load.py `Clock`) measure tokens per
 simulated second: the simulator's truth, whatever the host's load.
