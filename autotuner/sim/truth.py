@@ -108,7 +108,7 @@ class TruthEngine:
         used = list(rates)[:k]
         reach = np.cumprod(used) if used else np.zeros(0)
         tau = 1.0 + float(reach.sum())
-        step = self.step_time(setup, mean, rates)
+        step = float(curve.step_time_s[0]) * self.error(setup, mean)  # = self.step_time(...)
         capacity = curve.max_batch
         running = min(mean, max(capacity, 1))
         steps = window_s / step
