@@ -18,21 +18,21 @@ from rich.markup import escape
 from rich.table import Table
 
 from autotuner import __version__
-from autotuner.core import acceptance as acc
-from autotuner.core.capabilities import PRESETS, EngineCapabilities
-from autotuner.core.costmodel import Workload
-from autotuner.core.drafter import DECLARED, DEFAULT, LIVE
-from autotuner.core.engine_args import EngineArgs, SpeculativeConfig
-from autotuner.core.engine_args import parse as parse_engine_args
-from autotuner.core.hardware import HardwareProfile, datasheet, load_profile
-from autotuner.core.model import DrafterKind
-from autotuner.core.registry import load_draft_model, load_model
-from autotuner.core.report import build_report
-from autotuner.core.resolution import Fallback, args_table, resolve
+from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
+from autotuner.core.engine.args import parse as parse_engine_args
+from autotuner.core.engine.capabilities import PRESETS, EngineCapabilities
+from autotuner.core.engine.drafter import DECLARED, DEFAULT, LIVE
+from autotuner.core.engine.resolution import Fallback, args_table, resolve
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.registry import load_draft_model, load_model
+from autotuner.core.model.spec import DrafterKind
+from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.predict import acceptance as acc
+from autotuner.core.predict.hardware import HardwareProfile, datasheet, load_profile
+from autotuner.core.predict.report import build_report
 from autotuner.core.types import Observation
 from autotuner.durations import parse_duration
 from autotuner.errors import AutotunerError, InputError
-from autotuner.settings import ObservationLimits
 
 if TYPE_CHECKING:
     from autotuner.bench.sweep import Point, Sweep
@@ -479,9 +479,9 @@ def observe(
     """Scrape vLLM (or query Prometheus) over a window and print the Observation.
 
     Exit status 3 when the window is unusable (the reason is printed)."""
-    from autotuner.actuators.base import ActuatorError
     from autotuner.actuators.targets import open_target
-    from autotuner.core.observation import read_acceptance
+    from autotuner.core.observe.observation import read_acceptance
+    from autotuner.errors import ActuatorError
     from autotuner.sources.prometheus_api import PrometheusSource
     from autotuner.sources.vllm_scrape import VllmScraper
 
@@ -670,10 +670,10 @@ def apply(
 ) -> None:
     """Write a setup into the vLLM deployment's args (only the managed flags change),
     recorded in the tuner's state on the target, with an Event."""
-    from autotuner.actuators.base import ActuatorError
     from autotuner.actuators.manual import apply_by_hand
     from autotuner.actuators.targets import open_target
     from autotuner.core.types import Setup
+    from autotuner.errors import ActuatorError
 
     try:
         wanted = Setup.parse(f"{setup}@{schedule}" if schedule else setup)
@@ -712,9 +712,9 @@ def status(
 ) -> None:
     """Show the live args, the setup they configure, the engine inputs they set (and which are
     left to vLLM's defaults), the deployed drafter, the persisted state, pause and leader."""
-    from autotuner.actuators.base import ActuatorError
     from autotuner.actuators.flags import vllm_tokens
     from autotuner.actuators.targets import open_target
+    from autotuner.errors import ActuatorError
 
     try:
         live = open_target(target, kube_server=kube_server).read()
@@ -812,8 +812,8 @@ def _state_lines(persisted: str | None) -> list[str]:
     what the calibration learned, what was explored."""
     import time
 
-    from autotuner.core.state import read_state
-    from autotuner.settings import PolicySettings
+    from autotuner.core.decide.settings import PolicySettings
+    from autotuner.core.decide.state import read_state
 
     if not persisted:
         return []
@@ -936,8 +936,8 @@ def run(
     import signal
     import threading
 
-    from autotuner.exporter import ExporterServer, TunerMetrics
-    from autotuner.logs import configure, event
+    from autotuner.telling.exporter import ExporterServer, TunerMetrics
+    from autotuner.telling.logs import configure, event
     from autotuner.wiring import build_controller
 
     try:
@@ -1101,9 +1101,10 @@ def bench(
 
     from autotuner.actuators.targets import open_target
     from autotuner.bench.prompts import load_prompts
-    from autotuner.bench.sweep import Plan, Sweep, SweepError
+    from autotuner.bench.sweep import Plan, Sweep
     from autotuner.canary import load_canary
     from autotuner.core.types import Setup
+    from autotuner.errors import SweepError
 
     try:
         plan = Plan(
@@ -1184,7 +1185,7 @@ def calibrate(
     """Fit the cost model's efficiencies to a sweep's measured step times."""
     from autotuner.bench.calibrate import Measured
     from autotuner.bench.calibrate import calibrate as fit_profile
-    from autotuner.core.hardware import save_profile
+    from autotuner.core.predict.hardware import save_profile
     from autotuner.core.types import Setup
 
     try:

@@ -12,32 +12,26 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from autotuner.actuators.base import (
-    Actuator,
-    ActuatorError,
-    ConflictError,
-    LiveTarget,
-    RestartError,
-)
+from autotuner.actuators.base import Actuator, LiveTarget
 from autotuner.actuators.flags import vllm_tokens
 from autotuner.canary.phase import CanaryPhase, Capacity
-from autotuner.core.acceptance import from_conditional
-from autotuner.core.costmodel import Crossover
-from autotuner.core.engine_args import ArgsError
-from autotuner.core.engine_args import parse as parse_engine_args
-from autotuner.core.hardware import HardwareProfile
-from autotuner.core.model import ModelSpec
-from autotuner.core.observation import read_acceptance
-from autotuner.core.policy import Context
-from autotuner.core.registry import load_draft_model
-from autotuner.core.report import equivalent_rate
-from autotuner.core.resolution import Fallback, Resolved, resolve, speculative_of
-from autotuner.core.state import TunerState, read_state
-from autotuner.core.step import Notice, NoticeKind, Step, restart_refused, step
+from autotuner.core.decide.policy import Context
+from autotuner.core.decide.state import TunerState, read_state
+from autotuner.core.decide.step import Notice, NoticeKind, Step, restart_refused, step
+from autotuner.core.engine.args import parse as parse_engine_args
+from autotuner.core.engine.resolution import Fallback, Resolved, resolve, speculative_of
+from autotuner.core.model.registry import load_draft_model
+from autotuner.core.model.spec import ModelSpec
+from autotuner.core.observe.observation import read_acceptance
+from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.predict.costmodel import Crossover
+from autotuner.core.predict.hardware import HardwareProfile
+from autotuner.core.predict.report import equivalent_rate
 from autotuner.core.types import Action, Decision, Observation, Setup
-from autotuner.exporter import Snapshot, TunerMetrics
-from autotuner.notifier import ErrorKind, Notifier
+from autotuner.errors import ActuatorError, ArgsError, ConflictError, RestartError
 from autotuner.settings import Settings
+from autotuner.telling.exporter import Snapshot, TunerMetrics
+from autotuner.telling.notifier import ErrorKind, Notifier
 
 if TYPE_CHECKING:  # the Kubernetes client is heavy: imported only for k8s targets
     from autotuner.actuators.lease import LeaseElector

@@ -27,19 +27,19 @@ from rich.table import Table
 
 from autotuner import plots
 from autotuner.controller import Controller
-from autotuner.core.capabilities import EngineCapabilities
-from autotuner.core.costmodel import Workload
-from autotuner.core.hardware import datasheet
-from autotuner.core.model import DrafterKind, ModelSpec
-from autotuner.core.registry import load_model
+from autotuner.core.engine.capabilities import EngineCapabilities
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.registry import load_model
+from autotuner.core.model.spec import DrafterKind, ModelSpec
+from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import PLAIN, Action, Decision, Setup
-from autotuner.exporter import TunerMetrics
-from autotuner.logs import configure
 from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.clock import EngineClock
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.truth import WORLDS, TruthEngine
 from autotuner.sources.observers import ScrapeObserver
+from autotuner.telling.exporter import TunerMetrics
+from autotuner.telling.logs import configure
 from autotuner.wiring import build_controller
 
 Load = Callable[[float], float]

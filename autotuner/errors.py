@@ -1,8 +1,45 @@
-"""One exception hierarchy for the whole package.
+"""Every error spec-autotuner raises on purpose, and the typed reasons they carry.
 
-Every error the tool raises on purpose derives from :class:`AutotunerError`, so a caller (the CLI,
-the controller loop) can tell "bad input, refused cleanly" from a bug.
+A caller (the CLI, the controller loop) tells "refused cleanly, nothing changed" from a bug by
+catching `AutotunerError`; the tree, as httpx draws its own:
+
+* AutotunerError
+  + InputError - input from a user or a file is invalid (also a ValueError)
+    - ModelConfigError - a config.json cannot be turned into a ModelSpec
+    - ProfileError - a hardware profile is missing, corrupted or of another version
+    - ArgsError - engine args cannot be read or written safely
+  + SourceError - metrics could not be fetched or trusted (carries an UnusableReason)
+  + ActuatorError - a change could not be read or written
+    - ConflictError - the target changed since it was read (HTTP 409)
+    - ForbiddenError - RBAC refused the verb (HTTP 403)
+    - RestartError - the args were written but the engine did not come up with them
+  + CanaryError - the server did not answer the quality canary
+  + SweepError - a bench sweep cannot go on
+
+`UnusableReason` names why a window of metrics yields no Observation; it lives here because
+sources raise it inside a `SourceError` and the core reports it on an Observation.
 """
+
+from enum import Enum
+
+
+class UnusableReason(str, Enum):
+    """Why a window yields no Observation (DESIGN.md rule 1: never act on bad data)."""
+
+    EMPTY = "empty"  # no vLLM series at all
+    STALE = "stale"  # the newest sample is older than allowed
+    INVALID_VALUE = "invalid_value"  # NaN, Inf or a negative counter/gauge
+    RESET = "reset"  # too little left of the window after cutting at a counter reset
+    TOO_FEW_SAMPLES = "too_few_samples"
+    MALFORMED = "malformed"  # the exposition text could not be parsed
+    DUPLICATE_SERIES = "duplicate_series"
+    NOT_METRICS = "not_metrics"  # e.g. an HTML error page
+    TOO_LARGE = "too_large"
+    TIMEOUT = "timeout"
+    HTTP_ERROR = "http_error"
+    SERVER_DOWN = "server_down"
+    QUERY_ERROR = "query_error"
+    EMPTY_RESULT = "empty_result"
 
 
 class AutotunerError(Exception):
@@ -19,3 +56,44 @@ class ModelConfigError(InputError):
 
 class ProfileError(InputError):
     """A hardware profile is missing, corrupted or of an unsupported version."""
+
+
+class ArgsError(InputError):
+    """The args cannot be read or written safely; nothing was changed."""
+
+
+# --------------------------------------------------------------------------- finding flags
+
+
+class SourceError(AutotunerError):
+    """Data could not be fetched or trusted; `reason` says why in a word."""
+
+    def __init__(self, reason: UnusableReason, detail: str) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class ActuatorError(AutotunerError):
+    """A change could not be read or written; nothing was changed unless `partial` says so."""
+
+
+class ConflictError(ActuatorError):
+    """The target changed since it was read (HTTP 409): re-read and re-decide, never retry."""
+
+
+class RestartError(ActuatorError):
+    """The new args were written but the engine did not come up with them (the restart
+    command failed or timed out): the engine may have refused a flag."""
+
+
+class ForbiddenError(ActuatorError):
+    """RBAC refused the verb (HTTP 403)."""
+
+
+class CanaryError(AutotunerError):
+    """The server did not answer the canary (down, HTTP error, not OpenAI-compatible)."""
+
+
+class SweepError(AutotunerError):
+    """The sweep cannot go on (the server did not come back); finished points are kept."""

@@ -17,23 +17,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-from autotuner.core.capabilities import PRESETS, UPSTREAM, EngineCapabilities
-from autotuner.core.model import DrafterKind
+from autotuner.core.decide.settings import PolicySettings
+from autotuner.core.engine.capabilities import PRESETS, UPSTREAM, EngineCapabilities
+from autotuner.core.group import Group
+from autotuner.core.model.spec import DrafterKind
+from autotuner.core.observe.limits import ObservationLimits
 from autotuner.durations import parse_duration
 from autotuner.errors import InputError
-
-HOUR = 3600.0
-
-
-class Group(BaseModel):
-    """One group of settings: a frozen value that refuses unknown keys, so a misspelt or moved
-    key stops the start naming it instead of being silently ignored."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class FlagNames(Group):
@@ -52,20 +46,6 @@ class FlagNames(Group):
 
 
 # Version range -> flag names. ReplaySSM flags exist from the build that merged PR #48018.
-
-
-class ObservationLimits(Group):
-    """When a window is good enough to act on."""
-
-    min_batch_samples: int = Field(
-        3, ge=1, description="Running-request samples needed for a batch distribution."
-    )
-    min_drafts: float = Field(
-        200, ge=0, description="Drafts needed before acceptance is trusted (else: insufficient)."
-    )
-    max_age_s: float = Field(
-        60, gt=0, description="A window whose newest sample is older than this is stale."
-    )
 
 
 class QualitySettings(Group):
@@ -111,162 +91,6 @@ class QualitySettings(Group):
         0.05, ge=0, lt=1, description="Tolerated share of outputs diverging early (kernels)."
     )
     alpha: float = Field(0.05, gt=0, lt=1, description="A p-value below this is 'worse'.")
-
-
-class SwitchSettings(Group):
-    """When a better setup is worth a switch: the gain, how sure, and for how long (hysteresis)."""
-
-    min_gain: float = Field(0.05, ge=0, description="Smallest predicted gain (fraction) to act on.")
-    min_confidence: float = Field(
-        0.6, ge=0, le=1, description="Share of acceptance scenarios (low/point/high) agreeing."
-    )
-    dwell_s: float = Field(900, ge=0, description="How long recent load must favour a change.")
-
-
-class ObjectiveSettings(Group):
-    """What the candidates are scored on."""
-
-    kind: Literal["throughput", "latency_slo"] = Field(
-        "throughput",
-        description="throughput: expected tokens/s over the batch distribution; latency_slo: "
-        "the same, among setups meeting latency_slo_s at latency_percentile of the batch.",
-    )
-    latency_slo_s: float | None = Field(
-        None, gt=0, description="Time per output token limit (latency_slo), seconds."
-    )
-    latency_percentile: float = Field(
-        0.9, gt=0, lt=1, description="The batch quantile at which latency_slo_s must hold."
-    )
-
-
-class CandidateSettings(Group):
-    """The setups the policy may propose (the engine's capabilities narrow them further)."""
-
-    spec_tokens: tuple[int, ...] = Field((1, 2, 3, 4), description="Draft lengths allowed.")
-    replay_windows: tuple[int, ...] = Field((8, 16, 32), description="Replay windows allowed.")
-    use_schedule: bool = Field(True, description="Use per-batch K schedules when the engine can.")
-
-
-class RestartSettings(Group):
-    """What one restart costs, whether a gain pays for it, and how many the target may take."""
-
-    downtime_s: float = Field(
-        180, ge=0, description="Downtime of one restart, seconds (default until measured)."
-    )
-    share: float = Field(
-        1.0, gt=0, le=1, description="Share of replicas restarting at once (rollout strategy)."
-    )
-    margin: float = Field(
-        2.0, ge=1, description="The gain over horizon_s must beat the restart's cost x this."
-    )
-    horizon_s: float = Field(
-        4 * HOUR, gt=0, description="How long a new setup is expected to stay: gain x horizon."
-    )
-    cooldown_s: float = Field(1800, ge=0, description="Quiet time after any change, seconds.")
-    max_per_hour: int = Field(
-        2,
-        ge=0,
-        description="Restarts allowed in any hour, reverts included: a change is made only "
-        "with room left for its own revert.",
-    )
-    max_per_day: int = Field(
-        6,
-        ge=0,
-        description="Restarts allowed in any 24 hours, reverts included: a change is made "
-        "only with room left for its own revert.",
-    )
-
-
-class EstimateSettings(Group):
-    """How long what was measured counts: the decayed estimates the policy decides on."""
-
-    acceptance_half_life_s: float = Field(
-        1800, gt=0, description="Half-life of pooled acceptance counts while speculation runs."
-    )
-    acceptance_memory_half_life_s: float = Field(
-        6 * HOUR, gt=0, description="How fast remembered acceptance loses confidence when off."
-    )
-    batch_half_life_s: float = Field(
-        900, gt=0, description="Half-life of the batch history the expected gain is taken over."
-    )
-    min_batch_weight: float = Field(
-        5, ge=0, description="Batch samples (decayed) needed before deciding."
-    )
-
-
-class CalibrationSettings(Group):
-    """How the model is corrected by what was measured (per kernel class and batch band)."""
-
-    half_life_s: float = Field(
-        6 * HOUR, gt=0, description="Half-life of each window's measured/predicted error."
-    )
-    bounds: tuple[float, float] = Field(
-        (0.5, 2.0), description="Smallest and largest correction factor ([1, 1] pins the model)."
-    )
-
-
-class VerificationSettings(Group):
-    """How a change is judged once it runs."""
-
-    settle_s: float = Field(300, ge=0, description="Warm-up after a change before judging it.")
-    regression_tolerance: float = Field(
-        0.10,
-        ge=0,
-        lt=1,
-        description="A predicted switch is reverted when it measures this much below the "
-        "setup it replaced.",
-    )
-
-
-class QuarantineSettings(Group):
-    """What a failed change teaches, and for how long."""
-
-    setup_s: float = Field(
-        6 * HOUR, ge=0, description="A reverted setup is not retried for this long."
-    )
-    capability_s: float = Field(
-        24 * HOUR,
-        ge=0,
-        description="How long a capability the engine refused (it did not come up with a "
-        "setup needing it) is taken as missing.",
-    )
-
-
-class ExplorationSettings(Group):
-    """Trying a setup family never measured at this load (docs/policy.md, "Exploration")."""
-
-    enabled: bool = Field(
-        True,
-        description="Try a family never measured at this load when its uncertainty says it "
-        "could win by switch.min_gain (once per family and batch band per quarantine.setup_s).",
-    )
-    tolerance: float = Field(
-        0.02,
-        ge=0,
-        lt=1,
-        description="An exploration is reverted when it measures this much below the setup it "
-        "replaced (a predicted switch gets verification.regression_tolerance).",
-    )
-    reserve: int = Field(
-        2,
-        ge=0,
-        description="Restarts of the day's budget (restart.max_per_day) explorations leave "
-        "for predicted changes: one is made only when this many remain after it and its revert.",
-    )
-
-
-class PolicySettings(Group):
-    """How cautious the policy is, one group per concern. Durations are seconds."""
-
-    switch: SwitchSettings = Field(default_factory=SwitchSettings)
-    objective: ObjectiveSettings = Field(default_factory=ObjectiveSettings)
-    candidates: CandidateSettings = Field(default_factory=CandidateSettings)
-    restart: RestartSettings = Field(default_factory=RestartSettings)
-    estimates: EstimateSettings = Field(default_factory=EstimateSettings)
-    calibration: CalibrationSettings = Field(default_factory=CalibrationSettings)
-    verification: VerificationSettings = Field(default_factory=VerificationSettings)
-    quarantine: QuarantineSettings = Field(default_factory=QuarantineSettings)
-    exploration: ExplorationSettings = Field(default_factory=ExplorationSettings)
 
 
 class SourceSettings(Group):

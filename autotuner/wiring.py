@@ -6,16 +6,16 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
-from autotuner.actuators.base import ActuatorError
 from autotuner.actuators.flags import vllm_tokens
 from autotuner.controller import GUARD_DISABLED, Controller, Observer
-from autotuner.core.engine_args import ArgsError, EngineArgs, parse
-from autotuner.core.hardware import datasheet, load_profile
-from autotuner.core.model import ModelSpec
-from autotuner.core.registry import load_model
-from autotuner.exporter import TunerMetrics
+from autotuner.core.engine.args import EngineArgs, parse
+from autotuner.core.model.registry import load_model
+from autotuner.core.model.spec import ModelSpec
+from autotuner.core.predict.hardware import datasheet, load_profile
+from autotuner.errors import ActuatorError, ArgsError
 from autotuner.settings import FlagNames, Settings
 from autotuner.sources.observers import PrometheusObserver, ScrapeObserver
+from autotuner.telling.exporter import TunerMetrics
 
 if TYPE_CHECKING:
     import logging

@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotuner.core.capabilities import GDN_REPLAY, REPLAY_SPEC, EngineCapabilities
-from autotuner.core.hardware import datasheet
-from autotuner.core.policy import Context
-from autotuner.core.registry import load_model
-from autotuner.core.state import TunerState
-from autotuner.core.step import step
+from autotuner.core.decide.policy import Context
+from autotuner.core.decide.settings import PolicySettings, RestartSettings
+from autotuner.core.decide.state import TunerState
+from autotuner.core.decide.step import step
+from autotuner.core.engine.capabilities import GDN_REPLAY, REPLAY_SPEC, EngineCapabilities
+from autotuner.core.model.registry import load_model
+from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, Decision, Setup
-from autotuner.settings import PolicySettings, RestartSettings
 from autotuner.sim.truth import realistic_error
 from autotuner.sim.worlds import (
     DAY,

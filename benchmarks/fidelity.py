@@ -3,7 +3,8 @@
 Run: python -m benchmarks.fidelity [--context 1024] [--target 0.15]
 
 Each published number is a ratio of whole-model decode throughput to plain decoding on the same
-model, GPU and batch; the prediction is the same ratio from `autotuner.core.costmodel.predict`
+model, GPU and batch; the prediction is the same ratio from
+`autotuner.core.predict.costmodel.predict`
 (what `autotuner predict` prints, e.g. `autotuner predict --model <config.json> --gpu B300
 --acceptance-per-position 0.85,0.75,0.65 --spec-tokens 1,3 --replay-windows 16 --engine
 replay-spec --context 1024`). The error is predicted / measured - 1; the worst |error| is the
@@ -23,12 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotuner.core.acceptance import AcceptanceEstimate, from_conditional
-from autotuner.core.costmodel import Workload, predict
-from autotuner.core.hardware import datasheet
-from autotuner.core.hf_config import from_hf_config
-from autotuner.core.model import ModelSpec
-from autotuner.core.registry import load_model
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.readers import from_hf_config
+from autotuner.core.model.registry import load_model
+from autotuner.core.model.spec import ModelSpec
+from autotuner.core.predict.acceptance import AcceptanceEstimate, from_conditional
+from autotuner.core.predict.costmodel import predict
+from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import PLAIN, Setup
 
 FIXTURE = (

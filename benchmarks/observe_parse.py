@@ -16,8 +16,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from autotuner.core.observation import build_observation
-from autotuner.settings import ObservationLimits
+from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.observe.observation import build_observation
 from autotuner.sources.invariants import check_scrape
 from autotuner.sources.promtext import parse
 from autotuner.sources.vllm_metrics import Snapshot, engine_samples, wanted_names, window_totals

@@ -45,8 +45,8 @@ def exactness() -> int:
 def probe(backend_name: str, model_id: str, out: str, quick: bool) -> int:
     from rich.progress import Progress
 
-    from autotuner.core.hardware import save_profile
-    from autotuner.core.registry import load_model
+    from autotuner.core.model.registry import load_model
+    from autotuner.core.predict.hardware import save_profile
     from autotuner.errors import AutotunerError
     from kernels_probe.probe import choose_backend, run_probe
 

@@ -17,8 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from autotuner.core.hardware import HardwareProfile, KernelEfficiency, Measurement, datasheets
-from autotuner.core.model import ModelSpec, SsmKind
+from autotuner.core.model.spec import ModelSpec, SsmKind
+from autotuner.core.predict.hardware import (
+    HardwareProfile,
+    KernelEfficiency,
+    Measurement,
+    datasheets,
+)
 from kernels_probe.timing import measure
 
 

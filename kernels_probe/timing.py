@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from autotuner.core.hardware import Measurement
+from autotuner.core.predict.hardware import Measurement
 
 
 def measure(

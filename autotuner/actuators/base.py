@@ -12,34 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from autotuner.actuators.flags import (
-    ArgsError,
     container_setup,
     container_speculative_config,
     render_container,
 )
 from autotuner.core.types import Setup
-from autotuner.errors import AutotunerError
+from autotuner.errors import ActuatorError, ArgsError, ConflictError
 from autotuner.settings import FlagNames
 
 STATE_ANNOTATION = "spec-autotuner.io/state"
 PAUSE_ANNOTATION = "spec-autotuner.io/paused"
-
-
-class ActuatorError(AutotunerError):
-    """A change could not be read or written; nothing was changed unless `partial` says so."""
-
-
-class ConflictError(ActuatorError):
-    """The target changed since it was read (HTTP 409): re-read and re-decide, never retry."""
-
-
-class RestartError(ActuatorError):
-    """The new args were written but the engine did not come up with them (the restart
-    command failed or timed out): the engine may have refused a flag."""
-
-
-class ForbiddenError(ActuatorError):
-    """RBAC refused the verb (HTTP 403)."""
 
 
 @dataclass(frozen=True)

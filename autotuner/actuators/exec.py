@@ -16,15 +16,14 @@ from pathlib import Path
 
 from autotuner.actuators.base import (
     Actuator,
-    ActuatorError,
     ApplyResult,
     LiveTarget,
-    RestartError,
     RolloutStatus,
     args_diff,
     atomic_write,
     live_target,
 )
+from autotuner.errors import ActuatorError, RestartError
 from autotuner.settings import FlagNames
 
 

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
 
-# One parser for the whole package: the core reads the same args (core/engine_args.py).
-from autotuner.core.engine_args import ArgsError, Flag, SpeculativeConfig, find, read_json
+from autotuner.core.engine.args import Flag, SpeculativeConfig, find, read_json
 from autotuner.core.types import ScheduleBand, Setup
+
+# One parser for the whole package: the core reads the same args (core/engine_args.py).
+from autotuner.errors import ArgsError
 from autotuner.settings import FlagNames
 
 __all__ = ["ArgsError", "Flag", "find", "read_json"]

@@ -21,17 +21,14 @@ from kubernetes.client.exceptions import ApiException
 from autotuner.actuators.base import (
     STATE_ANNOTATION,
     Actuator,
-    ActuatorError,
     ApplyResult,
-    ConflictError,
-    ForbiddenError,
     LiveTarget,
     RolloutStatus,
     args_diff,
     live_target,
     select_container,
 )
-from autotuner.errors import InputError
+from autotuner.errors import ActuatorError, ConflictError, ForbiddenError, InputError
 from autotuner.settings import FlagNames
 
 SMP = "application/strategic-merge-patch+json"

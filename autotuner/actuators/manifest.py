@@ -21,7 +21,6 @@ from ruamel.yaml.util import load_yaml_guess_indent
 from autotuner.actuators.base import (
     STATE_ANNOTATION,
     Actuator,
-    ActuatorError,
     ApplyResult,
     LiveTarget,
     RolloutStatus,
@@ -29,6 +28,7 @@ from autotuner.actuators.base import (
     live_target,
     select_container,
 )
+from autotuner.errors import ActuatorError
 from autotuner.settings import FlagNames
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")

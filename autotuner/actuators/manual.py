@@ -15,15 +15,10 @@ import socket
 import time
 from dataclasses import dataclass
 
-from autotuner.actuators.base import (
-    PAUSE_ANNOTATION,
-    Actuator,
-    ActuatorError,
-    ApplyResult,
-    LiveTarget,
-)
-from autotuner.core.state import TunerState, read_state
+from autotuner.actuators.base import PAUSE_ANNOTATION, Actuator, ApplyResult, LiveTarget
+from autotuner.core.decide.state import TunerState, read_state
 from autotuner.core.types import Setup
+from autotuner.errors import ActuatorError
 
 EVENT_REASON = "ManualApply"
 

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotuner.core.acceptance import from_conditional
-from autotuner.core.costmodel import Workload, predict
-from autotuner.core.hardware import HardwareProfile, KernelEfficiency
-from autotuner.core.model import ModelSpec
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.spec import ModelSpec
+from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.predict.costmodel import predict
+from autotuner.core.predict.hardware import HardwareProfile, KernelEfficiency
 from autotuner.core.types import Setup
 
 PARAMETERS = ("gemm", "attention", "ssm", "copies")

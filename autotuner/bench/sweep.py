@@ -23,24 +23,19 @@ from typing import Any
 
 import httpx
 
-from autotuner.actuators.base import Actuator, ActuatorError
+from autotuner.actuators.base import Actuator
 from autotuner.bench.load import Clock, LoadGenerator, WallClock
 from autotuner.bench.prompts import prompts_hash
 from autotuner.canary import CanaryPrompt, CanaryRun, compare, run_canary
-from autotuner.canary.run import CanaryError
-from autotuner.core.acceptance import from_conditional
-from autotuner.core.costmodel import Workload, predict
-from autotuner.core.hardware import HardwareProfile
-from autotuner.core.model import ModelSpec
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.spec import ModelSpec
+from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.predict.costmodel import predict
+from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.core.types import Setup
-from autotuner.errors import AutotunerError, InputError
-from autotuner.sources.errors import SourceError
+from autotuner.errors import ActuatorError, CanaryError, InputError, SourceError, SweepError
 from autotuner.sources.vllm_metrics import window_totals
 from autotuner.sources.vllm_scrape import VllmScraper
-
-
-class SweepError(AutotunerError):
-    """The sweep cannot go on (the server did not come back); finished points are kept."""
 
 
 @dataclass(frozen=True)

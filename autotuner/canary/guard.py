@@ -15,11 +15,11 @@ from typing import Any, Literal
 import httpx
 
 from autotuner.canary.compare import Comparison, Verdict, compare
-from autotuner.canary.run import CanaryError, CanaryPrompt, CanaryRun, load_canary, run_canary
-from autotuner.core.state import QualityCheck
+from autotuner.canary.run import CanaryPrompt, CanaryRun, load_canary, run_canary
+from autotuner.core.decide.state import QualityCheck
 from autotuner.core.types import Observation, Setup
 from autotuner.durations import format_duration
-from autotuner.errors import InputError
+from autotuner.errors import CanaryError, InputError
 from autotuner.settings import QualitySettings
 
 

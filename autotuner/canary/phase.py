@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from autotuner.actuators.base import LiveTarget
-from autotuner.core.state import QualityCheck, TunerState
-from autotuner.core.step import Notice, NoticeKind
+from autotuner.core.decide.state import QualityCheck, TunerState
+from autotuner.core.decide.step import Notice, NoticeKind
 from autotuner.core.types import Observation, Setup
-from autotuner.notifier import Notifier
+from autotuner.telling.notifier import Notifier
 
 if TYPE_CHECKING:  # httpx is imported only where a guard is configured
     from autotuner.canary.guard import Outcome, QualityGuard

@@ -12,13 +12,9 @@ from typing import Any
 
 import httpx
 
-from autotuner.errors import AutotunerError, InputError
+from autotuner.errors import CanaryError, InputError
 
 _NUMBER = re.compile(r"-?\d+")
-
-
-class CanaryError(AutotunerError):
-    """The server did not answer the canary (down, HTTP error, not OpenAI-compatible)."""
 
 
 @dataclass(frozen=True, kw_only=True)

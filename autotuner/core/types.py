@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from autotuner.errors import InputError
+from autotuner.errors import InputError, UnusableReason
 
 if TYPE_CHECKING:  # numpy is imported where arrays are made: the settings tree stays light
     import numpy as np
@@ -209,25 +209,6 @@ class Prediction(Value):
     bytes: dict[str, float] = {}
     time_s: dict[str, float] = {}
     flops: dict[str, float] = {}
-
-
-class UnusableReason(str, Enum):
-    """Why a window yields no Observation (DESIGN.md rule 1: never act on bad data)."""
-
-    EMPTY = "empty"  # no vLLM series at all
-    STALE = "stale"  # the newest sample is older than allowed
-    INVALID_VALUE = "invalid_value"  # NaN, Inf or a negative counter/gauge
-    RESET = "reset"  # too little left of the window after cutting at a counter reset
-    TOO_FEW_SAMPLES = "too_few_samples"
-    MALFORMED = "malformed"  # the exposition text could not be parsed
-    DUPLICATE_SERIES = "duplicate_series"
-    NOT_METRICS = "not_metrics"  # e.g. an HTML error page
-    TOO_LARGE = "too_large"
-    TIMEOUT = "timeout"
-    HTTP_ERROR = "http_error"
-    SERVER_DOWN = "server_down"
-    QUERY_ERROR = "query_error"
-    EMPTY_RESULT = "empty_result"
 
 
 class BatchStats(Value):

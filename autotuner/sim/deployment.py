@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from autotuner.actuators.base import ActuatorError
 from autotuner.actuators.manifest import ManifestActuator
-from autotuner.core.acceptance import from_conditional
-from autotuner.core.capabilities import REPLAY_SPEC, EngineCapabilities
-from autotuner.core.costmodel import predict
+from autotuner.core.engine.capabilities import REPLAY_SPEC, EngineCapabilities
+from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.predict.costmodel import predict
 from autotuner.core.types import Setup
+from autotuner.errors import ActuatorError
 from autotuner.sim.clock import EngineClock
 from autotuner.sim.completions import CompletionsEngine
 from autotuner.sim.engine import SimSetup, SimulatedVllm

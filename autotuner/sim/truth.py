@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotuner.core.acceptance import from_conditional
-from autotuner.core.costmodel import Workload, predict
-from autotuner.core.hardware import HardwareProfile
-from autotuner.core.model import ModelSpec
-from autotuner.core.observation import Ratio, WindowTotals, build_observation
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.spec import ModelSpec
+from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.observe.observation import Ratio, WindowTotals, build_observation
+from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.predict.costmodel import predict
+from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.core.types import Observation, Setup
-from autotuner.settings import ObservationLimits
 
 StepError = Callable[[Setup, float], float]
 

@@ -15,8 +15,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 
-from autotuner.core.types import UnusableReason
-from autotuner.sources.errors import SourceError
+from autotuner.errors import SourceError, UnusableReason
 from autotuner.sources.promtext import Exposition, LabelKey
 from autotuner.sources.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS, PER_POSITION
 

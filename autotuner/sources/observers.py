@@ -3,10 +3,10 @@ scrapes; the Prometheus observer asks the server for the window."""
 
 from __future__ import annotations
 
-from autotuner.core.observation import unusable
+from autotuner.core.observe.observation import unusable
 from autotuner.core.types import Observation
+from autotuner.errors import SourceError
 from autotuner.settings import Settings
-from autotuner.sources.errors import SourceError
 
 
 class ScrapeObserver:

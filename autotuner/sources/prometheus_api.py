@@ -13,15 +13,10 @@ from typing import Any
 
 import httpx
 
-from autotuner.core.observation import (
-    Ratio,
-    WindowTotals,
-    build_observation,
-    unusable,
-)
-from autotuner.core.types import Observation, UnusableReason
-from autotuner.settings import ObservationLimits
-from autotuner.sources.errors import SourceError
+from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.observe.observation import Ratio, WindowTotals, build_observation, unusable
+from autotuner.core.types import Observation
+from autotuner.errors import SourceError, UnusableReason
 from autotuner.sources.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS, PER_POSITION
 
 Vector = list[dict[str, Any]]

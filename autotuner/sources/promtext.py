@@ -12,8 +12,7 @@ import re
 from collections.abc import Collection
 from functools import cache
 
-from autotuner.core.types import UnusableReason
-from autotuner.sources.errors import SourceError
+from autotuner.errors import SourceError, UnusableReason
 
 LabelKey = tuple[tuple[str, str], ...]
 Exposition = dict[str, dict[LabelKey, float]]

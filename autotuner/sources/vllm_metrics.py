@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from autotuner.core.observation import Ratio, WindowTotals
-from autotuner.core.types import UnusableReason
-from autotuner.sources.errors import SourceError
+from autotuner.core.observe.observation import Ratio, WindowTotals
+from autotuner.errors import SourceError, UnusableReason
 from autotuner.sources.promtext import Exposition, LabelKey
 
 COUNTERS = {

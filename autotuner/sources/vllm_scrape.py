@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from autotuner.core.observation import build_observation, unusable
-from autotuner.core.types import Observation, UnusableReason
-from autotuner.settings import ObservationLimits
-from autotuner.sources.errors import SourceError
+from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.observe.observation import build_observation, unusable
+from autotuner.core.types import Observation
+from autotuner.errors import SourceError, UnusableReason
 from autotuner.sources.invariants import check_scrape
 from autotuner.sources.promtext import parse
 from autotuner.sources.vllm_metrics import Snapshot, engine_samples, wanted_names, window_totals

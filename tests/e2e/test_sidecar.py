@@ -15,8 +15,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from autotuner.core.hardware import datasheet
-from autotuner.core.registry import load_model
+from autotuner.core.model.registry import load_model
+from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Setup
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.truth import TruthEngine, realistic_error

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from autotuner.actuators.base import PAUSE_ANNOTATION, STATE_ANNOTATION
 from autotuner.actuators.targets import open_target
 from autotuner.cli import app
-from autotuner.core.state import TunerState
+from autotuner.core.decide.state import TunerState
 from autotuner.core.types import Setup
 from tests.integration.test_controller_k8s import controller as loop_controller
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver

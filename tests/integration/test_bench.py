@@ -18,14 +18,16 @@ from typer.testing import CliRunner
 
 from autotuner.actuators.manifest import ManifestActuator
 from autotuner.bench.calibrate import Measured, calibrate
-from autotuner.bench.sweep import Plan, Point, Sweep, SweepError
+from autotuner.bench.sweep import Plan, Point, Sweep
 from autotuner.canary.run import BUILT_IN
 from autotuner.cli import app
-from autotuner.core.acceptance import from_conditional
-from autotuner.core.costmodel import Workload, predict
-from autotuner.core.hardware import KernelEfficiency, datasheet
-from autotuner.core.registry import load_model
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.registry import load_model
+from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.predict.costmodel import predict
+from autotuner.core.predict.hardware import KernelEfficiency, datasheet
 from autotuner.core.types import Setup
+from autotuner.errors import SweepError
 from autotuner.sim.clock import EngineClock
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.server import greedy_text

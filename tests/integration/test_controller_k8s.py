@@ -11,8 +11,8 @@ from autotuner.actuators.flags import parse_setup, render
 from autotuner.actuators.kubernetes import K8sTarget, KubernetesActuator, api_client
 from autotuner.actuators.lease import LeaseElector
 from autotuner.controller import Controller
-from autotuner.core.hardware import datasheet
-from autotuner.core.registry import load_model
+from autotuner.core.model.registry import load_model
+from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, BlockReason, Observation, Setup
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine

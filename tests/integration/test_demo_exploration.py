@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 
 from autotuner.actuators.manifest import ManifestActuator
 from autotuner.cli import app
-from autotuner.core.costmodel import Workload
-from autotuner.core.hardware import datasheet
-from autotuner.core.registry import load_model
+from autotuner.core.decide.settings import ExplorationSettings, SwitchSettings
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.registry import load_model
+from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Setup, SetupKind
-from autotuner.settings import ExplorationSettings, SwitchSettings
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.truth import TruthEngine, wrong_prior_error
 from tests.support.clock import Clock

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from autotuner.actuators.exec import ExecActuator
 from autotuner.controller import Controller
-from autotuner.core.costmodel import Workload
-from autotuner.core.hardware import datasheet
-from autotuner.core.registry import load_model
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.registry import load_model
+from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, Decision, Observation
-from autotuner.exporter import decision_document
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
+from autotuner.telling.exporter import decision_document
 from tests.support.loop import wired
 from tests.support.settings import ACT_AT_ONCE
 

@@ -11,10 +11,10 @@ import httpx
 from typer.testing import CliRunner
 
 from autotuner.cli import app
-from autotuner.exporter import ExporterServer, TunerMetrics
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sim.server import SimServer
+from autotuner.telling.exporter import ExporterServer, TunerMetrics
 from autotuner.wiring import build_controller
 
 

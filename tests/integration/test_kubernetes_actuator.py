@@ -8,12 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from autotuner.actuators.base import (
-    STATE_ANNOTATION,
-    ActuatorError,
-    ConflictError,
-    ForbiddenError,
-)
+from autotuner.actuators.base import STATE_ANNOTATION
 from autotuner.actuators.flags import parse_setup
 from autotuner.actuators.kubernetes import (
     K8sTarget,
@@ -23,7 +18,7 @@ from autotuner.actuators.kubernetes import (
 )
 from autotuner.actuators.lease import LeaseElector
 from autotuner.core.types import Setup
-from autotuner.errors import InputError
+from autotuner.errors import ActuatorError, ConflictError, ForbiddenError, InputError
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver
 
 MTP = '{"method":"mtp","num_speculative_tokens":3}'

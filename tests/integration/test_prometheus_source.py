@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from autotuner.core.types import Observation, UnusableReason
-from autotuner.settings import ObservationLimits
+from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.types import Observation
+from autotuner.errors import UnusableReason
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sim.server import SimServer
 from autotuner.sources.prometheus_api import PrometheusSource

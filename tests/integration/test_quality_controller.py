@@ -13,17 +13,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autotuner.actuators.base import STATE_ANNOTATION, ActuatorError
+from autotuner.actuators.base import STATE_ANNOTATION
 from autotuner.actuators.flags import parse_setup
 from autotuner.actuators.kubernetes import K8sTarget, KubernetesActuator, api_client
 from autotuner.canary.guard import QualityGuard
 from autotuner.controller import Controller
-from autotuner.core.hardware import datasheet
-from autotuner.core.registry import load_model
+from autotuner.core.model.registry import load_model
+from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, Decision, Observation, Setup
-from autotuner.exporter import decision_document
+from autotuner.errors import ActuatorError
 from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
+from autotuner.telling.exporter import decision_document
 from autotuner.wiring import quality_guard
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver
 from tests.support.loop import wired

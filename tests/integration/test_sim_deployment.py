@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 
 from autotuner.actuators.manifest import ManifestActuator
-from autotuner.core.capabilities import UPSTREAM
-from autotuner.core.hardware import datasheet
-from autotuner.core.registry import load_model
+from autotuner.core.engine.capabilities import UPSTREAM
+from autotuner.core.model.registry import load_model
+from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Setup
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.truth import TruthEngine

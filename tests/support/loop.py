@@ -9,10 +9,10 @@ from typing import Any
 
 from autotuner.actuators.base import Actuator
 from autotuner.controller import Controller, Observer
-from autotuner.core.hardware import HardwareProfile
-from autotuner.core.model import ModelSpec
-from autotuner.exporter import TunerMetrics
+from autotuner.core.model.spec import ModelSpec
+from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.settings import Settings
+from autotuner.telling.exporter import TunerMetrics
 
 
 def wired(

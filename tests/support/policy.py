@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from autotuner.core.capabilities import EngineCapabilities
-from autotuner.core.hardware import datasheet
-from autotuner.core.registry import load_model
-from autotuner.settings import PolicySettings
+from autotuner.core.decide.settings import PolicySettings
+from autotuner.core.engine.capabilities import EngineCapabilities
+from autotuner.core.model.registry import load_model
+from autotuner.core.predict.hardware import datasheet
 
 MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
 H200 = datasheet("H200")

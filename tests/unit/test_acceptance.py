@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autotuner.core import acceptance as acc
+from autotuner.core.predict import acceptance as acc
 from autotuner.errors import InputError
 
 

@@ -12,14 +12,15 @@ from collections.abc import Callable, Sequence
 import httpx
 import pytest
 
-from autotuner.core import acceptance as acc
-from autotuner.core.estimates import AcceptanceMemory
-from autotuner.core.observation import read_acceptance
-from autotuner.core.policy import Context, absorb
-from autotuner.core.state import TunerState
+from autotuner.core.decide.estimates import AcceptanceMemory
+from autotuner.core.decide.policy import Context, absorb
+from autotuner.core.decide.settings import PolicySettings
+from autotuner.core.decide.state import TunerState
+from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.observe.observation import read_acceptance
+from autotuner.core.predict import acceptance as acc
 from autotuner.core.types import AcceptanceStats, Observation, Setup
 from autotuner.errors import InputError
-from autotuner.settings import ObservationLimits, PolicySettings
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sources.vllm_scrape import VllmScraper
 from tests.support.clock import Clock

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from autotuner.actuators.flags import parse_setup, render
-from autotuner.core.acceptance import from_conditional, geometric
-from autotuner.core.capabilities import UPSTREAM, EngineCapabilities, needed
-from autotuner.core.costmodel import Workload, predict
-from autotuner.core.policy import Context, absorb, candidates, evaluate
-from autotuner.core.registry import load_model
-from autotuner.core.state import TunerState
+from autotuner.core.decide.policy import Context, absorb, candidates, evaluate
+from autotuner.core.decide.state import TunerState
+from autotuner.core.engine.capabilities import UPSTREAM, EngineCapabilities, needed
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.registry import load_model
+from autotuner.core.predict.acceptance import from_conditional, geometric
+from autotuner.core.predict.costmodel import predict
 from autotuner.core.types import ScheduleBand, Setup
 from autotuner.errors import InputError
 from autotuner.sim.truth import TruthEngine

@@ -9,12 +9,12 @@ from collections.abc import Callable
 
 import pytest
 
-from autotuner.core.acceptance import from_conditional
-from autotuner.core.attribution import UNCHECKED_SIGMA, Attribution
-from autotuner.core.costmodel import Workload
-from autotuner.core.hardware import datasheet
-from autotuner.core.predictor import Predictor
-from autotuner.core.registry import load_model
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.registry import load_model
+from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.predict.attribution import UNCHECKED_SIGMA, Attribution
+from autotuner.core.predict.hardware import datasheet
+from autotuner.core.predict.predictor import Predictor
 from autotuner.core.types import Setup
 
 MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
@@ -148,7 +148,7 @@ def test_status_lists_what_the_calibration_learned_and_what_was_explored() -> No
     import time
 
     from autotuner.cli import _state_lines
-    from autotuner.core.state import TunerState
+    from autotuner.core.decide.state import TunerState
 
     # Evidence stamped now, so status (which fits at the wall clock) sees it fresh.
     now = time.time()

@@ -11,8 +11,8 @@ import pytest
 
 from autotuner.canary import CanaryRun, Verdict, compare, load_canary, run_canary
 from autotuner.canary.compare import binomial_tail, first_divergence
-from autotuner.canary.run import BUILT_IN, CanaryError
-from autotuner.errors import InputError
+from autotuner.canary.run import BUILT_IN
+from autotuner.errors import CanaryError, InputError
 from autotuner.sim.completions import CompletionsEngine
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sim.server import SimServer, greedy_text

@@ -2,15 +2,15 @@ import re
 
 import pytest
 
-from autotuner.core.capabilities import (
+from autotuner.core.engine.capabilities import (
     GDN_REPLAY,
     REPLAY_SPEC,
     UPSTREAM,
     EngineCapabilities,
     needed,
 )
-from autotuner.core.observation import WindowTotals, live_setup
-from autotuner.core.registry import load_model
+from autotuner.core.model.registry import load_model
+from autotuner.core.observe.observation import WindowTotals, live_setup
 from autotuner.core.types import LiveSetup, Setup
 from tests.support.fixtures import FIXTURES
 

@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from autotuner.core.costmodel import Workload, max_batch
-from autotuner.core.hardware import datasheet
-from autotuner.core.hf_config import from_hf_config
-from autotuner.core.registry import load_model
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.readers import from_hf_config
+from autotuner.core.model.registry import load_model
+from autotuner.core.model.weights import LAYER_ROLES, selector
+from autotuner.core.predict.costmodel import max_batch
+from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Setup
-from autotuner.core.weights import LAYER_ROLES, selector
 from autotuner.errors import ModelConfigError
 from tests.support.fixtures import CONFIGS
 

@@ -7,10 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autotuner.core.acceptance import geometric
-from autotuner.core.costmodel import (
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.registry import load_model
+from autotuner.core.predict.acceptance import geometric
+from autotuner.core.predict.costmodel import (
     SetupCurve,
-    Workload,
     crossover_batches,
     max_batch,
     predict,
@@ -18,8 +19,7 @@ from autotuner.core.costmodel import (
     winner_changes,
     winners,
 )
-from autotuner.core.hardware import datasheet
-from autotuner.core.registry import load_model
+from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import PLAIN, Setup
 from autotuner.errors import InputError
 

@@ -12,17 +12,18 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from autotuner.cli import app
-from autotuner.core.acceptance import geometric
-from autotuner.core.capabilities import REPLAY_SPEC
-from autotuner.core.costmodel import Workload, crossover_batches, predict
-from autotuner.core.hardware import datasheet
-from autotuner.core.hf_config import from_hf_config
-from autotuner.core.model import DrafterKind
-from autotuner.core.policy import Context, candidates
-from autotuner.core.registry import load_model
-from autotuner.core.state import TunerState
+from autotuner.core.decide.policy import Context, candidates
+from autotuner.core.decide.settings import PolicySettings
+from autotuner.core.decide.state import TunerState
+from autotuner.core.engine.capabilities import REPLAY_SPEC
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.readers import from_hf_config
+from autotuner.core.model.registry import load_model
+from autotuner.core.model.spec import DrafterKind
+from autotuner.core.predict.acceptance import geometric
+from autotuner.core.predict.costmodel import crossover_batches, predict
+from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import PLAIN, Setup
-from autotuner.settings import PolicySettings
 
 LLAMA_70B = load_model("meta-llama/Llama-3.1-70B-Instruct")
 H100 = datasheet("H100-SXM")

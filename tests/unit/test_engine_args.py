@@ -13,10 +13,9 @@ from typer.testing import CliRunner
 
 from autotuner.actuators.flags import parse_setup, vllm_tokens
 from autotuner.cli import app
-from autotuner.core.acceptance import geometric
-from autotuner.core.capabilities import PRESETS
-from autotuner.core.costmodel import DraftModel, Workload, max_batch, predict
-from autotuner.core.drafter import (
+from autotuner.core.engine.args import SpeculativeConfig, parse
+from autotuner.core.engine.capabilities import PRESETS
+from autotuner.core.engine.drafter import (
     DECLARED,
     DEFAULT,
     LIVE,
@@ -24,13 +23,17 @@ from autotuner.core.drafter import (
     NO_DRAFTER,
     deployed_drafter,
 )
-from autotuner.core.engine_args import ArgsError, SpeculativeConfig, parse
-from autotuner.core.hardware import datasheet
-from autotuner.core.model import DrafterKind
-from autotuner.core.registry import load_draft_model, load_model
-from autotuner.core.report import build_report
-from autotuner.core.resolution import SAVED, SETTINGS, Fallback, resolve
+from autotuner.core.engine.resolution import SAVED, SETTINGS, Fallback, resolve
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.draft import DraftModel
+from autotuner.core.model.registry import load_draft_model, load_model
+from autotuner.core.model.spec import DrafterKind
+from autotuner.core.predict.acceptance import geometric
+from autotuner.core.predict.costmodel import max_batch, predict
+from autotuner.core.predict.hardware import datasheet
+from autotuner.core.predict.report import build_report
 from autotuner.core.types import Setup
+from autotuner.errors import ArgsError
 from tests.support.fixtures import CONFIGS
 
 LLAMA_CONFIG = CONFIGS / "llama-3.1-70b.config.json"

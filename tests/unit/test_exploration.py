@@ -8,16 +8,17 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from autotuner.core.acceptance import from_conditional
-from autotuner.core.attribution import Attribution
-from autotuner.core.costmodel import Workload
-from autotuner.core.estimates import BatchHistogram
-from autotuner.core.policy import Context
-from autotuner.core.predictor import Predictor
-from autotuner.core.state import TunerState
-from autotuner.core.step import step
+from autotuner.core.decide.estimates import BatchHistogram
+from autotuner.core.decide.policy import Context
+from autotuner.core.decide.settings import PolicySettings
+from autotuner.core.decide.state import TunerState
+from autotuner.core.decide.step import step
+from autotuner.core.engine.workload import Workload
+from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.predict.attribution import Attribution
+from autotuner.core.predict.predictor import Predictor
 from autotuner.core.types import Action, Decision, Setup
-from autotuner.settings import ObservationLimits, PolicySettings
 from autotuner.sim.truth import StepError, TruthEngine
 from tests.support.policy import H200, MODEL, policy_settings
 from tests.support.policy import STATIC_K as ENGINE

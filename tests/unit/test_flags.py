@@ -6,7 +6,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autotuner.actuators.flags import (
-    ArgsError,
     parse_setup,
     parse_shell,
     render,
@@ -15,6 +14,7 @@ from autotuner.actuators.flags import (
     speculative_config,
 )
 from autotuner.core.types import Setup
+from autotuner.errors import ArgsError
 from autotuner.settings import FlagNames
 
 MTP = '{"method":"mtp","num_speculative_tokens":3}'

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.core.hardware import datasheet, datasheets, load_profile, save_profile
+from autotuner.core.predict.hardware import datasheet, datasheets, load_profile, save_profile
 from autotuner.errors import ProfileError
 
 REQUIRED = ("A100-80GB", "H100-SXM", "H200", "B200", "B300", "GB200", "L40S", "MI300X")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from autotuner.cli import app
-from autotuner.core.hardware import load_profile
+from autotuner.core.predict.hardware import load_profile
 from kernels_probe.exactness import (
     BOUND,
     ReplayReport,

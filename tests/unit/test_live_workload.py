@@ -8,16 +8,16 @@ import sys
 from pathlib import Path
 
 from autotuner.actuators.exec import ExecActuator
-from autotuner.core.costmodel import Workload
-from autotuner.core.drafter import LIVE
-from autotuner.core.hardware import datasheet
-from autotuner.core.model import DrafterKind
-from autotuner.core.registry import load_model
-from autotuner.core.resolution import SETTINGS
+from autotuner.core.engine.drafter import LIVE
+from autotuner.core.engine.resolution import SETTINGS
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.registry import load_model
+from autotuner.core.model.spec import DrafterKind
+from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Decision, Observation
-from autotuner.exporter import decision_document
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
+from autotuner.telling.exporter import decision_document
 from tests.support.loop import wired
 
 LLAMA = load_model("meta-llama/Llama-3.1-70B-Instruct-FP8")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.actuators.base import ActuatorError, ConflictError
 from autotuner.actuators.exec import ExecActuator
 from autotuner.actuators.manifest import ManifestActuator
 from autotuner.core.types import Setup
+from autotuner.errors import ActuatorError, ConflictError
 
 MANIFEST = """\
 # vLLM serving Nemotron-3-Super; reviewed by the platform team.

@@ -4,9 +4,9 @@ from typing import Any
 
 import pytest
 
-from autotuner.core.hf_config import from_hf_config
-from autotuner.core.model import DrafterKind, SsmKind
-from autotuner.core.registry import known_models, load_model
+from autotuner.core.model.readers import from_hf_config
+from autotuner.core.model.registry import known_models, load_model
+from autotuner.core.model.spec import DrafterKind, SsmKind
 from autotuner.errors import ModelConfigError
 
 MIB = 2**20

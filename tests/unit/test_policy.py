@@ -8,18 +8,20 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pytest
 
-from autotuner.core.acceptance import from_conditional
-from autotuner.core.attribution import Attribution
-from autotuner.core.capabilities import GDN_REPLAY, UPSTREAM, EngineCapabilities
-from autotuner.core.costmodel import Workload
-from autotuner.core.hardware import HardwareProfile, datasheet
-from autotuner.core.model import ModelSpec
-from autotuner.core.policy import Context, candidates, decide
-from autotuner.core.predictor import Predictor
-from autotuner.core.registry import load_model
-from autotuner.core.state import QualityCheck, TunerState
-from autotuner.core.types import Action, BlockReason, Decision, Observation, Setup, UnusableReason
-from autotuner.settings import ObservationLimits, PolicySettings
+from autotuner.core.decide.policy import Context, candidates, decide
+from autotuner.core.decide.settings import PolicySettings
+from autotuner.core.decide.state import QualityCheck, TunerState
+from autotuner.core.engine.capabilities import GDN_REPLAY, UPSTREAM, EngineCapabilities
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.registry import load_model
+from autotuner.core.model.spec import ModelSpec
+from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.predict.attribution import Attribution
+from autotuner.core.predict.hardware import HardwareProfile, datasheet
+from autotuner.core.predict.predictor import Predictor
+from autotuner.core.types import Action, BlockReason, Decision, Observation, Setup
+from autotuner.errors import UnusableReason
 from autotuner.sim.truth import TruthEngine, realistic_error
 from tests.support.policy import H200, MODEL, policy_settings
 from tests.support.policy import STATIC_K as STATIC

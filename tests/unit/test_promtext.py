@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from autotuner.core.types import UnusableReason
-from autotuner.sources.errors import SourceError
+from autotuner.errors import SourceError, UnusableReason
 from autotuner.sources.promtext import parse
 from autotuner.sources.vllm_metrics import wanted_names
 

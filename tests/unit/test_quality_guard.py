@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from autotuner.canary.guard import QualityGuard, admission
-from autotuner.core.state import QualityCheck
+from autotuner.core.decide.state import QualityCheck
 from autotuner.core.types import Observation, Setup
 from autotuner.durations import format_duration, parse_duration
 from autotuner.settings import QualitySettings

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from autotuner.core.state import (
+from autotuner.core.decide.state import (
     DAY,
     SCHEMA_VERSION,
     QualityCheck,

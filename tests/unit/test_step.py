@@ -8,12 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from autotuner.core.acceptance import from_conditional
-from autotuner.core.policy import Context, evaluate, objective
-from autotuner.core.state import TunerState, Verification
-from autotuner.core.step import NoticeKind, restart_refused, step
+from autotuner.core.decide.policy import Context, evaluate, objective
+from autotuner.core.decide.settings import PolicySettings
+from autotuner.core.decide.state import TunerState, Verification
+from autotuner.core.decide.step import NoticeKind, restart_refused, step
+from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.types import Action, BlockReason, Decision, Observation, ScheduleBand, Setup
-from autotuner.settings import ObservationLimits, PolicySettings
 from autotuner.sim.truth import TruthEngine
 from tests.support.policy import H200, MODEL, policy_settings
 from tests.support.policy import STATIC_K as ENGINE

@@ -8,18 +8,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autotuner.core.acceptance import from_conditional, geometric
-from autotuner.core.costmodel import (
-    TIME_CLASSES,
-    SetupCurve,
-    Workload,
-    bytes_per_request,
-    predict,
-)
-from autotuner.core.hardware import datasheet
-from autotuner.core.hf_config import from_hf_config
-from autotuner.core.model import DrafterKind
-from autotuner.core.registry import load_model
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.readers import from_hf_config
+from autotuner.core.model.registry import load_model
+from autotuner.core.model.spec import DrafterKind
+from autotuner.core.predict.acceptance import from_conditional, geometric
+from autotuner.core.predict.costmodel import TIME_CLASSES, SetupCurve, bytes_per_request, predict
+from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import PLAIN, Setup
 from tests.support.fixtures import CONFIGS
 

@@ -6,10 +6,10 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from autotuner.core.types import Observation, UnusableReason
-from autotuner.settings import ObservationLimits
+from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.types import Observation
+from autotuner.errors import SourceError, UnusableReason
 from autotuner.sim.engine import SimSetup, SimulatedVllm
-from autotuner.sources.errors import SourceError
 from autotuner.sources.promtext import parse
 from autotuner.sources.vllm_metrics import engine_samples, wanted_names
 from autotuner.sources.vllm_scrape import VllmScraper

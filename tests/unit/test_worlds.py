@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-import autotuner.core.costmodel
+import autotuner.core.predict.costmodel
 import autotuner.sim.worlds as worlds
-from autotuner.core.acceptance import from_conditional
-from autotuner.core.costmodel import predict
+from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.predict.costmodel import predict
 from autotuner.core.types import Setup
 from autotuner.sim.worlds import (
     DAY,
@@ -113,7 +113,7 @@ def test_measured_world_never_calls_the_cost_model(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the measured world called the cost model")
 
-    monkeypatch.setattr(autotuner.core.costmodel, "predict", refuse)
+    monkeypatch.setattr(autotuner.core.predict.costmodel, "predict", refuse)
     monkeypatch.setattr(worlds, "predict", refuse)
     world = measured_world(prior)
     for label in ("plain", "spec:3", "replay:16", "replay+spec:3:16", "spec:3@1-32:3,33-8191:0"):

@@ -15,10 +15,10 @@ from autotuner.actuators.exec import ExecActuator
 from autotuner.bench.sweep import Plan, Sweep
 from autotuner.canary import Verdict, compare, run_canary
 from autotuner.canary.run import BUILT_IN as CANARY
-from autotuner.core.hardware import datasheet
-from autotuner.core.registry import load_model
+from autotuner.core.model.registry import load_model
+from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Observation, Setup
-from autotuner.settings import ObservationLimits
 from autotuner.sources.vllm_scrape import VllmScraper
 from tests.integration.conftest import free_port
 from tests.support.run import sidecar_process

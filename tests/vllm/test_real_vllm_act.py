@@ -25,10 +25,10 @@ import pytest
 
 from autotuner.actuators.flags import parse_setup
 from autotuner.actuators.targets import open_target
-from autotuner.core.capabilities import UPSTREAM
-from autotuner.core.observation import build_observation, read_acceptance
+from autotuner.core.engine.capabilities import UPSTREAM
+from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.observe.observation import build_observation, read_acceptance
 from autotuner.core.types import AcceptanceStats, Setup
-from autotuner.settings import ObservationLimits
 from autotuner.sources.vllm_metrics import window_totals
 from autotuner.sources.vllm_scrape import VllmScraper
 from tests.integration.conftest import free_port

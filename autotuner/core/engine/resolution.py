@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from autotuner.core.costmodel import Workload
-from autotuner.core.drafter import (
+from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
+from autotuner.core.engine.drafter import (
     DEFAULT,
     LIVE,
     MODEL_CONFIG,
@@ -24,8 +24,8 @@ from autotuner.core.drafter import (
     DraftLoader,
     deployed_drafter,
 )
-from autotuner.core.engine_args import EngineArgs, SpeculativeConfig
-from autotuner.core.model import DrafterKind, ModelSpec
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.spec import DrafterKind, ModelSpec
 from autotuner.errors import InputError
 
 SAVED = "saved speculative config"  # the operator's config, kept while the tuner turned it off

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from autotuner.core.model import DTYPE_BYTES, WeightShare
+from autotuner.core.model.spec import DTYPE_BYTES, WeightShare
 from autotuner.errors import ModelConfigError
 
 # --------------------------------------------------------------------------- formats

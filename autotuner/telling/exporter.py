@@ -18,20 +18,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
 from autotuner import __version__
-from autotuner.core.acceptance import copy_rule, copy_rule_break_even
-from autotuner.core.attribution import Factor
-from autotuner.core.capabilities import EngineCapabilities
-from autotuner.core.costmodel import Crossover
-from autotuner.core.state import TunerState
-from autotuner.core.types import (
-    Action,
-    BlockReason,
-    Decision,
-    Observation,
-    Setup,
-    UnusableReason,
-)
-from autotuner.notifier import ErrorKind
+from autotuner.core.decide.state import TunerState
+from autotuner.core.engine.capabilities import EngineCapabilities
+from autotuner.core.predict.acceptance import copy_rule, copy_rule_break_even
+from autotuner.core.predict.attribution import Factor
+from autotuner.core.predict.costmodel import Crossover
+from autotuner.core.types import Action, BlockReason, Decision, Observation, Setup
+from autotuner.errors import UnusableReason
+from autotuner.telling.notifier import ErrorKind
 
 PREFIX = "autotuner"
 PHASE_BUCKETS = (0.001, 0.005, 0.02, 0.1, 0.5, 2.0, 10.0, 60.0, 300.0)

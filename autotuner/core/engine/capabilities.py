@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from autotuner.core.model import ModelSpec, SsmKind
+from autotuner.core.model.spec import ModelSpec, SsmKind
 from autotuner.core.types import LiveSetup, Setup, SetupKind
 
 

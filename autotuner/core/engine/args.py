@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from autotuner.core.model import DrafterKind
-from autotuner.errors import InputError
+from autotuner.core.model.spec import DrafterKind
+from autotuner.errors import ArgsError
 
 SPECULATIVE_CONFIG = "--speculative-config"
 _METHOD_KIND = {
@@ -28,13 +28,6 @@ _METHOD_KIND = {
     "suffix": DrafterKind.SUFFIX,
     "draft_model": DrafterKind.DRAFT_MODEL,
 }
-
-
-class ArgsError(InputError):
-    """The args cannot be read or written safely; nothing was changed."""
-
-
-# --------------------------------------------------------------------------- finding flags
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from autotuner.core.model import (
+from autotuner.core.model.spec import (
     AttentionShape,
     DrafterKind,
     ModelSpec,
@@ -20,7 +20,7 @@ from autotuner.core.model import (
     SsmKind,
     SsmShape,
 )
-from autotuner.core.weights import (
+from autotuner.core.model.weights import (
     UNQUANTIZED,
     Inventory,
     Scheme,

@@ -13,17 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from autotuner.core.acceptance import from_counts, proposed_lengths, variable_length
-from autotuner.core.types import (
-    AcceptanceStats,
-    BatchStats,
-    LiveSetup,
-    Observation,
-    Setup,
-    UnusableReason,
-)
-from autotuner.errors import InputError
-from autotuner.settings import ObservationLimits
+from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.predict.acceptance import from_counts, proposed_lengths, variable_length
+from autotuner.core.types import AcceptanceStats, BatchStats, LiveSetup, Observation, Setup
+from autotuner.errors import InputError, UnusableReason
 
 
 @dataclass

@@ -10,9 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from autotuner.core.costmodel import DraftModel
-from autotuner.core.engine_args import SPECULATIVE_CONFIG, SpeculativeConfig
-from autotuner.core.model import DrafterKind, ModelSpec
+from autotuner.core.engine.args import SPECULATIVE_CONFIG, SpeculativeConfig
+from autotuner.core.model.draft import DraftModel
+from autotuner.core.model.spec import DrafterKind, ModelSpec
 from autotuner.errors import InputError
 
 LIVE = "live args"

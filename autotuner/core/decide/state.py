@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from autotuner.core.attribution import Attribution
-from autotuner.core.estimates import AcceptanceMemory, BatchHistogram
+from autotuner.core.decide.estimates import AcceptanceMemory, BatchHistogram
+from autotuner.core.predict.attribution import Attribution
 from autotuner.core.types import Setup
 
 DAY = 86400.0

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from autotuner.core.capabilities import needed
-from autotuner.core.policy import Context, decide
-from autotuner.core.state import Refusal, TunerState
+from autotuner.core.decide.policy import Context, decide
+from autotuner.core.decide.settings import PolicySettings
+from autotuner.core.decide.state import Refusal, TunerState
+from autotuner.core.engine.capabilities import needed
 from autotuner.core.types import Action, BlockReason, Decision, Observation
-from autotuner.settings import PolicySettings
 
 # Holds an operator would want an Event for (the others are routine), posted every Nth time.
 OPERATOR_VISIBLE_BLOCKS = frozenset(

@@ -14,9 +14,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypedDict
 
-from autotuner.core.costmodel import DraftModel
-from autotuner.core.hf_config import from_hf_config
-from autotuner.core.model import ModelSpec
+from autotuner.core.model.draft import DraftModel
+from autotuner.core.model.readers import from_hf_config
+from autotuner.core.model.spec import ModelSpec
 from autotuner.errors import ModelConfigError
 
 
@@ -63,7 +63,7 @@ class RegistryEntry:
 @cache
 def registry() -> dict[str, RegistryEntry]:
     entries: dict[str, RegistryEntry] = {}
-    folder = resources.files("autotuner.core") / "data" / "models"
+    folder = resources.files("autotuner.core.model") / "data" / "models"
     for item in sorted(folder.iterdir(), key=lambda p: p.name):
         if not item.name.endswith(".json"):
             continue

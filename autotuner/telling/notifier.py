@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from autotuner.actuators.base import ActuatorError
-from autotuner.core.step import Notice, NoticeKind
-from autotuner.logs import event
+from autotuner.core.decide.step import Notice, NoticeKind
+from autotuner.errors import ActuatorError
+from autotuner.telling.logs import event
 
 if TYPE_CHECKING:  # the exporter names its error labels after ErrorKind
-    from autotuner.exporter import TunerMetrics
+    from autotuner.telling.exporter import TunerMetrics
 
 
 class ErrorKind(str, Enum):

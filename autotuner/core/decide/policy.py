@@ -15,16 +15,17 @@ from typing import Any, TypedDict
 import numpy as np
 import numpy.typing as npt
 
-from autotuner.core.acceptance import AcceptanceEstimate, from_conditional
-from autotuner.core.attribution import band_of
-from autotuner.core.capabilities import EngineCapabilities
-from autotuner.core.costmodel import Workload
-from autotuner.core.estimates import BATCH_EDGES, BatchHistogram
-from autotuner.core.hardware import HardwareProfile
-from autotuner.core.model import ModelSpec
-from autotuner.core.observation import read_acceptance
-from autotuner.core.predictor import Predictor
-from autotuner.core.state import TunerState, Verification
+from autotuner.core.decide.estimates import BATCH_EDGES, BatchHistogram
+from autotuner.core.decide.settings import PolicySettings
+from autotuner.core.decide.state import TunerState, Verification
+from autotuner.core.engine.capabilities import EngineCapabilities
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.spec import ModelSpec
+from autotuner.core.observe.observation import read_acceptance
+from autotuner.core.predict.acceptance import AcceptanceEstimate, from_conditional
+from autotuner.core.predict.attribution import band_of
+from autotuner.core.predict.hardware import HardwareProfile
+from autotuner.core.predict.predictor import Predictor
 from autotuner.core.types import (
     PLAIN,
     AcceptanceStats,
@@ -34,9 +35,8 @@ from autotuner.core.types import (
     Observation,
     ScheduleBand,
     Setup,
-    UnusableReason,
 )
-from autotuner.settings import PolicySettings
+from autotuner.errors import UnusableReason
 
 HOUR = 3600.0
 SCHEDULE_END = BATCH_EDGES[-1] - 1

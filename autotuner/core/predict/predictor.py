@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from autotuner.core.acceptance import AcceptanceEstimate, from_conditional
-from autotuner.core.attribution import Attribution, Fit
-from autotuner.core.costmodel import Crossover, SetupCurve, Workload, flips, predict
-from autotuner.core.costmodel import max_batch as capacity
-from autotuner.core.hardware import HardwareProfile
-from autotuner.core.model import ModelSpec
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.spec import ModelSpec
+from autotuner.core.predict.acceptance import AcceptanceEstimate, from_conditional
+from autotuner.core.predict.attribution import Attribution, Fit
+from autotuner.core.predict.costmodel import Crossover, SetupCurve, flips, predict
+from autotuner.core.predict.costmodel import max_batch as capacity
+from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.core.types import PLAIN, Setup
 
 Array = npt.NDArray[np.float64]

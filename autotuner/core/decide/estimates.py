@@ -13,7 +13,8 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
-from autotuner.core.acceptance import AcceptanceEstimate, from_trials
+from autotuner.core.decay import decay
+from autotuner.core.predict.acceptance import AcceptanceEstimate, from_trials
 from autotuner.core.types import AcceptanceStats
 
 # Batch bins: edges are powers of two up to 8192; a bin is represented by its geometric middle.
@@ -43,10 +44,6 @@ BATCH_EDGES: tuple[int, ...] = (
     4096,
     8192,
 )
-
-
-def decay(age_s: float, half_life_s: float) -> float:
-    return 0.5 ** (max(age_s, 0.0) / half_life_s) if half_life_s > 0 else 0.0
 
 
 class AcceptanceMemory(BaseModel):

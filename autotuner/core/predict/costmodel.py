@@ -19,102 +19,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
 
-from autotuner.core.acceptance import AcceptanceEstimate, tau_curve
-from autotuner.core.hardware import HardwareProfile
-from autotuner.core.model import DrafterKind, ModelSpec, SsmKind
+from autotuner.core.engine.workload import GIB, Workload
+from autotuner.core.model.draft import DraftModel
+from autotuner.core.model.spec import DrafterKind, ModelSpec, SsmKind
+from autotuner.core.predict.acceptance import AcceptanceEstimate, tau_curve
+from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.core.types import Prediction, Setup
 from autotuner.errors import InputError
 
 Array = npt.NDArray[np.float64]
-GIB = float(2**30)
 FLOPS_PER_STATE_ELEMENT = 5.0  # decay, input outer product, add; output contraction
 DRAFTER_BLOCKS = 2  # an MTP/EAGLE drafter pass: one attention block and one MLP/MoE block
 TIME_CLASSES = ("fixed", "gemm", "attention", "ssm", "ssm_verify", "copy", "draft", "eager")
-
-
-class DraftModel(BaseModel):
-    """A separate draft model (`method: draft_model`), sized from its own config.json: each of
-    its K passes reads all its weights and its KV, and it holds both in the engine's memory."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    params: int = Field(ge=1, description="Parameters a pass streams (all but the embedding).")
-    active_params: int = Field(ge=1, description="Parameters one token multiplies (MoE: routed).")
-    weight_bytes: float = Field(ge=0, description="Bytes a pass streams (all but the embedding).")
-    memory_bytes: float = Field(ge=0, description="Bytes its weights hold, embedding included.")
-    kv_bytes_per_token: float = Field(ge=0, description="Its KV cache per token, all layers.")
-    kv_heads: int = Field(1, ge=1, description="KV heads (split across TP ranks).")
-    layers: int = Field(ge=1, description="Blocks one pass launches.")
-    weight_dtype: str = "bfloat16"
-    tensor_parallel: int | None = Field(
-        None, ge=1, description="draft_tensor_parallel_size; None: the target's."
-    )
-
-    @classmethod
-    def of(cls, spec: ModelSpec, tensor_parallel: int | None = None) -> DraftModel:
-        streamed = max(spec.total_params - spec.embedding_params, 1)
-        active = max(spec.active_params - spec.embedding_params, 1)
-        return cls(
-            name=spec.name,
-            params=streamed,
-            active_params=active,
-            weight_bytes=streamed * spec.weight_bytes_per_param,
-            memory_bytes=spec.weight_bytes,
-            kv_bytes_per_token=spec.kv_bytes_per_token,
-            kv_heads=spec.attention.kv_heads if spec.attention else 1,
-            layers=max(len(spec.layer_pattern), 1),
-            weight_dtype=spec.weight_dtype,
-            tensor_parallel=tensor_parallel,
-        )
-
-
-class Workload(BaseModel):
-    """How the engine is run: the inputs of a prediction besides model, GPU and setup."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    context_tokens: float = Field(4096, ge=0, description="Mean context length per request.")
-    tensor_parallel: int = Field(1, ge=1, le=64, description="GPUs one replica spans (TP).")
-    mamba_cache_mode: str = Field(
-        "none", pattern="^(none|all|align)$", description="vLLM --mamba-cache-mode."
-    )
-    gpu_memory_utilization: float = Field(0.90, gt=0, le=1, description="vLLM's setting.")
-    activation_reserve_bytes: float = Field(
-        4 * GIB, ge=0, description="Memory vLLM keeps for activations and CUDA graphs, per GPU."
-    )
-    drafter: DrafterKind | None = Field(
-        None, description="Override the model's drafter (e.g. ngram); None keeps the model's."
-    )
-    draft_model: DraftModel | None = Field(
-        None,
-        description="The draft model's size when the drafter is draft_model; without it a "
-        "draft model's passes cost nothing here (its size is unknown: say so, don't propose it).",
-    )
-    max_num_seqs: int | None = Field(
-        None,
-        ge=1,
-        description="vLLM's --max-num-seqs: the scheduler runs at most this many requests at "
-        "once, whatever memory allows; None: no ceiling beyond memory.",
-    )
-    cudagraph_capture_tokens: int = Field(
-        512,
-        ge=0,
-        description="vLLM's max_cudagraph_capture_size: the most tokens a step may carry and "
-        "still replay a captured CUDA graph. vLLM's default is min(2 x max_num_seqs x (1 + K), "
-        "512) (vllm/config/vllm.py); steps with more tokens run without graphs; 0 is "
-        "--enforce-eager.",
-    )
-    draft_expert_overlap: float = Field(
-        0.5,
-        ge=0,
-        le=1,
-        description="Share of a draft token's routed experts already picked by the other tokens "
-        "of the same request in the verify pass (0 = independent routing). Consecutive tokens "
-        "of one sequence route alike; 0.5 is an assumption, not a measurement.",
-    )
 
 
 @dataclass(frozen=True)

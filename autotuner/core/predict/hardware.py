@@ -115,7 +115,7 @@ class HardwareProfile(BaseModel):
 
 @cache
 def datasheets() -> dict[str, HardwareProfile]:
-    folder = resources.files("autotuner.core") / "data" / "gpus"
+    folder = resources.files("autotuner.core.predict") / "data" / "gpus"
     raw = json.loads((folder / "datasheets.json").read_text(encoding="utf-8"))
     return {entry["name"]: HardwareProfile.model_validate(entry) for entry in raw}
 

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from autotuner.core.estimates import decay
+from autotuner.core.decay import decay
 from autotuner.core.types import Setup, SetupKind
 
 BANDS = (1, 4, 16, 64, 256, 1 << 20)  # batch band edges (as the first wave's calibration)

@@ -8,23 +8,23 @@ from typing import Any
 
 import numpy as np
 
-from autotuner.core.acceptance import (
+from autotuner.core.engine.capabilities import EngineCapabilities
+from autotuner.core.engine.drafter import DECLARED, Drafter, deployed_drafter
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.spec import ModelSpec
+from autotuner.core.predict.acceptance import (
     AcceptanceEstimate,
     copy_rule,
     copy_rule_break_even,
     tokens_kept,
 )
-from autotuner.core.capabilities import EngineCapabilities
-from autotuner.core.costmodel import (
+from autotuner.core.predict.costmodel import (
     SetupCurve,
-    Workload,
     crossover_batches,
     predict_all,
     winner_changes,
 )
-from autotuner.core.drafter import DECLARED, Drafter, deployed_drafter
-from autotuner.core.hardware import HardwareProfile
-from autotuner.core.model import ModelSpec
+from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.core.types import PLAIN, Setup
 
 

@@ -1,0 +1,56 @@
+"""How the engine runs the model: the inputs of a prediction besides model, GPU and setup."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotuner.core.model.draft import DraftModel
+from autotuner.core.model.spec import DrafterKind
+
+GIB = float(2**30)
+
+
+class Workload(BaseModel):
+    """How the engine is run: the inputs of a prediction besides model, GPU and setup."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    context_tokens: float = Field(4096, ge=0, description="Mean context length per request.")
+    tensor_parallel: int = Field(1, ge=1, le=64, description="GPUs one replica spans (TP).")
+    mamba_cache_mode: str = Field(
+        "none", pattern="^(none|all|align)$", description="vLLM --mamba-cache-mode."
+    )
+    gpu_memory_utilization: float = Field(0.90, gt=0, le=1, description="vLLM's setting.")
+    activation_reserve_bytes: float = Field(
+        4 * GIB, ge=0, description="Memory vLLM keeps for activations and CUDA graphs, per GPU."
+    )
+    drafter: DrafterKind | None = Field(
+        None, description="Override the model's drafter (e.g. ngram); None keeps the model's."
+    )
+    draft_model: DraftModel | None = Field(
+        None,
+        description="The draft model's size when the drafter is draft_model; without it a "
+        "draft model's passes cost nothing here (its size is unknown: say so, don't propose it).",
+    )
+    max_num_seqs: int | None = Field(
+        None,
+        ge=1,
+        description="vLLM's --max-num-seqs: the scheduler runs at most this many requests at "
+        "once, whatever memory allows; None: no ceiling beyond memory.",
+    )
+    cudagraph_capture_tokens: int = Field(
+        512,
+        ge=0,
+        description="vLLM's max_cudagraph_capture_size: the most tokens a step may carry and "
+        "still replay a captured CUDA graph. vLLM's default is min(2 x max_num_seqs x (1 + K), "
+        "512) (vllm/config/vllm.py); steps with more tokens run without graphs; 0 is "
+        "--enforce-eager.",
+    )
+    draft_expert_overlap: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Share of a draft token's routed experts already picked by the other tokens "
+        "of the same request in the verify pass (0 = independent routing). Consecutive tokens "
+        "of one sequence route alike; 0.5 is an assumption, not a measurement.",
+    )
