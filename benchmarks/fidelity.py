@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from autotuner.core.engine.workload import Workload
-from autotuner.core.model.readers import from_hf_config
+from autotuner.core.model.hf_config import from_hf_config
 from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import ModelSpec
 from autotuner.core.predict.acceptance import AcceptanceEstimate, from_conditional

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from autotuner.core.engine.workload import Workload
-from autotuner.core.model.readers import from_hf_config
+from autotuner.core.model.hf_config import from_hf_config
 from autotuner.core.model.registry import load_model
 from autotuner.core.model.weights import LAYER_ROLES, selector
 from autotuner.core.predict.costmodel import max_batch

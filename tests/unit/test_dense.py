@@ -17,7 +17,7 @@ from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState
 from autotuner.core.engine.capabilities import REPLAY_SPEC
 from autotuner.core.engine.workload import Workload
-from autotuner.core.model.readers import from_hf_config
+from autotuner.core.model.hf_config import from_hf_config
 from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import DrafterKind
 from autotuner.core.predict.acceptance import geometric

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from autotuner.core.model.readers import from_hf_config
+from autotuner.core.model.hf_config import from_hf_config
 from autotuner.core.model.registry import known_models, load_model
 from autotuner.core.model.spec import DrafterKind, SsmKind
 from autotuner.errors import ModelConfigError

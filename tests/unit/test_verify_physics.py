@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autotuner.core.engine.workload import Workload
-from autotuner.core.model.readers import from_hf_config
+from autotuner.core.model.hf_config import from_hf_config
 from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import DrafterKind
 from autotuner.core.predict.acceptance import from_conditional, geometric

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from autotuner.core.model.draft import DraftModel
-from autotuner.core.model.readers import from_hf_config
+from autotuner.core.model.hf_config import from_hf_config
 from autotuner.core.model.spec import ModelSpec
 from autotuner.errors import ModelConfigError
 

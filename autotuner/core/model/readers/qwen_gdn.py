@@ -1,0 +1,95 @@
+"""The Qwen3-Next / Qwen3.5 reader: Gated DeltaNet and full-attention layers, dense or MoE
+feed-forward, and the MTP layers (its text config, when nested, holds the shapes).
+"""
+
+from __future__ import annotations
+
+from autotuner.core.model.readers.base import (
+    Blocks,
+    Body,
+    Config,
+    Fields,
+    Read,
+    attention_params,
+    build,
+    first_architecture,
+    gdn_params,
+    mlp_params,
+    moe_block,
+)
+from autotuner.core.model.spec import AttentionShape, MoeShape, SsmKind, SsmShape
+
+
+def _layers(text: Config, f: Fields, count: int, experts: int) -> list[str]:
+    """Each layer as two characters: its mixer (G: Gated DeltaNet, *: full attention) and its
+    feed-forward (E: routed experts, -: dense MLP)."""
+    types = text.get("layer_types")
+    if types:
+        kinds = ["*" if t == "full_attention" else "G" for t in types]
+    else:
+        interval = int(f.opt("full_attention_interval", 4))
+        kinds = ["*" if (i + 1) % interval == 0 else "G" for i in range(count)]
+    mlp_only = set(f.opt("mlp_only_layers", []))
+    sparse_step = int(f.opt("decoder_sparse_step", 1) or 1)
+    ffn = [
+        "E" if experts and i not in mlp_only and (i + 1) % sparse_step == 0 else "-"
+        for i in range(len(kinds))
+    ]
+    return [k + m for k, m in zip(kinds, ffn, strict=True)]
+
+
+def _moe(f: Fields, hidden: int, experts: tuple[int, int, int]) -> tuple[MoeShape, dict[str, int]]:
+    """The routed experts from (experts, experts per token, expert width), and the MoE block
+    with its shared expert."""
+    count, top_k, width = experts
+    moe = MoeShape(
+        experts=count,
+        experts_per_token=top_k,
+        expert_params=mlp_params(hidden, width, gated=True),
+    )
+    shared = int(f.opt("shared_expert_intermediate_size", 0) or 0)
+    gate = hidden if shared else 0  # the shared expert's own scalar gate
+    return moe, moe_block(hidden, moe, shared_experts=mlp_params(hidden, shared, gated=True) + gate)
+
+
+def read_qwen_gdn(raw: Config, name: str) -> Read:
+    text = raw.get("text_config") or raw
+    f = Fields(text, "Qwen3-Next/Qwen3.5")
+    count = f.req("num_hidden_layers")
+    hidden, vocab = f.req("hidden_size"), f.req("vocab_size")
+    heads, kv_heads = f.req("num_attention_heads"), f.req("num_key_value_heads")
+    k_heads, v_heads = f.req("linear_num_key_heads"), f.req("linear_num_value_heads")
+    k_dim, v_dim = f.req("linear_key_head_dim"), f.req("linear_value_head_dim")
+    experts = int(f.opt("num_experts", 0) or 0)
+    top_k = f.req("num_experts_per_tok") if experts else 0
+    moe_inter = f.req("moe_intermediate_size") if experts else 0
+    f.check()
+    ssm = SsmShape(
+        kind=SsmKind.GATED_DELTANET,
+        heads=v_heads,
+        head_dim=v_dim,
+        state_size=k_dim,
+        groups=k_heads,
+        conv_kernel=int(f.opt("linear_conv_kernel_dim", 4)),
+    )
+    head_dim = int(f.opt("head_dim", hidden // heads))
+    gated_attn = bool(f.opt("attn_output_gate", True))
+    blocks: Blocks = {
+        "G": {"ssm": gdn_params(hidden, ssm)},
+        "*": {"attention": attention_params(hidden, heads, kv_heads, head_dim, gated=gated_attn)},
+        "-": {"mlp": mlp_params(hidden, int(f.opt("intermediate_size", 0) or 0), gated=True)},
+    }
+    moe = None
+    if experts:
+        moe, blocks["E"] = _moe(f, hidden, (experts, top_k, moe_inter))
+    tied = bool(f.opt("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
+    mtp = int(f.opt("mtp_num_hidden_layers", f.opt("num_nextn_predict_layers", 0)) or 0)
+    return build(
+        name,
+        first_architecture(raw),
+        Body(hidden, vocab, tied, _layers(text, f, count, experts), blocks),
+        ssm=ssm,
+        attention=AttentionShape(heads=heads, kv_heads=kv_heads, head_dim=head_dim),
+        moe=moe,
+        mtp=("*E" if experts else "*-") * mtp,  # each MTP layer: full attention and the FFN
+    )
