@@ -24,7 +24,7 @@ from autotuner.core.model.registry import load_draft_model
 from autotuner.core.model.spec import ModelSpec
 from autotuner.core.observe.observation import read_acceptance
 from autotuner.core.predict.acceptance import from_conditional
-from autotuner.core.predict.costmodel import Crossover
+from autotuner.core.predict.comparisons import Crossover
 from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.core.predict.report import equivalent_rate
 from autotuner.core.types import Action, Decision, Observation, Setup

@@ -21,7 +21,7 @@ from autotuner.core.engine.workload import Workload
 from autotuner.core.model.hf_config import from_hf_config
 from autotuner.core.model.registry import load_model
 from autotuner.core.model.weights import LAYER_ROLES, selector
-from autotuner.core.predict.costmodel import max_batch
+from autotuner.core.predict.capacity import max_batch
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Setup
 from autotuner.errors import ModelConfigError

@@ -10,15 +10,9 @@ from hypothesis import strategies as st
 from autotuner.core.engine.workload import Workload
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.acceptance import geometric
-from autotuner.core.predict.costmodel import (
-    SetupCurve,
-    crossover_batches,
-    max_batch,
-    predict,
-    predict_all,
-    winner_changes,
-    winners,
-)
+from autotuner.core.predict.capacity import max_batch
+from autotuner.core.predict.comparisons import crossover_batches, winner_changes, winners
+from autotuner.core.predict.costmodel import SetupCurve, predict, predict_all
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import PLAIN, Setup
 from autotuner.errors import InputError

@@ -12,18 +12,20 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from autotuner.cli import app
-from autotuner.core.decide.policy import Context, candidates
+from autotuner.core.decide.context import Context
+from autotuner.core.decide.search import candidates
 from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState
-from autotuner.core.engine.capabilities import REPLAY_SPEC
 from autotuner.core.engine.workload import Workload
 from autotuner.core.model.hf_config import from_hf_config
 from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import DrafterKind
 from autotuner.core.predict.acceptance import geometric
-from autotuner.core.predict.costmodel import crossover_batches, predict
+from autotuner.core.predict.comparisons import crossover_batches
+from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import PLAIN, Setup
+from autotuner.engines.vllm.capabilities import REPLAY_SPEC
 
 LLAMA_70B = load_model("meta-llama/Llama-3.1-70B-Instruct")
 H100 = datasheet("H100-SXM")

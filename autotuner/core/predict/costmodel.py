@@ -2,36 +2,64 @@
 
 Implements COSTMODEL.md: bytes by component (weights with MoE expert coverage, KV, SSM state,
 ring, checkpoints, conv, logits), flops, a roofline per kernel class, the drafter's sequential
-passes, fixed overheads, and memory capacity; plus what vLLM's speculative step does beyond the
-bytes (docs/costmodel.md, "Verification at large batch"): the multi-token SSM kernels of native
-speculation, eager execution above the CUDA-graph capture size, and the drafter's first pass
-over every verified position. All sizes are per GPU under tensor parallelism.
-
-Kernel classes of `SetupCurve.time_s` (the keys online attribution fits on): fixed, gemm,
-attention, ssm, ssm_verify, copy, draft, eager.
+passes (drafting.py), fixed overheads, and the batch that fits in memory (capacity.py); plus
+what vLLM's speculative step does beyond the bytes (docs/costmodel.md, "Verification at large
+batch"): the multi-token SSM kernels of native speculation, eager execution above the
+CUDA-graph capture size, and the drafter's first pass over every verified position. All sizes
+are per GPU under tensor parallelism. The step's time is split by `KernelClass`, the classes
+online attribution fits on.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 import numpy as np
 import numpy.typing as npt
 
 from autotuner.core.engine.workload import GIB, Workload
-from autotuner.core.model.draft import DraftModel
-from autotuner.core.model.spec import DrafterKind, ModelSpec, SsmKind
+from autotuner.core.model.spec import ModelSpec, SsmKind
 from autotuner.core.predict.acceptance import AcceptanceEstimate, tau_curve
+from autotuner.core.predict.capacity import max_batch
+from autotuner.core.predict.drafting import (
+    DRAFTER_BLOCKS,
+    draft_model,
+    draft_time,
+    has_draft_passes,
+)
 from autotuner.core.predict.hardware import HardwareProfile
+from autotuner.core.predict.roofline import (
+    Array,
+    experts_touched,
+    kv_shards,
+    role_dtype,
+    roofline,
+)
 from autotuner.core.types import Prediction, Setup
 from autotuner.errors import InputError
 
-Array = npt.NDArray[np.float64]
 FLOPS_PER_STATE_ELEMENT = 5.0  # decay, input outer product, add; output contraction
-DRAFTER_BLOCKS = 2  # an MTP/EAGLE drafter pass: one attention block and one MLP/MoE block
-TIME_CLASSES = ("fixed", "gemm", "attention", "ssm", "ssm_verify", "copy", "draft", "eager")
+
+
+class KernelClass(str, Enum):
+    """The kernel classes a step's time is split into: the keys of `SetupCurve.time_s`, which
+    online attribution fits on and persists."""
+
+    FIXED = "fixed"
+    GEMM = "gemm"
+    ATTENTION = "attention"
+    SSM = "ssm"
+    SSM_VERIFY = "ssm_verify"
+    COPY = "copy"
+    DRAFT = "draft"
+    EAGER = "eager"
+
+    def __str__(self) -> str:
+        # Printed and formatted as the bare name, like the plain strings they replace in
+        # labels and persisted state (a mixed-in Enum prints as KernelClass.GEMM otherwise).
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -76,89 +104,6 @@ class SetupCurve:
 
     def predictions(self) -> list[Prediction]:
         return [self.at(i) for i in range(len(self.batch))]
-
-
-def state_slots(setup: Setup, cache_mode: str) -> int:
-    """SSM state slots vLLM reserves per request per SSM layer (VLLM.md, state under spec)."""
-    if setup.replay_window:
-        return 1
-    return 1 + setup.spec_tokens + (1 if cache_mode == "align" else 0)
-
-
-def bytes_per_request(model: ModelSpec, setup: Setup, workload: Workload) -> float:
-    """Device memory one running request holds on one GPU: its state slots, ring and KV.
-
-    vLLM keeps hybrid models' state and KV in one block pool (vllm/v1/core/kv_cache_utils.py):
-    each state slot is one page holding the SSM state and the conv rows (conv_kernel - 1 + K
-    of them, vllm/model_executor/layers/mamba/mamba_utils.py), plus the ring under ReplaySSM;
-    attention blocks are made at least one page large (a multiple of 16 tokens), so a request
-    holds whole blocks of that many tokens in every attention layer."""
-    tp = workload.tensor_parallel
-    kv_token = model.kv_bytes_per_token / _kv_shards(model, tp)
-    attention_layers = model.attention_layers + _drafter_attention_layers(model, setup, workload)
-    if model.attention_layers:
-        kv_token *= attention_layers / model.attention_layers
-    if not model.is_hybrid:
-        return workload.context_tokens * kv_token
-    slots = state_slots(setup, workload.mamba_cache_mode)
-    page = (
-        model.ssm_state_bytes
-        + model.conv_state_bytes(setup.spec_tokens)
-        + setup.replay_window * model.ring_entry_bytes
-    ) / tp
-    if model.attention_layers == 0 or kv_token <= 0:
-        return model.ssm_layers * slots * page
-    layer_token = kv_token / attention_layers  # one attention layer's KV per token
-    block = 16 * math.ceil(page / (16 * layer_token))  # tokens per attention block
-    blocks = max(1, math.ceil(workload.context_tokens / block))
-    padded = block * layer_token  # state pages are padded to the attention page
-    return padded * (model.ssm_layers * slots + attention_layers * blocks)
-
-
-def _drafter_attention_layers(model: ModelSpec, setup: Setup, workload: Workload) -> int:
-    """Attention layers the drafter adds to the KV pool while it drafts: an MTP layer or an
-    EAGLE head keeps its own KV, one attention layer's worth (the MTP blocks of the modelled
-    families hold one attention layer); a draft model's KV is counted with its weights."""
-    if not setup.spec_tokens or not _has_draft_passes(model, workload):
-        return 0
-    return 0 if _drafter(model, workload) is DrafterKind.DRAFT_MODEL else 1
-
-
-def max_batch(model: ModelSpec, hardware: HardwareProfile, setup: Setup, workload: Workload) -> int:
-    """Largest number of running requests: those whose state and KV fit beside the weights,
-    at most --max-num-seqs."""
-    memory = memory_batch(model, hardware, setup, workload)
-    if workload.max_num_seqs is None:
-        return memory
-    return min(memory, workload.max_num_seqs)
-
-
-def memory_batch(
-    model: ModelSpec, hardware: HardwareProfile, setup: Setup, workload: Workload
-) -> int:
-    """Largest number of running requests whose state and KV fit beside the weights (and a
-    draft model's weights and KV while it runs)."""
-    pool = (
-        hardware.memory_bytes * workload.gpu_memory_utilization
-        - model.weight_bytes / workload.tensor_parallel
-        - workload.activation_reserve_bytes
-    )
-    per_request = bytes_per_request(model, setup, workload)
-    draft = _running_draft_model(model, setup, workload)
-    if draft is not None:
-        tp = draft.tensor_parallel or workload.tensor_parallel
-        pool -= draft.memory_bytes / tp
-        per_request += workload.context_tokens * draft.kv_bytes_per_token / min(tp, draft.kv_heads)
-    if pool <= 0:
-        return 0
-    if per_request <= 0:
-        return 1 << 20
-    return int(pool // per_request)
-
-
-def _running_draft_model(model: ModelSpec, setup: Setup, workload: Workload) -> DraftModel | None:
-    """The draft model while the setup drafts with one (it is loaded only then)."""
-    return _draft_model(model, workload) if setup.spec_tokens else None
 
 
 def predict(
@@ -230,6 +175,17 @@ def predict(
     )
 
 
+def predict_all(
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    setups: Sequence[Setup],
+    batch: npt.ArrayLike,
+    acceptance: AcceptanceEstimate,
+    workload: Workload | None = None,
+) -> dict[str, SetupCurve]:
+    return {s.label: predict(model, hardware, s, batch, acceptance, workload) for s in setups}
+
+
 def _adaptive_verified(
     model: ModelSpec,
     hardware: HardwareProfile,
@@ -261,21 +217,6 @@ def _adaptive_verified(
     return best, tau_of[best]
 
 
-def _kv_shards(model: ModelSpec, tp: int) -> int:
-    """KV heads split across TP ranks; MLA's latent cache is replicated."""
-    if model.attention is None or model.attention.kv_lora_rank:
-        return 1
-    return min(tp, model.attention.kv_heads)
-
-
-def _experts_touched(model: ModelSpec, tokens: Array) -> Array:
-    """Expected routed experts a step touches per MoE layer: E(1 - (1 - k/E)^t)."""
-    if model.moe is None:
-        return np.zeros_like(tokens)
-    experts, top_k = model.moe.experts, model.moe.experts_per_token
-    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
-
-
 def _step(
     model: ModelSpec,
     hw: HardwareProfile,
@@ -296,17 +237,17 @@ def _step(
     ssm = _ssm_traffic(model, setup, batch, k, n, taus, workload.tensor_parallel)
     state_time, verify_time = _ssm_times(model, hw, setup, k, ssm)
     logits = 2.0 * tokens * model.vocab_size * 4.0 / workload.tensor_parallel  # fp32, sampled
-    draft_time, draft_flops = _draft(model, hw, batch, drafted, workload)
+    drafting, draft_flops = draft_time(model, hw, batch, drafted, workload)
     time: dict[str, Array] = {
-        "fixed": np.full_like(batch, hw.step_overhead_s)
+        KernelClass.FIXED: np.full_like(batch, hw.step_overhead_s)
         + (hw.replay_overhead_s_per_layer * model.ssm_layers if setup.replay_window else 0.0),
-        "gemm": gemm["time"],
-        "attention": attention["time"],
-        "ssm": state_time,
-        "ssm_verify": verify_time,
-        "copy": (ssm["checkpoint"] + logits) / hw.bandwidth("copies"),
-        "draft": draft_time,
-        "eager": _eager_time(model, hw, batch, k, workload),
+        KernelClass.GEMM: gemm["time"],
+        KernelClass.ATTENTION: attention["time"],
+        KernelClass.SSM: state_time,
+        KernelClass.SSM_VERIFY: verify_time,
+        KernelClass.COPY: (ssm["checkpoint"] + logits) / hw.bandwidth("copies"),
+        KernelClass.DRAFT: drafting,
+        KernelClass.EAGER: _eager_time(model, hw, batch, k, workload),
     }
     return {
         "bytes": {
@@ -322,29 +263,12 @@ def _step(
         },
         "time": time,
         "flops": {
-            "gemm": gemm["flops"],
-            "attention": attention["flops"],
-            "ssm": ssm["vector_flops"] + ssm["rebuild_mma_flops"],
-            "draft": draft_flops,
+            KernelClass.GEMM: gemm["flops"],
+            KernelClass.ATTENTION: attention["flops"],
+            KernelClass.SSM: ssm["vector_flops"] + ssm["rebuild_mma_flops"],
+            KernelClass.DRAFT: draft_flops,
         },
     }
-
-
-def _role_dtype(model: ModelSpec, experts: bool) -> str:
-    """The stored format of most of the routed experts' (or the other streamed weights')
-    parameters: it decides which tensor cores their GEMMs run on."""
-    shares = [
-        s
-        for s in model.weight_shares
-        if s.params and s.role != "embedding" and (s.role == "experts") == experts
-    ]
-    if not shares:
-        return model.weight_dtype
-    return max(shares, key=lambda s: s.params).dtype
-
-
-def _roofline(bytes_moved: Array, flops: Array, bandwidth: float, rate: float) -> Array:
-    return np.maximum(bytes_moved / bandwidth, flops / rate)
 
 
 def _gemm(
@@ -367,15 +291,15 @@ def _gemm(
     expert_flops = np.zeros_like(batch)
     if model.moe is not None:
         routed = batch * (1.0 + k * (1.0 - workload.draft_expert_overlap))
-        touched = model.moe_layers * _experts_touched(model, routed) * model.moe.expert_params
+        touched = model.moe_layers * experts_touched(model, routed) * model.moe.expert_params
         experts = touched * model.expert_weight_bytes_per_param / tp
         active = model.moe_layers * model.moe.experts_per_token * model.moe.expert_params
         expert_flops = 2.0 * tokens * active / tp
     mma = hw.efficiency.mma
     bandwidth = hw.bandwidth("gemm")
-    time = _roofline(
-        dense, dense_flops, bandwidth, hw.tensor_flops(_role_dtype(model, False)) * mma
-    ) + _roofline(experts, expert_flops, bandwidth, hw.tensor_flops(_role_dtype(model, True)) * mma)
+    time = roofline(
+        dense, dense_flops, bandwidth, hw.tensor_flops(role_dtype(model, False)) * mma
+    ) + roofline(experts, expert_flops, bandwidth, hw.tensor_flops(role_dtype(model, True)) * mma)
     return {"dense": dense, "experts": experts, "flops": dense_flops + expert_flops, "time": time}
 
 
@@ -385,7 +309,7 @@ def _attention(
     """Decode attention: each request's context read once (its n verify queries share it), n
     entries written; flops for every query over the context."""
     tp = workload.tensor_parallel
-    kv_per_token = model.kv_bytes_per_token / _kv_shards(model, tp)
+    kv_per_token = model.kv_bytes_per_token / kv_shards(model, tp)
     read = batch * workload.context_tokens * kv_per_token
     write = tokens * kv_per_token
     flops = np.zeros_like(batch)
@@ -397,7 +321,7 @@ def _attention(
         )
         flops = 4.0 * tokens * workload.context_tokens * width * model.attention_layers / tp
     rate = hw.bf16_flops * hw.efficiency.mma
-    time = _roofline(read + write, flops, hw.bandwidth("attention"), rate)
+    time = roofline(read + write, flops, hw.bandwidth("attention"), rate)
     return {"read": read, "write": write, "flops": flops, "time": time}
 
 
@@ -445,33 +369,13 @@ def _eager_time(
     cap = workload.cudagraph_capture_tokens
     tokens = batch * (k + 1.0)
     blocks = np.where(tokens > cap, float(len(model.layer_pattern)), 0.0)
-    if _has_draft_passes(model, workload):
-        draft = _draft_model(model, workload)
+    if has_draft_passes(model, workload):
+        draft = draft_model(model, workload)
         per_pass = float(draft.layers) if draft is not None else float(DRAFTER_BLOCKS)
         first = np.where((k > 0) & (tokens > cap), per_pass, 0.0)
         later = np.where(batch > cap, per_pass * np.maximum(k - 1, 0), 0.0)
         blocks = blocks + first + later
     return blocks * hw.eager_launch_s_per_block
-
-
-def _drafter(model: ModelSpec, workload: Workload) -> DrafterKind:
-    return workload.drafter or model.drafter
-
-
-def _draft_model(model: ModelSpec, workload: Workload) -> DraftModel | None:
-    """The separate draft model the drafter runs, if it is one and its size is known."""
-    if _drafter(model, workload) is not DrafterKind.DRAFT_MODEL:
-        return None
-    return workload.draft_model
-
-
-def _has_draft_passes(model: ModelSpec, workload: Workload) -> bool:
-    """Whether drafting runs on the GPU: ngram and suffix look tokens up on the CPU; a draft
-    model of unknown size is not charged (it is never proposed: see core/drafter.py)."""
-    drafter = _drafter(model, workload)
-    if drafter is DrafterKind.DRAFT_MODEL:
-        return workload.draft_model is not None
-    return drafter not in (DrafterKind.NGRAM, DrafterKind.SUFFIX, DrafterKind.NONE)
 
 
 def _ssm_traffic(
@@ -538,137 +442,4 @@ def _ssm_traffic(
         "conv": conv,
         "vector_flops": vector + layers * elements * 2.0 * tile,
         "rebuild_mma_flops": zeros,
-    }
-
-
-def _draft(
-    model: ModelSpec,
-    hw: HardwareProfile,
-    batch: Array,
-    k: npt.NDArray[np.int64],
-    workload: Workload,
-) -> tuple[Array, Array]:
-    """(time, flops) of K sequential drafter passes of an MTP/EAGLE drafter (about one layer
-    plus the LM head). vLLM's proposer (vllm/v1/spec_decode/llm_base_proposer.py) runs the
-    first pass over every verified position, B x (1 + K) tokens, with the LM head only on the B
-    sampled positions; the other K - 1 passes carry B tokens."""
-    if not _has_draft_passes(model, workload):
-        return np.zeros_like(batch), np.zeros_like(batch)
-    one_pass = _draft_pass
-    if _drafter(model, workload) is DrafterKind.DRAFT_MODEL:
-        one_pass = _draft_model_pass
-    first = one_pass(model, hw, batch * (k + 1.0), batch, workload)
-    later = one_pass(model, hw, batch, batch, workload)
-    count = np.maximum(k - 1, 0)
-    time: Array = np.where(k > 0, first[0] + count * later[0], 0.0)
-    flops: Array = np.where(k > 0, first[1] + count * later[1], 0.0)
-    return time + k.astype(np.float64) * hw.draft_pass_overhead_s, flops
-
-
-def _draft_pass(
-    model: ModelSpec, hw: HardwareProfile, tokens: Array, batch: Array, workload: Workload
-) -> tuple[Array, Array]:
-    """(time, flops) of one drafter pass over `tokens` tokens, `batch` of them sampled
-    through the LM head."""
-    tp = workload.tensor_parallel
-    lm_head = model.vocab_size * model.hidden_size
-    mtp = _drafter(model, workload) is DrafterKind.MTP
-    # The model's own MTP layers when it drafts with them; an EAGLE head is one dense layer.
-    dense = (model.drafter_dense_params if mtp else 0) or (
-        4 * model.hidden_size * model.hidden_size + 3 * model.hidden_size * 4 * model.hidden_size
-    )
-    expert_params = model.moe.expert_params if model.moe else 0
-    moe_layers = model.drafter_moe_layers if mtp else 0
-    experts = moe_layers * _experts_touched(model, tokens) * expert_params
-    weights = (dense + lm_head) * model.dense_weight_bytes_per_param + experts * (
-        model.expert_weight_bytes_per_param
-    )
-    per_layer_kv = model.kv_bytes_per_token / max(model.attention_layers, 1)
-    kv = batch * workload.context_tokens * per_layer_kv / _kv_shards(model, tp)
-    flops = 2.0 * (tokens * dense + batch * lm_head) / tp
-    rate = hw.tensor_flops(_role_dtype(model, False)) * hw.efficiency.mma
-    return _roofline(weights / tp + kv, flops, hw.bandwidth("gemm"), rate), flops
-
-
-def _draft_model_pass(
-    model: ModelSpec, hw: HardwareProfile, tokens: Array, batch: Array, workload: Workload
-) -> tuple[Array, Array]:
-    """(time, flops) of one pass of a separate draft model over `tokens` tokens: all its
-    streamed weights, and every running request's context in its own KV cache."""
-    draft = workload.draft_model
-    assert draft is not None
-    tp = draft.tensor_parallel or workload.tensor_parallel
-    kv = batch * workload.context_tokens * draft.kv_bytes_per_token / min(tp, draft.kv_heads)
-    flops = 2.0 * tokens * draft.active_params / tp
-    rate = hw.tensor_flops(draft.weight_dtype) * hw.efficiency.mma
-    return _roofline(draft.weight_bytes / tp + kv, flops, hw.bandwidth("gemm"), rate), flops
-
-
-# --------------------------------------------------------------------------- comparisons
-
-
-@dataclass(frozen=True)
-class Crossover:
-    """Where the faster of two setups changes: from `batch` on, `winner` is faster."""
-
-    batch: int
-    loser: str
-    winner: str
-
-
-def winners(curves: Sequence[SetupCurve]) -> list[str]:
-    """The fastest setup's label at each batch (all curves share one batch grid)."""
-    table = np.vstack([c.tokens_per_s for c in curves])
-    return [curves[i].setup.label for i in np.argmax(table, axis=0)]
-
-
-def winner_changes(curves: Sequence[SetupCurve]) -> list[Crossover]:
-    """Every batch at which the best setup changes, in batch order."""
-    best = winners(curves)
-    batch = curves[0].batch
-    return [
-        Crossover(batch=int(batch[i]), loser=best[i - 1], winner=best[i])
-        for i in range(1, len(best))
-        if best[i] != best[i - 1]
-    ]
-
-
-def crossover_batches(first: SetupCurve, second: SetupCurve) -> list[Crossover]:
-    """Batches at which the faster of two setups flips (first batch of the new winner)."""
-    return flips(
-        first.batch,
-        (first.setup.label, first.tokens_per_s),
-        (second.setup.label, second.tokens_per_s),
-    )
-
-
-def flips(
-    batch: npt.NDArray[np.int64], first: tuple[str, Array], second: tuple[str, Array]
-) -> list[Crossover]:
-    """Batches at which the faster of two (label, tokens/s) curves on one grid flips."""
-    sign = np.sign(first[1] - second[1])
-    result = []
-    for i in range(1, len(sign)):
-        if sign[i] != 0 and sign[i] != sign[i - 1]:
-            winner, loser = (first, second) if sign[i] > 0 else (second, first)
-            result.append(Crossover(int(batch[i]), loser[0], winner[0]))
-    return result
-
-
-def predict_all(
-    model: ModelSpec,
-    hardware: HardwareProfile,
-    setups: Sequence[Setup],
-    batch: npt.ArrayLike,
-    acceptance: AcceptanceEstimate,
-    workload: Workload | None = None,
-) -> dict[str, SetupCurve]:
-    return {s.label: predict(model, hardware, s, batch, acceptance, workload) for s in setups}
-
-
-def ratio_to(curves: Mapping[str, SetupCurve], baseline: str) -> dict[str, Array]:
-    base = curves[baseline].tokens_per_s
-    return {
-        label: np.divide(c.tokens_per_s, base, where=base > 0, out=np.zeros_like(base))
-        for label, c in curves.items()
     }

@@ -18,12 +18,8 @@ from autotuner.core.predict.acceptance import (
     copy_rule_break_even,
     tokens_kept,
 )
-from autotuner.core.predict.costmodel import (
-    SetupCurve,
-    crossover_batches,
-    predict_all,
-    winner_changes,
-)
+from autotuner.core.predict.comparisons import crossover_batches, winner_changes
+from autotuner.core.predict.costmodel import SetupCurve, predict_all
 from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.core.types import PLAIN, Setup
 
