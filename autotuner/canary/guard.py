@@ -10,13 +10,14 @@ result the controller stores in the TunerState, so a restarted sidecar finishes 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from enum import Enum
+from typing import Any
 
 import httpx
 
 from autotuner.canary.compare import Comparison, Verdict, compare
 from autotuner.canary.run import CanaryPrompt, CanaryRun, load_canary, run_canary
-from autotuner.core.decide.state import QualityCheck
+from autotuner.core.decide.state import QualityCheck, QualityStatus
 from autotuner.core.types import Observation, Setup
 from autotuner.durations import format_duration
 from autotuner.errors import CanaryError, InputError
@@ -47,11 +48,23 @@ def admission(
     return None
 
 
+class CanaryResult(str, Enum):
+    """What one guard call did; its value is what logs and labels print."""
+
+    RAN = "ran"  # the server answered the set
+    REUSED = "reused"  # a fresh baseline stands for the run before a switch
+    SKIPPED = "skipped"  # not admitted now (saturated, unknown load, over budget)
+    ERROR = "error"  # the server did not answer the set
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What one guard call did: the new value to store, and what to tell the operator."""
 
-    result: Literal["ran", "reused", "skipped", "error"]  # ran: the server answered the set
+    result: CanaryResult
     check: QualityCheck | None = None  # for the verification (None: nothing to store yet)
     baseline: CanaryRun | None = None  # a fresh run of the running setup
     why: str | None = None  # why no run happened (skipped, error), also while retrying
@@ -112,11 +125,11 @@ class QualityGuard:
         """Refresh the running setup's canary while the server has room for it."""
         why = self._admit(observation, capacity)
         if why is not None:
-            return Outcome("skipped", why=why)
+            return Outcome(CanaryResult.SKIPPED, why=why)
         try:
-            return Outcome("ran", baseline=self._run(setup))
+            return Outcome(CanaryResult.RAN, baseline=self._run(setup))
         except CanaryError as exc:
-            return Outcome("error", why=str(exc))
+            return Outcome(CanaryResult.ERROR, why=str(exc))
 
     def before(
         self,
@@ -129,20 +142,21 @@ class QualityGuard:
         """The run a switch away from `setup` is judged against."""
         if self.fresh(baseline, setup, now):
             return Outcome(
-                "reused", check=QualityCheck(status="pending", before=baseline, since=now)
+                CanaryResult.REUSED,
+                check=QualityCheck(status=QualityStatus.PENDING, before=baseline, since=now),
             )
         why = self._admit(observation, capacity)
         if why is not None:
             check = _skipped(f"no canary before the switch: {why}")
-            return Outcome("skipped", check=check, why=why)
+            return Outcome(CanaryResult.SKIPPED, check=check, why=why)
         try:
             run = self._run(setup)
         except CanaryError as exc:
             check = _skipped(f"no canary before the switch: {exc}")
-            return Outcome("error", check=check, why=str(exc))
+            return Outcome(CanaryResult.ERROR, check=check, why=str(exc))
         return Outcome(
-            "ran",
-            check=QualityCheck(status="pending", before=run.to_record(), since=now),
+            CanaryResult.RAN,
+            check=QualityCheck(status=QualityStatus.PENDING, before=run.to_record(), since=now),
             baseline=run,
         )
 
@@ -159,23 +173,23 @@ class QualityGuard:
         before = self._load(check.before)
         if before is None:
             return Outcome(
-                "skipped",
+                CanaryResult.SKIPPED,
                 check=_skipped(
                     "the canary set or its request settings changed since the run before the switch"
                 ),
             )
         late = check.since is not None and now - check.since > self.settings.after_deadline_s
         why = self._admit(observation, capacity)
-        result: Literal["skipped", "error"] = "skipped"
+        result = CanaryResult.SKIPPED
         if why is None:
             try:
                 run = self._run(setup)
             except CanaryError as exc:
-                why, result = str(exc), "error"
+                why, result = str(exc), CanaryResult.ERROR
             else:
                 if before.model and run.model and before.model != run.model:
                     return Outcome(
-                        "ran",
+                        CanaryResult.RAN,
                         check=_skipped(
                             f"the served model changed ({before.model} -> {run.model}) since "
                             "the run before the switch: not comparable"
@@ -186,9 +200,9 @@ class QualityGuard:
                 )
                 failed = comparison.verdict is Verdict.WORSE
                 return Outcome(
-                    "ran",
+                    CanaryResult.RAN,
                     check=QualityCheck(
-                        status="failed" if failed else "passed",
+                        status=QualityStatus.FAILED if failed else QualityStatus.PASSED,
                         summary=f"{comparison.verdict.value}: {comparison.summary}",
                         confidence=comparison.confidence,
                         evidence=evidence(before, run, comparison),
@@ -230,4 +244,4 @@ def evidence(
 
 
 def _skipped(why: str) -> QualityCheck:
-    return QualityCheck(status="skipped", summary=why)
+    return QualityCheck(status=QualityStatus.SKIPPED, summary=why)

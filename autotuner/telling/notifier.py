@@ -6,27 +6,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from enum import Enum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from autotuner.core.decide.step import Notice, NoticeKind
 from autotuner.errors import ActuatorError
+from autotuner.telling.counting import ErrorKind
+from autotuner.telling.exporter import TunerMetrics
 from autotuner.telling.logs import event
-
-if TYPE_CHECKING:  # the exporter names its error labels after ErrorKind
-    from autotuner.telling.exporter import TunerMetrics
-
-
-class ErrorKind(str, Enum):
-    """What failed (the `kind` label of autotuner_errors_total)."""
-
-    READ = "read"  # reading the target
-    PATCH = "patch"  # writing it
-    CONFLICT = "conflict"  # it changed between read and write
-    STATE = "state"  # the persisted state: unreadable, or not saved
-    EVENT = "event"  # posting an Event
-    LEASE = "lease"  # renewing the Lease
-    STEP = "step"  # a loop step raised
 
 
 class EventSink(Protocol):
@@ -64,7 +50,7 @@ class Notifier:
         telling = _TELLING[notice.kind]
         if telling.level is not None:
             event(self.logger, notice.message, telling.level, **fields)
-        self._count(notice.kind)
+        self.metrics.count(notice.kind)
         self._post(notice.kind.value, notice.message, telling.warning)
 
     def log(self, message: str, level: int = logging.INFO, **fields: Any) -> None:
@@ -73,24 +59,8 @@ class Notifier:
 
     def failed(self, kind: ErrorKind, message: str, level: int = logging.WARNING) -> None:
         """Count and log one error (no Event: errors are the metrics' and logs' business)."""
-        self.metrics.errors.labels(kind.value).inc()
+        self.metrics.count(kind)
         event(self.logger, message, level)
-
-    def _count(self, kind: NoticeKind) -> None:
-        metrics = self.metrics
-        if kind is NoticeKind.DRIFT:
-            metrics.drift.inc()
-        elif kind is NoticeKind.SWITCHED:
-            metrics.patches.labels("switch").inc()
-        elif kind is NoticeKind.REVERTED:
-            metrics.patches.labels("revert").inc()
-            metrics.reverts.inc()
-        elif kind is NoticeKind.PATCH_FAILED:
-            metrics.errors.labels(ErrorKind.PATCH.value).inc()
-        elif kind is NoticeKind.QUALITY_REGRESSION:
-            metrics.quality_regressions.inc()
-        elif kind is NoticeKind.STATE_SET_ASIDE:
-            metrics.errors.labels(ErrorKind.STATE.value).inc()
 
     def _post(self, reason: str, message: str, warning: bool) -> None:
         if self.events is None:

@@ -15,7 +15,7 @@ from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, Decision, Observation
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
-from autotuner.telling.exporter import decision_document
+from autotuner.telling.snapshot import decision_document
 from tests.support.loop import wired
 from tests.support.settings import ACT_AT_ONCE
 
@@ -102,7 +102,7 @@ def test_a_refused_schedule_is_rolled_back_and_static_k_used_instead(tmp_path: P
 def test_status_shows_what_the_engine_refused(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from autotuner.cli import app
+    from autotuner.cli.main import app
 
     clock = [1000.0]
     tuner, actuator = controller(tmp_path, clock)

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from autotuner.actuators.base import STATE_ANNOTATION
-from autotuner.actuators.flags import parse_setup
+from autotuner.engines.vllm.setup import parse_setup
 from autotuner.actuators.kubernetes import K8sTarget, KubernetesActuator, api_client
 from autotuner.canary.guard import QualityGuard
 from autotuner.controller import Controller
@@ -24,7 +24,7 @@ from autotuner.core.types import Action, Decision, Observation, Setup
 from autotuner.errors import ActuatorError
 from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
-from autotuner.telling.exporter import decision_document
+from autotuner.telling.snapshot import decision_document
 from autotuner.wiring import quality_guard
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver
 from tests.support.loop import wired

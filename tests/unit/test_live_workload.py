@@ -17,7 +17,7 @@ from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Decision, Observation
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
-from autotuner.telling.exporter import decision_document
+from autotuner.telling.snapshot import decision_document
 from tests.support.loop import wired
 
 LLAMA = load_model("meta-llama/Llama-3.1-70B-Instruct-FP8")
