@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from autotuner.actuators.base import PAUSE_ANNOTATION, STATE_ANNOTATION
 from autotuner.actuators.targets import open_target
-from autotuner.cli import app
+from autotuner.cli.main import app
 from autotuner.core.decide.state import TunerState
 from autotuner.core.types import Setup
 from tests.integration.test_controller_k8s import controller as loop_controller

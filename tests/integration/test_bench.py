@@ -20,7 +20,7 @@ from autotuner.actuators.manifest import ManifestActuator
 from autotuner.bench.calibrate import Measured, calibrate
 from autotuner.bench.sweep import Plan, Point, Sweep
 from autotuner.canary.run import BUILT_IN
-from autotuner.cli import app
+from autotuner.cli.main import app
 from autotuner.core.engine.workload import Workload
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.acceptance import from_conditional

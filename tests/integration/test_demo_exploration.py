@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autotuner.actuators.manifest import ManifestActuator
-from autotuner.cli import app
+from autotuner.cli.main import app
 from autotuner.core.decide.settings import ExplorationSettings, SwitchSettings
 from autotuner.core.engine.workload import Workload
 from autotuner.core.model.registry import load_model

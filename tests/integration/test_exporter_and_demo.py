@@ -10,11 +10,12 @@ from pathlib import Path
 import httpx
 from typer.testing import CliRunner
 
-from autotuner.cli import app
+from autotuner.cli.main import app
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sim.server import SimServer
-from autotuner.telling.exporter import ExporterServer, TunerMetrics
+from autotuner.telling.exporter import TunerMetrics
+from autotuner.telling.server import ExporterServer
 from autotuner.wiring import build_controller
 
 

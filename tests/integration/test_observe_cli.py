@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from autotuner.cli import app
+from autotuner.cli.main import app
 from autotuner.core.types import Setup
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sim.server import SimServer

@@ -147,7 +147,7 @@ def test_the_factors_say_which_terms_moved() -> None:
 def test_status_lists_what_the_calibration_learned_and_what_was_explored() -> None:
     import time
 
-    from autotuner.cli import _state_lines
+    from autotuner.cli.render.status import state_lines as _state_lines
     from autotuner.core.decide.state import TunerState
 
     # Evidence stamped now, so status (which fits at the wall clock) sees it fresh.

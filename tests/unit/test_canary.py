@@ -161,7 +161,7 @@ def test_a_server_that_is_down_or_not_openai_is_a_canary_error() -> None:
 def test_cli_saves_a_run_then_compares_and_exits_4_on_worse(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from autotuner.cli import app
+    from autotuner.cli.main import app
 
     runner = CliRunner()
     saved = tmp_path / "before.json"

@@ -8,7 +8,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from autotuner.cli import app
+from autotuner.cli.main import app
 
 ROOT = typer.main.get_command(app)
 

@@ -3,7 +3,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from autotuner.cli import app
+from autotuner.cli.main import app
 
 runner = CliRunner()
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from autotuner.cli import app
+from autotuner.cli.main import app
 from autotuner.core.decide.context import Context
 from autotuner.core.decide.search import candidates
 from autotuner.core.decide.settings import PolicySettings

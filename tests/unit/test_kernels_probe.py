@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from autotuner.cli import app
+from autotuner.cli.main import app
 from autotuner.core.predict.hardware import load_profile
 from kernels_probe.exactness import (
     BOUND,

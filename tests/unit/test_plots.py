@@ -105,7 +105,7 @@ def test_the_sidecar_stays_lean() -> None:
     containerfile = (root / "deploy" / "Containerfile").read_text()
     assert "pip install --no-cache-dir --prefix=/install ." in containerfile
     assert "[plots]" not in containerfile
-    probe = "import sys, autotuner.cli, autotuner.demo, autotuner.plots; "
+    probe = "import sys, autotuner.cli.main, autotuner.demo, autotuner.plots; "
     probe += "print('matplotlib' in sys.modules)"
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=root
@@ -118,7 +118,7 @@ def test_without_matplotlib_the_command_says_how_to_install_it(
 ) -> None:
     from typer.testing import CliRunner
 
-    from autotuner.cli import app
+    from autotuner.cli.main import app
 
     monkeypatch.setattr(plots, "available", lambda: False)
     result = CliRunner().invoke(

@@ -1,0 +1,5 @@
+"""`python -m autotuner.cli`: the console script."""
+
+from autotuner.cli.main import main
+
+main()

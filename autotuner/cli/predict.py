@@ -1,0 +1,225 @@
+"""`autotuner predict`: tokens/s of every setup at each batch size, from the model, the
+hardware, the acceptance and the engine's command line."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from autotuner.cli.common import (
+    DEFAULT_MODEL,
+    failing_on_bad_input,
+    parse_int_list,
+    parse_rates,
+    resolve_hardware,
+)
+from autotuner.cli.render.report import render_report
+from autotuner.core.engine.args import EngineArgs
+from autotuner.core.engine.capabilities import EngineCapabilities
+from autotuner.core.engine.drafter import DECLARED, DEFAULT
+from autotuner.core.engine.resolution import Fallback, resolve
+from autotuner.core.model.registry import load_draft_model, load_model
+from autotuner.core.model.spec import DrafterKind
+from autotuner.core.predict import acceptance as acc
+from autotuner.core.predict.acceptance import AcceptanceEstimate
+from autotuner.core.predict.report import build_report
+from autotuner.engines.vllm.args import parse as parse_engine_args
+from autotuner.engines.vllm.capabilities import PRESETS
+from autotuner.errors import InputError
+
+
+# A command runs longer than ~60 lines only by its signature: typer reads each option, with
+# its help, from one annotated parameter.
+def predict(
+    model: Annotated[
+        str, typer.Option(help="Registry id, config.json path or model directory.")
+    ] = DEFAULT_MODEL,
+    gpu: Annotated[str | None, typer.Option(help="Datasheet GPU name (default H200).")] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="HardwareProfile JSON from kernels_probe.")
+    ] = None,
+    batch: Annotated[str, typer.Option(help="Batch sizes, e.g. 1,8,32 or 1..16.")] = (
+        "1,8,32,128,256,512"
+    ),
+    acceptance: Annotated[
+        float | None, typer.Option(help="Constant per-position acceptance rate p.")
+    ] = None,
+    acceptance_per_position: Annotated[
+        str | None, typer.Option(help="Conditional rate per draft position, e.g. 0.9,0.8,0.7.")
+    ] = None,
+    spec_tokens: Annotated[
+        str | None,
+        typer.Option(help="Draft lengths K to compare (default 1..4, or 1..positions given)."),
+    ] = None,
+    replay_windows: Annotated[str, typer.Option(help="Replay windows L to compare.")] = "8,16,32",
+    context: Annotated[
+        float | None, typer.Option(help="Mean context length (tokens; default 4096).")
+    ] = None,
+    tp: Annotated[
+        int | None, typer.Option(help="Tensor-parallel GPUs per replica (default 1).")
+    ] = None,
+    drafter: Annotated[
+        str | None,
+        typer.Option(
+            help="The deployed drafter: mtp, eagle, eagle3, ngram, suffix or draft_model (with "
+            "--draft-model). Without one (none in the model's config or --vllm-args) "
+            "speculation is not predicted."
+        ),
+    ] = None,
+    draft_model: Annotated[
+        str | None,
+        typer.Option(
+            help="The draft model of --drafter draft_model (config.json path, model directory "
+            "or built-in id): sized from its own config."
+        ),
+    ] = None,
+    vllm_args: Annotated[
+        str | None,
+        typer.Option(
+            help="The engine's vLLM command line (one quoted string): its "
+            "--tensor-parallel-size, --gpu-memory-utilization, --max-num-seqs, --max-model-len, "
+            "--kv-cache-dtype, --mamba-* and --speculative-config are used over --tp, "
+            "--context and --drafter; the report says where each input came from."
+        ),
+    ] = None,
+    ssm_state_dtype: Annotated[
+        str | None,
+        typer.Option(
+            help="vLLM's --mamba-ssm-cache-dtype (auto, float32, bfloat16, float16); default: "
+            "as vLLM resolves it from the config."
+        ),
+    ] = None,
+    weights: Annotated[
+        str | None,
+        typer.Option(
+            help="Stored weight format, overriding what the files say: bf16, fp16, fp32, fp8, "
+            "int8, nvfp4, mxfp4, int4 (the report says it is an override)."
+        ),
+    ] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="What the vLLM build accepts: upstream (replay or speculation, not "
+            "both) or replay-spec. Winners are chosen among what it accepts."
+        ),
+    ] = "upstream",
+    adaptive_verification: Annotated[
+        bool,
+        typer.Option(
+            help="The build has vLLM's adaptive verification (PR #47808): predict "
+            "spec:K@adaptive too (on by itself when --vllm-args turn it on)."
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    detail: Annotated[bool, typer.Option(help="Also print every setup at every batch.")] = False,
+) -> None:
+    """Predict tokens/s of every setup at each batch size, the winners and the crossovers."""
+    with failing_on_bad_input():
+        batches = parse_int_list(batch, "batch", minimum=1)
+        rates = parse_rates(acceptance_per_position) if acceptance_per_position else None
+        default_ks = f"1..{len(rates)}" if rates else "1..4"
+        ks = parse_int_list(spec_tokens or default_ks, "spec-tokens", minimum=1)
+        windows = parse_int_list(replay_windows, "replay-windows", minimum=2)
+        if acceptance is not None and acceptance_per_position is not None:
+            raise InputError("give --acceptance or --acceptance-per-position, not both")
+        estimate = _estimate(acceptance, rates, ks)
+        live = _vllm_args(vllm_args)
+        kind = _drafter_kind(drafter, draft_model)
+        if engine not in PRESETS:
+            raise InputError(f"unknown engine {engine!r}; known: {', '.join(PRESETS)}")
+        spec = load_model(
+            model,
+            weights=weights,
+            ssm_state_dtype=ssm_state_dtype or (live.mamba_ssm_cache_dtype if live else None),
+            mamba_cache_dtype=live.mamba_cache_dtype if live else None,
+        )
+        fallback = _fallback(context, tp, kind, draft_model)
+        resolved = resolve(spec, live, fallback, load_draft=load_draft_model)
+        report = build_report(
+            resolved.model,
+            resolve_hardware(gpu, profile),
+            estimate,
+            resolved.workload,
+            batches=batches,
+            spec_tokens=ks,
+            windows=windows,
+            engine=_predicted_engine(engine, adaptive_verification, live),
+            drafter=resolved.drafter,
+            acceptance_measured=acceptance is not None or rates is not None,
+            inputs=resolved.table(),
+        )
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        render_report(report, detail=detail)
+
+
+def _estimate(
+    acceptance: float | None, rates: list[float] | None, ks: list[int]
+) -> AcceptanceEstimate:
+    """The acceptance the prediction assumes: the rates per position, else geometric in p."""
+    if rates is not None:
+        if len(rates) < max(ks):
+            raise InputError(
+                f"acceptance is given for {len(rates)} position(s) but K up to {max(ks)} "
+                "was asked: the model never extrapolates past observed positions"
+            )
+        return acc.from_conditional(rates)
+    estimate = acc.geometric(0.7 if acceptance is None else acceptance, max(ks))
+    if acceptance is not None and not 0 <= acceptance <= 1:
+        raise InputError("acceptance must lie in [0, 1]")
+    return estimate
+
+
+def _fallback(
+    context: float | None, tp: int | None, drafter: DrafterKind | None, draft_model: str | None
+) -> Fallback:
+    """What the options say where the live args say nothing."""
+    return Fallback(
+        context_tokens=4096 if context is None else context,
+        tensor_parallel=1 if tp is None else tp,
+        drafter=drafter,
+        draft_model=draft_model,
+        context_source=DEFAULT if context is None else "--context",
+        tensor_parallel_source=DEFAULT if tp is None else "--tp",
+        drafter_source=DECLARED,
+    )
+
+
+def _predicted_engine(
+    preset: str, adaptive_verification: bool, live: EngineArgs | None
+) -> EngineCapabilities:
+    """The preset, with adaptive verification where asked for or running in the live args."""
+    speculative = live.speculative if live is not None else None
+    if adaptive_verification or (speculative and speculative.enable_adaptive_verification):
+        return PRESETS[preset].model_copy(update={"adaptive_verification": True})
+    return PRESETS[preset]
+
+
+def _vllm_args(text: str | None) -> EngineArgs | None:
+    """A vLLM command line given as one string, read as the sidecar reads the live args."""
+    if text is None:
+        return None
+    import shlex
+
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise InputError(f"--vllm-args: cannot split the command line ({exc})") from None
+    return parse_engine_args(words)
+
+
+def _drafter_kind(drafter: str | None, draft_model: str | None) -> DrafterKind | None:
+    if drafter is None:
+        return DrafterKind.DRAFT_MODEL if draft_model else None
+    aliases = {"eagle3": DrafterKind.EAGLE}
+    try:
+        kind = aliases.get(drafter.lower()) or DrafterKind(drafter.lower())
+    except ValueError:
+        known = ", ".join([*(k.value for k in DrafterKind), "eagle3"])
+        raise InputError(f"unknown drafter {drafter!r}; known: {known}") from None
+    if draft_model and kind is not DrafterKind.DRAFT_MODEL:
+        raise InputError(f"--draft-model is the model of --drafter draft_model, not {drafter}")
+    return kind

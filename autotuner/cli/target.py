@@ -1,0 +1,167 @@
+"""`autotuner apply` and `autotuner status`: write a setup into the deployment's args by hand,
+and show what the live args, the persisted state and the Lease say."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from autotuner.cli.common import (
+    ConfigFile,
+    SetOption,
+    failing_on_bad_input,
+    load_cli_settings,
+    one_line,
+)
+from autotuner.cli.render.status import render_status
+from autotuner.core.engine.args import SpeculativeConfig
+from autotuner.core.engine.drafter import DEFAULT, LIVE
+from autotuner.core.engine.resolution import args_table
+from autotuner.core.model.registry import load_draft_model
+from autotuner.core.model.spec import DrafterKind
+from autotuner.engines.vllm.args import live_args
+from autotuner.errors import AutotunerError
+
+
+def apply(
+    setup: Annotated[str, typer.Option(help="plain | spec:K | replay:L | replay+spec:K:L")],
+    target: Annotated[
+        str, typer.Option(help="k8s://NS/deployment/NAME(/CONTAINER), file://PATH or exec://PATH")
+    ],
+    schedule: Annotated[
+        str | None, typer.Option(help="Per-batch K bands, e.g. 1-64:3,65-128:1,129-512:0.")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option(help="Show the change; write nothing.")] = False,
+    kube_server: Annotated[
+        str | None, typer.Option(help="API server URL (e.g. kubectl proxy); default in-cluster.")
+    ] = None,
+    allow_surge: Annotated[bool, typer.Option(help="Patch even with maxSurge >= 1.")] = False,
+    allow_low_precision_replay: Annotated[
+        bool, typer.Option(help="Allow replay with a non-fp32 SSM state (it drifts).")
+    ] = False,
+    force: Annotated[bool, typer.Option(help="Apply even to a paused target.")] = False,
+) -> None:
+    """Write a setup into the vLLM deployment's args (only the managed flags change),
+    recorded in the tuner's state on the target, with an Event."""
+    from autotuner.actuators.manual import apply_by_hand
+    from autotuner.actuators.targets import open_target
+    from autotuner.core.types import Setup
+
+    with failing_on_bad_input(target_code=1):
+        wanted = Setup.parse(f"{setup}@{schedule}" if schedule else setup)
+        actuator = open_target(
+            target,
+            kube_server=kube_server,
+            allow_surge=allow_surge,
+            allow_low_precision_replay=allow_low_precision_replay,
+        )
+        change = apply_by_hand(actuator, wanted, dry_run=dry_run, force=force)
+    live, result = change.live, change.result
+    if not result.changed:
+        print(f"{live.description}: already {wanted.label}; nothing to change")
+        return
+    print(result.diff, end="")
+    verb = "would change" if dry_run else "changed"
+    print(f"{live.description}: {verb} {live.setup.label} -> {wanted.label}", flush=True)
+    if change.event_error:
+        print(f"autotuner: warning: event not posted: {change.event_error}", file=sys.stderr)
+
+
+def status(
+    target: Annotated[
+        str, typer.Option(help="k8s://NS/deployment/NAME(/CONTAINER), file://PATH or exec://PATH")
+    ],
+    kube_server: Annotated[str | None, typer.Option(help="API server URL.")] = None,
+    lease: Annotated[
+        str | None, typer.Option(help="Lease name to report the leader of (k8s targets).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    config: ConfigFile = None,
+    overrides: SetOption = None,
+) -> None:
+    """Show the live args, the setup they configure, the engine inputs they set (and which are
+    left to vLLM's defaults), the deployed drafter, the persisted state, pause and leader."""
+    from autotuner.actuators.targets import open_target
+
+    with failing_on_bad_input(target_code=1):
+        settings, _ = load_cli_settings(config, overrides)
+        flags = settings.engine.flags
+        live = open_target(target, kube_server=kube_server, names=flags).read()
+        leader = _lease_holder(target, kube_server, lease) if lease else None
+        engine_args = live_args(live.command, live.args, flags)
+    report = {
+        "target": live.description,
+        "setup": live.setup.label,
+        "command": list(live.command),
+        "args": list(live.args),
+        "engine_args": {
+            name: i.model_dump(mode="json") for name, i in args_table(engine_args).items()
+        },
+        "drafter": _status_drafter(engine_args.speculative),
+        "paused": live.paused,
+        "rollout": {
+            "done": live.rollout.done,
+            "stuck": live.rollout.stuck,
+            "detail": live.rollout.detail,
+        },
+        "state": json.loads(live.state) if live.state else None,
+        "leader": leader,
+    }
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        render_status(report, live.state, settings.policy)
+
+
+def _status_drafter(spec: SpeculativeConfig | None) -> dict[str, Any]:
+    """The drafter the live args deploy, as far as the args alone tell (no model is read:
+    whether the model has MTP layers is the sidecar's check)."""
+    if spec is None:
+        return {
+            "description": "none in the args",
+            "source": DEFAULT,
+            "note": "no --speculative-config: the model's own MTP layers or a declared drafter "
+            "(model.drafter), else no speculation",
+        }
+    method = spec.resolved_method
+    described = {
+        **spec.model_dump(mode="json"),
+        "resolved_method": method,
+        "source": LIVE,
+        "note": "" if spec.kind else f"method {method} is not modelled: speculation not predicted",
+    }
+    size = ""
+    if spec.kind is DrafterKind.DRAFT_MODEL and spec.model:
+        try:
+            draft = load_draft_model(spec.model)
+            size = f", {draft.params / 1e9:.2f}B params"
+            described["draft_params"] = draft.params
+        except AutotunerError as exc:
+            described["note"] = f"draft model size unknown ({one_line(exc)})"
+    described["description"] = " ".join(
+        filter(
+            None,
+            (
+                method or "?",
+                f"({spec.model}{size})" if spec.model else "",
+                f"K={spec.num_speculative_tokens}" if spec.num_speculative_tokens else "",
+                "adaptive verification" if spec.enable_adaptive_verification else "",
+            ),
+        )
+    )
+    return described
+
+
+def _lease_holder(target: str, kube_server: str | None, lease: str) -> str | None:
+    from kubernetes import client as k8s
+
+    from autotuner.actuators.kubernetes import K8sTarget, api_client
+
+    parsed = K8sTarget.parse(target)
+    record = k8s.CoordinationV1Api(api_client(kube_server)).read_namespaced_lease(
+        lease, parsed.namespace
+    )
+    return record.spec.holder_identity if record.spec else None
