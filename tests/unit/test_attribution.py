@@ -15,7 +15,7 @@ from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.attribution import UNCHECKED_SIGMA, Attribution
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.predict.predictor import Predictor
-from autotuner.core.types import Setup
+from autotuner.core.types import Setup, SetupKind
 
 MODEL = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
 H200 = datasheet("H200")
@@ -148,7 +148,7 @@ def test_status_lists_what_the_calibration_learned_and_what_was_explored() -> No
     import time
 
     from autotuner.cli.render.status import state_lines as _state_lines
-    from autotuner.core.decide.state import TunerState
+    from autotuner.core.decide.state import Exploration, TunerState
 
     # Evidence stamped now, so status (which fits at the wall clock) sees it fresh.
     now = time.time()
@@ -159,7 +159,9 @@ def test_status_lists_what_the_calibration_learned_and_what_was_explored() -> No
         attribution = attribution.add(
             SPEC3, BATCH, measured, base, own, now - 10 + i, half_life_s=HALF_LIFE
         )
-    state = TunerState(calibration=attribution).exploring("replay|4", now + 3600)
+    state = TunerState(calibration=attribution).exploring(
+        Exploration(SetupKind.REPLAY, 4), now + 3600
+    )
     lines = _state_lines(state.model_dump_json())
     assert lines[0] == "state: schema 3"
     assert "explored: replay in batch band 4" in lines

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from autotuner.core.decide.context import Context
 from autotuner.core.decide.estimates import BatchHistogram
-from autotuner.core.decide.policy import Context
 from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.step import step
@@ -18,7 +18,7 @@ from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.attribution import Attribution
 from autotuner.core.predict.predictor import Predictor
-from autotuner.core.types import Action, Decision, Setup
+from autotuner.core.types import Action, Decision, Setup, SetupKind
 from autotuner.sim.truth import StepError, TruthEngine
 from tests.support.policy import H200, MODEL, policy_settings
 from tests.support.policy import STATIC_K as ENGINE
@@ -126,7 +126,7 @@ def test_an_unmeasured_family_is_explored_and_reverted_when_it_measures_worse() 
     # again for the period.
     assert REPLAY.label not in world.state.quarantine
     assert "not explored again at this load" in reverts[0].sentence
-    assert any(key.startswith("replay|") for key in world.state.explored)
+    assert any(key.kind is SetupKind.REPLAY for key in world.state.explored)
     # What it measured stays learned: replay is now predicted slower than spec:3 here.
     last = world.decisions[-1]
     assert (

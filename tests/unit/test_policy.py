@@ -8,10 +8,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pytest
 
-from autotuner.core.decide.policy import Context, candidates, decide
+from autotuner.core.decide.context import Context
+from autotuner.core.decide.policy import decide
+from autotuner.core.decide.search import candidates
 from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import QualityCheck, TunerState
-from autotuner.core.engine.capabilities import GDN_REPLAY, UPSTREAM, EngineCapabilities
+from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.engine.workload import Workload
 from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import ModelSpec
@@ -21,6 +23,7 @@ from autotuner.core.predict.attribution import Attribution
 from autotuner.core.predict.hardware import HardwareProfile, datasheet
 from autotuner.core.predict.predictor import Predictor
 from autotuner.core.types import Action, BlockReason, Decision, Observation, Setup
+from autotuner.engines.vllm.capabilities import GDN_REPLAY, UPSTREAM
 from autotuner.errors import UnusableReason
 from autotuner.sim.truth import TruthEngine, realistic_error
 from tests.support.policy import H200, MODEL, policy_settings
@@ -86,7 +89,7 @@ class Run:
             paused=paused,
             rollout_in_progress=rollout_in_progress,
         )
-        decision, self.state = decide(self.state, obs, context, self.settings)
+        decision, self.state, _ = decide(self.state, obs, context, self.settings)
         if decision.action in (Action.SWITCH, Action.REVERT):
             self.deployed = decision.target
         self.decisions.append(decision)

@@ -1,5 +1,5 @@
-"""The TunerState's named transitions, and reading persisted states: this schema, the first
-wave's (migrated), and records that cannot be read (said, never silently dropped)."""
+"""The TunerState's named transitions, and reading persisted states: this schema, the
+unversioned one (migrated), and records that cannot be read (said, never silently dropped)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,17 @@ from pydantic import ValidationError
 from autotuner.core.decide.state import (
     DAY,
     SCHEMA_VERSION,
+    Exploration,
     QualityCheck,
+    QualityStatus,
     Refusal,
     TunerState,
     Verification,
     read_state,
 )
-from autotuner.core.types import Setup
+from autotuner.core.types import Setup, SetupKind
 
-V1 = Path(__file__).parent / "data" / "tuner_state_v1.json"  # written by the first wave's code
+V1 = Path(__file__).parent / "data" / "tuner_state_v1.json"  # an unversioned state, as written
 SPEC3, REPLAY, PLAIN = Setup(spec_tokens=3), Setup(replay_window=16), Setup()
 NOW = 200_000.0
 
@@ -123,7 +125,30 @@ def test_this_schema_round_trips() -> None:
     assert not read.migrated
 
 
-def test_the_first_waves_state_is_migrated_with_everything_in_it() -> None:
+def test_explorations_are_typed_and_persisted_as_family_and_band() -> None:
+    state = TunerState().exploring(Exploration(SetupKind.REPLAY, 2), NOW)
+    record = json.loads(state.model_dump_json())
+    assert record["explored"] == {"replay|2": NOW}
+    assert read_state(json.dumps(record)).state == state
+
+
+def test_a_state_written_with_string_keys_and_statuses_reads_typed() -> None:
+    """A schema-3 record as the sidecar wrote it before the keys and statuses were typed."""
+    record = json.loads(switched().model_dump_json())
+    record["explored"] = {"replay+spec|4": NOW, "spec|0": NOW - 1}
+    record["last_quality"] = {"status": "passed", "summary": "identical: 12/12"}
+    read = read_state(json.dumps(record))
+    assert read.state is not None
+    assert not read.migrated
+    assert read.state.explored == {
+        Exploration(SetupKind.REPLAY_SPEC, 4): NOW,
+        Exploration(SetupKind.SPEC, 0): NOW - 1,
+    }
+    assert read.state.last_quality is not None
+    assert read.state.last_quality.status is QualityStatus.PASSED
+
+
+def test_the_unversioned_state_is_migrated_with_everything_in_it() -> None:
     read = read_state(V1.read_text())
     assert read.problem is None
     assert read.migrated

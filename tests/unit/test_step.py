@@ -8,10 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from autotuner.core.decide.policy import Context, evaluate, objective
+from autotuner.core.decide.context import Context, situation
 from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState, Verification
 from autotuner.core.decide.step import NoticeKind, restart_refused, step
+from autotuner.core.decide.valuation import evaluate, objective
 from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.types import Action, BlockReason, Decision, Observation, ScheduleBand, Setup
@@ -79,7 +80,8 @@ def test_the_open_table_row_switches() -> None:
 
 def _high_scenario_gain(state: TunerState, ctx: Context) -> tuple[float, float]:
     """(point gain, gain with the optimistic acceptance) of the best candidate over spec:3."""
-    evaluation = evaluate(state, ctx, OPEN, SPEC3)
+    sit = situation(state, window(SPEC3), ctx, OPEN)
+    evaluation = evaluate(sit, SPEC3)
     assert evaluation is not None
     point = state.acceptance.estimate(ctx.now, OPEN.estimates.acceptance_memory_half_life_s)
     assert point is not None
@@ -87,7 +89,7 @@ def _high_scenario_gain(state: TunerState, ctx: Context) -> tuple[float, float]:
     batches, weights = state.batch.distribution()
 
     def value(setup: Setup) -> float:
-        return objective(setup, batches, weights, state, ctx, OPEN, high)
+        return objective(sit, setup, batches, weights, high)
 
     return evaluation.gain, value(evaluation.best) / value(SPEC3) - 1
 

@@ -1,5 +1,5 @@
 """Estimates carried across windows: acceptance memory and the batch distribution (the
-calibration is core/attribution.py).
+calibration is core/predict/attribution.py).
 
 All decay exponentially with a half-life and take time as an input; all are plain pydantic
 values, so they persist in the TunerState annotation unchanged.
@@ -17,8 +17,10 @@ from autotuner.core.decay import decay
 from autotuner.core.predict.acceptance import AcceptanceEstimate, from_trials
 from autotuner.core.types import AcceptanceStats
 
-# Batch bins: edges are powers of two up to 8192; a bin is represented by its geometric middle.
-BATCH_EDGES: tuple[int, ...] = (
+# The batch histogram's bins (not the calibration's bands, nor a schedule's): edges at the powers
+# of two and 1.5 times them up to 2048, then 4096 and 8192; a bin is represented by its
+# geometric middle.
+BATCH_BINS: tuple[int, ...] = (
     1,
     2,
     3,
@@ -143,14 +145,14 @@ class BatchHistogram(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    weights: tuple[float, ...] = (0.0,) * (len(BATCH_EDGES) - 1)
+    weights: tuple[float, ...] = (0.0,) * (len(BATCH_BINS) - 1)
     updated_at: float | None = None
 
     def add(self, samples: Sequence[float], now: float, half_life_s: float) -> BatchHistogram:
         keep = decay(now - self.updated_at, half_life_s) if self.updated_at is not None else 1.0
         weights = np.asarray(self.weights) * keep
-        values = np.clip(np.asarray(samples, dtype=np.float64), 1, BATCH_EDGES[-1] - 1)
-        index = np.searchsorted(BATCH_EDGES, values, side="right") - 1
+        values = np.clip(np.asarray(samples, dtype=np.float64), 1, BATCH_BINS[-1] - 1)
+        index = np.searchsorted(BATCH_BINS, values, side="right") - 1
         np.add.at(weights, index, 1.0)
         return BatchHistogram(weights=tuple(float(w) for w in weights), updated_at=now)
 
@@ -162,8 +164,8 @@ class BatchHistogram(BaseModel):
         """(representative batch of each non-empty bin, its probability)."""
         weights = np.asarray(self.weights)
         keep = weights > 0
-        lows = np.asarray(BATCH_EDGES[:-1])[keep]
-        highs = np.asarray(BATCH_EDGES[1:])[keep]
+        lows = np.asarray(BATCH_BINS[:-1])[keep]
+        highs = np.asarray(BATCH_BINS[1:])[keep]
         middles = np.maximum(np.round(np.sqrt(lows * (highs - 1))), lows).astype(np.int64)
         probabilities = weights[keep] / weights[keep].sum() if keep.any() else weights[keep]
         return middles, probabilities

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from enum import Enum
 
 from pydantic import Field
 
@@ -19,11 +19,21 @@ class SwitchSettings(Group):
     dwell_s: float = Field(900, ge=0, description="How long recent load must favour a change.")
 
 
+class ObjectiveKind(str, Enum):
+    """What the policy maximises."""
+
+    THROUGHPUT = "throughput"
+    LATENCY_SLO = "latency_slo"
+
+    def __str__(self) -> str:  # sentences and logs show the value
+        return self.value
+
+
 class ObjectiveSettings(Group):
     """What the candidates are scored on."""
 
-    kind: Literal["throughput", "latency_slo"] = Field(
-        "throughput",
+    kind: ObjectiveKind = Field(
+        ObjectiveKind.THROUGHPUT,
         description="throughput: expected tokens/s over the batch distribution; latency_slo: "
         "the same, among setups meeting latency_slo_s at latency_percentile of the batch.",
     )

@@ -11,17 +11,54 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from enum import Enum
+from typing import Annotated, Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, ValidationError
 
 from autotuner.core.decide.estimates import AcceptanceMemory, BatchHistogram
 from autotuner.core.predict.attribution import Attribution
-from autotuner.core.types import Setup
+from autotuner.core.types import Setup, SetupKind
 
 DAY = 86400.0
-SCHEMA_VERSION = 3  # 1: the first wave's, unversioned; 2: calibration per setup and band
+SCHEMA_VERSION = 3  # 1: unversioned; 2: calibration per setup and band; 3: per kernel class
 SET_ASIDE_CHARS = 65536  # an unreadable state is kept (this much of it) for the operator
+
+
+class QualityStatus(str, Enum):
+    """Where a change's quality check stands."""
+
+    PENDING = "pending"  # the canary ran on the previous setup and must run on the new one
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # no comparison (the summary says why)
+
+    def __str__(self) -> str:  # sentences and logs show the value
+        return self.value
+
+
+class Exploration(NamedTuple):
+    """A setup family at one calibration band: where an exploration was asked."""
+
+    kind: SetupKind
+    band: int  # autotuner.core.predict.attribution.calibration_band
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}|{self.band}"
+
+
+def _exploration(value: Any) -> Any:
+    """An exploration key as persisted ("family|band"), or already typed."""
+    if isinstance(value, str):
+        kind, _, band = value.partition("|")
+        return (kind, int(band)) if band.isdigit() else value
+    return value
+
+
+# Persisted as its "family|band" string (JSON keys are strings; older states wrote the same).
+ExplorationKey = Annotated[
+    Exploration, BeforeValidator(_exploration), PlainSerializer(str, return_type=str)
+]
 
 
 class Pending(BaseModel):
@@ -42,7 +79,7 @@ class QualityCheck(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    status: Literal["pending", "passed", "failed", "skipped"]
+    status: QualityStatus
     summary: str = ""
     before: dict[str, Any] | None = None  # the canary run on the previous setup, as JSON
     confidence: float | None = None  # how sure a failed verdict is (1 - smallest p-value)
@@ -101,7 +138,7 @@ class TunerState(BaseModel):
     refused: dict[str, Refusal] = {}  # capability -> why the running engine is taken to lack it
     last_quality: QualityCheck | None = None  # the latest finished quality check
     set_aside: str | None = None  # a persisted state that could not be read, kept verbatim
-    explored: dict[str, float] = {}  # "family|band" -> no exploration there again until
+    explored: dict[ExplorationKey, float] = {}  # no exploration there again until
 
     # ---------------------------------------------------------------- transitions
 
@@ -166,7 +203,7 @@ class TunerState(BaseModel):
             canary_baseline=None,
         )
 
-    def exploring(self, key: str, until: float) -> TunerState:
+    def exploring(self, key: Exploration, until: float) -> TunerState:
         """An exploration of one family in one batch band; not asked again there until then."""
         return self.updated(explored={**self.explored, key: until})
 
@@ -193,7 +230,7 @@ class TunerState(BaseModel):
         skipped check is also the latest one."""
         assert self.verification is not None
         fields: dict[str, Any] = {"verification": self.verification.with_quality(check)}
-        if check.status != "pending":
+        if check.status is not QualityStatus.PENDING:
             fields["last_quality"] = check
         return self.updated(**fields)
 
@@ -262,7 +299,7 @@ def read_state(text: str) -> StateRead:
 
 
 def _from_v1(record: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """The first wave's state: schema 2's fields, no version."""
+    """The unversioned state: schema 2's fields, no version."""
     return _from_v2(record)
 
 

@@ -1,5 +1,5 @@
-"""One loop step's decision, whole: the policy's choice plus the rules around it that used to
-live in the controller (drift adopted, a stuck rollout reverted, advise mode, a refused restart).
+"""One loop step's decision, whole: the policy's choice plus the rules around it (drift adopted,
+a stuck rollout reverted, advise mode, a refused restart).
 
 Pure: everything comes in as (state, observation, context, settings) with the time in the
 context, and everything goes out as a `Step`: the Decision, the next TunerState, and the notices
@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from autotuner.core.decide.policy import Context, decide
+from autotuner.core.decide.context import Context
+from autotuner.core.decide.policy import decide
 from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import Refusal, TunerState
 from autotuner.core.engine.capabilities import needed
-from autotuner.core.types import Action, BlockReason, Decision, Observation
+from autotuner.core.types import Action, BlockReason, Decision, Observation, Setup
 
 # Holds an operator would want an Event for (the others are routine), posted every Nth time.
 OPERATOR_VISIBLE_BLOCKS = frozenset(
@@ -52,6 +53,7 @@ class Step:
     state: TunerState
     notices: tuple[Notice, ...] = ()
     rollout_stuck: bool = False
+    ranked: tuple[Setup, ...] = ()  # the candidates the policy compared, best first
 
     @property
     def acts(self) -> bool:
@@ -68,16 +70,19 @@ def step(
     advise mode (or not leading) nothing decided is applied."""
     state, drift = _adopt_drift(state, ctx)
     stuck = _stuck(state, ctx)
+    ranked: tuple[Setup, ...] = ()
     if stuck is not None:
         decision, after = _revert_stuck(state, ctx, settings, stuck)
     else:
         # A stuck rollout is no rollout in progress: nothing will finish it.
         moving = ctx.rollout_in_progress and not ctx.rollout_stuck
-        decision, after = decide(
+        decision, after, ranked = decide(
             state, observation, replace(ctx, rollout_in_progress=moving), settings
         )
     notices = [drift] if drift else []
-    result = Step(decision, after, rollout_stuck=stuck is not None or bool(ctx.rollout_stuck))
+    result = Step(
+        decision, after, rollout_stuck=stuck is not None or bool(ctx.rollout_stuck), ranked=ranked
+    )
     if result.acts and ctx.advisory:
         decision = decision.noted(f"{ctx.advisory}: not applied")
         notices.append(

@@ -31,7 +31,9 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 from autotuner.core.decay import decay
 from autotuner.core.types import Setup, SetupKind
 
-BANDS = (1, 4, 16, 64, 256, 1 << 20)  # batch band edges (as the first wave's calibration)
+# The calibration's batch bands (edges): factors are fitted per band, coarser than the batch
+# histogram's bins so that each band gathers windows enough.
+CALIBRATION_BANDS = (1, 4, 16, 64, 256, 1 << 20)
 NEIGHBOUR_WEIGHT = 0.25  # evidence from the next band counts this much, two bands away squared
 # How strongly a factor is held at 1, in windows' worth of a term that is the whole step (a
 # term with share x of a step needs about prior / x^2 windows to move halfway): shared terms
@@ -46,11 +48,12 @@ PLAIN_FAMILY = SetupKind.PLAIN.value
 Array = npt.NDArray[np.float64]
 
 
-def band_of(batch: float) -> int:
-    for index, upper in enumerate(BANDS[1:]):
+def calibration_band(batch: float) -> int:
+    """The index of the calibration band `batch` falls in."""
+    for index, upper in enumerate(CALIBRATION_BANDS[1:]):
         if batch < upper:
             return index
-    return len(BANDS) - 2
+    return len(CALIBRATION_BANDS) - 2
 
 
 class Entry(BaseModel):
@@ -100,7 +103,7 @@ class Attribution(BaseModel):
         predicted = sum(setup_s.values())
         if not (measured_s > 0 and predicted > 0 and math.isfinite(measured_s)):
             return self
-        band = band_of(batch)
+        band = calibration_band(batch)
         classes = set(base_s) | set(setup_s)
         base = {c: base_s.get(c, 0.0) / predicted for c in classes}
         extra = {c: (setup_s.get(c, 0.0) - base_s.get(c, 0.0)) / predicted for c in classes}
@@ -131,7 +134,7 @@ class Attribution(BaseModel):
         cached = self._fits.get(key)
         if cached is None:
             classes = sorted({c for e in self.entries.values() for c in e.base})
-            bands = range(len(BANDS) - 1)
+            bands = range(len(CALIBRATION_BANDS) - 1)
             cached = Fit(
                 classes=tuple(classes),
                 bands=tuple(self._band(b, classes, now, half_life_s, bounds) for b in bands),
@@ -279,7 +282,7 @@ class Fit:
         return out
 
     def at(self, batch: float) -> BandFit:
-        return self.bands[band_of(batch)]
+        return self.bands[calibration_band(batch)]
 
     def step(
         self, setup: Setup, batch: float, base_s: Mapping[str, float], setup_s: Mapping[str, float]

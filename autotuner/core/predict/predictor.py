@@ -5,7 +5,8 @@ all ask the same Predictor, so they cannot disagree within one step."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -14,8 +15,9 @@ from autotuner.core.engine.workload import Workload
 from autotuner.core.model.spec import ModelSpec
 from autotuner.core.predict.acceptance import AcceptanceEstimate, from_conditional
 from autotuner.core.predict.attribution import Attribution, Fit
-from autotuner.core.predict.costmodel import Crossover, SetupCurve, flips, predict
-from autotuner.core.predict.costmodel import max_batch as capacity
+from autotuner.core.predict.capacity import max_batch as capacity
+from autotuner.core.predict.comparisons import Crossover, flips
+from autotuner.core.predict.costmodel import SetupCurve, predict
 from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.core.types import PLAIN, Setup
 
@@ -32,11 +34,12 @@ class Predictor:
     now: float
     calibration_half_life_s: float
     calibration_bounds: tuple[float, float] = (0.5, 2.0)
-    fit: Fit = field(init=False)
 
-    def __post_init__(self) -> None:
-        fit = self.calibration.fit(self.now, self.calibration_half_life_s, self.calibration_bounds)
-        object.__setattr__(self, "fit", fit)
+    @cached_property
+    def fit(self) -> Fit:
+        """The calibration's factors now (fitted on first use: the model's own class times,
+        which the calibration learns from, need none)."""
+        return self.calibration.fit(self.now, self.calibration_half_life_s, self.calibration_bounds)
 
     def model_curve(
         self,

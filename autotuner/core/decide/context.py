@@ -1,0 +1,113 @@
+"""What the policy is told about the world at a step (`Context`), and the step's `Situation`:
+everything a decision reads, built once (one Predictor, one acceptance estimate, one demand)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from autotuner.core.decide.settings import PolicySettings
+from autotuner.core.decide.state import TunerState
+from autotuner.core.engine.capabilities import EngineCapabilities
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.spec import ModelSpec
+from autotuner.core.predict.acceptance import AcceptanceEstimate, from_conditional
+from autotuner.core.predict.hardware import HardwareProfile
+from autotuner.core.predict.predictor import Predictor
+from autotuner.core.types import Observation, Setup
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the policy is told about the world at this step."""
+
+    now: float
+    model: ModelSpec
+    hardware: HardwareProfile
+    engine: EngineCapabilities
+    workload: Workload = field(default_factory=Workload)
+    deployed: Setup | None = None  # read back from the target's args, when known
+    drafter_available: bool = True  # the operator configured a drafter (never invented)
+    drafter_problem: str | None = None  # why the deployed drafter cannot be predicted
+    low_precision_replay: bool = False  # the target writes replay over a non-fp32 SSM state
+    leader: bool = True
+    paused: bool = False
+    rollout_in_progress: bool = False
+    rollout_stuck: str | None = None  # the target says the rollout cannot finish (why)
+    rollout_deadline_s: float = math.inf  # a rollout after our change not done by then is stuck
+    advisory: str | None = None  # why nothing decided is applied (advise mode, not leading)
+
+    def predictor(self, state: TunerState, settings: PolicySettings) -> Predictor:
+        """The calibrated model for `state`'s calibration: every tokens/s figure comes from it."""
+        return Predictor(
+            self.model,
+            self.hardware,
+            self.workload,
+            state.calibration,
+            self.now,
+            settings.calibration.half_life_s,
+            settings.calibration.bounds,
+        )
+
+    def acceptance(self, state: TunerState, settings: PolicySettings) -> AcceptanceEstimate | None:
+        """The remembered acceptance now (None: never observed)."""
+        return state.acceptance.estimate(self.now, settings.estimates.acceptance_memory_half_life_s)
+
+
+@dataclass(frozen=True)
+class Situation:
+    """One step as the policy sees it once the window is learned: every helper reads from it
+    instead of rebuilding the same figures. `state` follows the step's transitions
+    (`with_state`); none of them touches what the predictor and the estimate were built on."""
+
+    state: TunerState
+    observation: Observation
+    ctx: Context
+    settings: PolicySettings
+    predictor: Predictor
+    acceptance: AcceptanceEstimate | None  # the remembered estimate (None: never observed)
+    demand: tuple[float, ...]  # requests per engine in the window (empty: no batch read)
+    demand_mean: float  # their mean (nan when there are none)
+
+    @property
+    def now(self) -> float:
+        return self.ctx.now
+
+    @property
+    def accept(self) -> AcceptanceEstimate:
+        """The estimate, or no acceptance at all when none was observed (plain's curves)."""
+        return self.acceptance or NO_ACCEPTANCE
+
+    def with_state(self, state: TunerState) -> Situation:
+        return replace(self, state=state)
+
+
+NO_ACCEPTANCE = from_conditional([])
+
+
+def situation(
+    state: TunerState, observation: Observation, ctx: Context, settings: PolicySettings
+) -> Situation:
+    """The step's situation over a state that has already learned the window."""
+    window = tuple(demand(observation)) if observation.batch is not None else ()
+    return Situation(
+        state=state,
+        observation=observation,
+        ctx=ctx,
+        settings=settings,
+        predictor=ctx.predictor(state, settings),
+        acceptance=ctx.acceptance(state, settings),
+        demand=window,
+        demand_mean=float(np.mean(window)) if window else math.nan,
+    )
+
+
+def demand(observation: Observation) -> list[float]:
+    """Requests each engine would run if they fit: running plus the mean waiting queue. The
+    running gauge alone stops at the capacity of the current setup and would hide the load a
+    roomier setup could serve."""
+    assert observation.batch is not None
+    waiting = observation.waiting_mean or 0.0
+    return [value + waiting for value in observation.batch.values]

@@ -1,0 +1,87 @@
+"""Exploration: asking once whether a setup family never measured at this load would win, when
+its interval says it could and the prediction alone is not sure enough to switch."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autotuner.core.decide.context import Situation
+from autotuner.core.decide.decisions import Make, numbers, percent
+from autotuner.core.decide.gating import first_block
+from autotuner.core.decide.state import Exploration, TunerState, Verification
+from autotuner.core.decide.valuation import Evaluation
+from autotuner.core.predict.attribution import calibration_band
+from autotuner.core.types import Action, Decision, Setup
+
+
+def explore(
+    sit: Situation, evaluation: Evaluation, make: Make
+) -> tuple[Decision, TunerState] | None:
+    """Try a setup family never measured at this load when its interval says it could win.
+
+    Only from a setup measured here (we know where we stand), only when the load sits in the
+    band now, for the family whose interval reaches highest above the running setup (by at
+    least min_gain), at most once per family and band per quarantine period, and under every
+    switch rule but the dwell (nothing is predicted to hold: it is a question asked once).
+    Verification then keeps it or reverts it, and what was measured stays learned."""
+    state, settings, current = sit.state, sit.settings, make.current
+    typical = state.batch.quantile(0.5)
+    band = calibration_band(typical)
+    if not settings.exploration.enabled or not evaluation.checked.get(current, False):
+        return None
+    if sit.observation.batch is None or calibration_band(sit.demand_mean) != band:
+        return None
+    restarts = len(state.recent_changes(sit.now))
+    if restarts + 2 + settings.exploration.reserve > settings.restart.max_per_day:
+        return None  # a question must not spend the restarts a predicted change needs
+    chosen = _widest_chance(sit, evaluation, current, band)
+    if chosen is None:
+        return None
+    target, high = chosen
+    trial = replace(
+        evaluation, best=target, best_value=high, gain=high / evaluation.current_value - 1
+    )
+    trial = replace(trial, confidence=1.0)
+    if first_block(sit, trial, dwell=False) is not None:
+        return None
+    verification = Verification(
+        target=target,
+        previous=current,
+        switched_at=sit.now,
+        predicted_gain=evaluation.values[target] / evaluation.current_value - 1,
+        baseline_rate=state.last_rate,
+        baseline_batch=state.last_batch,
+        exploration=True,
+    )
+    until = sit.now + settings.quarantine.setup_s
+    state = state.exploring(Exploration(target.kind, band), until).verifying(verification)
+    low = evaluation.intervals[target][0]
+    return make(
+        Action.SWITCH,
+        f"explore {current.label} -> {target.label}: {target.kind.value} has not been measured "
+        f"near batch {typical:.0f}, and its interval ({low:,.0f}-{high:,.0f} tokens/s) reaches "
+        f"{percent(trial.gain)} over {current.label}'s {evaluation.current_value:,.0f} (point "
+        f"estimate {percent(verification.predicted_gain)}); an exploration, tried once per "
+        f"band every {settings.quarantine.setup_s / 3600:.0f} h, reverted if it measures worse",
+        **numbers(trial),
+    ), state
+
+
+def _widest_chance(
+    sit: Situation, evaluation: Evaluation, current: Setup, band: int
+) -> tuple[Setup, float] | None:
+    """The unmeasured family's setup whose upper bound is highest and beats the running setup
+    by min_gain (and overlaps its interval), not explored in this band lately."""
+    current_low = evaluation.intervals.get(current, (evaluation.current_value,))[0]
+    floor = max(evaluation.current_value * (1 + sit.settings.switch.min_gain), current_low)
+    options = []
+    for setup, (_, high) in evaluation.intervals.items():
+        if setup.kind is current.kind or evaluation.checked.get(setup, False):
+            continue
+        if sit.state.explored.get(Exploration(setup.kind, band), 0.0) > sit.now or high < floor:
+            continue
+        options.append((high, setup.label, setup))
+    if not options:
+        return None
+    high, _, setup = max(options)
+    return setup, high

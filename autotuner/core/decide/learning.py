@@ -1,0 +1,92 @@
+"""Learning from a window: the batch demand, the acceptance and the calibration the state
+carries, folded in before anything is decided."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from autotuner.core.decide.context import Context, demand
+from autotuner.core.decide.settings import PolicySettings
+from autotuner.core.decide.state import TunerState
+from autotuner.core.observe.observation import read_acceptance
+from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.types import PLAIN, AcceptanceStats, Observation, Setup
+
+
+def absorb(
+    state: TunerState, observation: Observation, ctx: Context, settings: PolicySettings
+) -> TunerState:
+    """Fold a window into the carried estimates and calibration (unusable windows change
+    nothing but the believed current setup)."""
+    # What runs: the target's args when an actuator reads them (they show schedules), else
+    # what the engine reports in its metrics, else what we last believed.
+    live = observation.live_setup.setup if observation.live_setup else None
+    known = ctx.deployed or (live if observation.usable else None) or state.current
+    current = known or PLAIN
+    state = state.running(current)
+    if not observation.usable or observation.batch is None:
+        return state
+    window = demand(observation)
+    update: dict[str, object] = {}
+    settled = state.verification is None or observation.window_start >= (
+        state.verification.switched_at + settings.verification.settle_s
+    )
+    if settled:
+        update["batch"] = state.batch.add(window, ctx.now, settings.estimates.batch_half_life_s)
+    stats = _unbiased_acceptance(observation, current, state.drafter)
+    if stats is not None and stats.sufficient:
+        update["acceptance"] = state.acceptance.add(
+            stats, ctx.now, settings.estimates.acceptance_half_life_s
+        )
+    state = state.updated(**update)
+    if known is not None and (live is None or live.spec_tokens == known.spec_tokens):
+        state = _calibrate(state, observation, ctx, settings, known)
+    if observation.generation_tokens_per_s and observation.series:
+        state = state.updated(
+            last_rate=observation.generation_tokens_per_s / observation.series,
+            last_batch=float(np.mean(window)),
+        )
+    return state
+
+
+def _unbiased_acceptance(
+    observation: Observation, current: Setup, drafter: dict[str, Any] | None
+) -> AcceptanceStats | None:
+    """The window's acceptance read for the running setup: under a K schedule each position
+    counts only the drafts that proposed it, and where the proposed lengths are unknown the
+    deep positions are lower bounds (core/observe/observation.py `read_acceptance`; a no-op
+    when the controller already read it for the deployed setup)."""
+    return read_acceptance(observation, current, drafter).acceptance
+
+
+def _calibrate(
+    state: TunerState,
+    observation: Observation,
+    ctx: Context,
+    settings: PolicySettings,
+    current: Setup,
+) -> TunerState:
+    """The running setup's measured step at the observed batch, against the model's time per
+    kernel class: evidence for the attribution (core/predict/attribution.py). The model's
+    class times do not depend on the calibration being learned."""
+    assert observation.batch is not None
+    batch = observation.batch.mean
+    if not observation.step_time_s or batch < 1:
+        return state
+    accept = ctx.acceptance(state, settings) or from_conditional([0.0] * current.spec_tokens)
+    if current.spec_tokens > accept.max_spec_tokens:
+        return state
+    plain_s, setup_s = ctx.predictor(state, settings).class_times(current, round(batch), accept)
+    return state.updated(
+        calibration=state.calibration.add(
+            current,
+            batch,
+            observation.step_time_s,
+            plain_s,
+            setup_s,
+            ctx.now,
+            half_life_s=settings.calibration.half_life_s,
+        )
+    )

@@ -1,0 +1,127 @@
+"""The search space: which setups this engine, model and drafter allow (within the settings and
+the observed acceptance), and the per-batch K schedules worth comparing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from autotuner.core.decide.context import Context
+from autotuner.core.decide.estimates import BATCH_BINS
+from autotuner.core.decide.settings import PolicySettings
+from autotuner.core.decide.state import TunerState
+from autotuner.core.engine.capabilities import EngineCapabilities
+from autotuner.core.predict.acceptance import AcceptanceEstimate
+from autotuner.core.predict.predictor import Predictor
+from autotuner.core.types import PLAIN, ScheduleBand, Setup
+
+SCHEDULE_END = BATCH_BINS[-1] - 1
+
+
+def candidates(
+    state: TunerState, ctx: Context, settings: PolicySettings, acceptance: AcceptanceEstimate | None
+) -> tuple[list[Setup], list[str]]:
+    """Setups this engine accepts, within the settings, never beyond observed acceptance."""
+    notes: list[str] = []
+    engine = ctx.engine.serving(ctx.model)
+    windows = _replay_windows(ctx, engine, settings, notes)
+    ks: tuple[int, ...] = ()
+    if engine.speculation and ctx.drafter_available:
+        if acceptance is None:
+            notes.append("speculation not proposed: no acceptance observed yet")
+        else:
+            limit = min(acceptance.max_spec_tokens, engine.max_spec_tokens)
+            ks = tuple(k for k in settings.candidates.spec_tokens if 1 <= k <= limit)
+    elif engine.speculation and ctx.drafter_problem:
+        notes.append(ctx.drafter_problem)
+    setups = [PLAIN, *(Setup(replay_window=w) for w in windows)]
+    speculating = [Setup(spec_tokens=k) for k in ks]
+    if engine.replay_with_speculation:
+        speculating += [
+            Setup(spec_tokens=k, replay_window=w) for k in ks for w in windows if w > k + 1
+        ]
+    setups += speculating + _adaptive(speculating, ctx, notes)
+    quarantined = {k for k, until in state.quarantine.items() if until > ctx.now}
+    kept = [s for s in setups if s.label not in quarantined and engine.accepts(s)]
+    if len(kept) < len(setups):
+        notes.append(f"quarantined: {', '.join(sorted(quarantined))}")
+    return kept, notes
+
+
+def _replay_windows(
+    ctx: Context, engine: EngineCapabilities, settings: PolicySettings, notes: list[str]
+) -> tuple[int, ...]:
+    """The replay windows to propose, and why none are where the model has state."""
+    windows = settings.candidates.replay_windows
+    if not (ctx.model.is_hybrid and engine.replay and windows):
+        return ()
+    refusal = engine.refusal(Setup(replay_window=windows[0]))
+    if refusal is not None:
+        notes.append(f"replay not proposed: {refusal}")
+        return ()
+    if ctx.model.ssm_state_dtype in ("float32", "fp32") or ctx.low_precision_replay:
+        return windows
+    notes.append(
+        f"replay not proposed: the SSM state is {ctx.model.ssm_state_dtype}, and a "
+        "low-precision state drifts under replay (target.allow_low_precision_replay overrides)"
+    )
+    return ()
+
+
+def _adaptive(speculating: Sequence[Setup], ctx: Context, notes: list[str]) -> list[Setup]:
+    """Each speculating setup with adaptive verification, where the build has it."""
+    if not (ctx.engine.adaptive_verification and speculating):
+        return []
+    if ctx.workload.cudagraph_capture_tokens == 0:
+        notes.append(
+            "adaptive verification not proposed: it needs full CUDA graphs (the engine runs eager)"
+        )
+        return []
+    return [s.model_copy(update={"adaptive": True}) for s in speculating]
+
+
+def schedules(
+    predictor: Predictor, setups: Sequence[Setup], acceptance: AcceptanceEstimate
+) -> list[Setup]:
+    """For each replay option and each largest K, the best K per histogram bin (neighbours
+    with equal K merged). vLLM reserves state slots for the largest K at every batch, so each K
+    is evaluated with the capacity of the schedule's largest K."""
+    edges = np.asarray(BATCH_BINS)
+    points = np.maximum(np.round(np.sqrt(edges[:-1] * (edges[1:] - 1))), edges[:-1]).astype(
+        np.int64
+    )
+    found = []
+    for window in sorted({s.replay_window for s in setups}):
+        ks = sorted({s.spec_tokens for s in setups if s.replay_window == window} - {0})
+        for top in ks:
+            options = list(range(top + 1))
+            table = np.vstack(
+                [predictor.curve(_flat(top, k, window), points, acceptance)[0] for k in options]
+            )
+            best_k = [options[i] for i in np.argmax(table, axis=0)]
+            bands = _merged(best_k, edges)
+            if len(bands) > 1 and max(best_k) == top:
+                found.append(Setup(spec_tokens=top, replay_window=window, schedule=tuple(bands)))
+    return found
+
+
+def _merged(best_k: Sequence[int], edges: npt.NDArray[np.int64]) -> list[ScheduleBand]:
+    """One schedule band per run of bins with the same best K."""
+    bands: list[ScheduleBand] = []
+    for i, k in enumerate(best_k):
+        start, end = int(edges[i]), int(edges[i + 1] - 1)
+        if bands and bands[-1].spec_tokens == k:
+            bands[-1] = bands[-1].model_copy(update={"end_batch": end})
+        else:
+            bands.append(ScheduleBand(start_batch=start, end_batch=end, spec_tokens=k))
+    return bands
+
+
+def _flat(top: int, k: int, window: int) -> Setup:
+    """K drafts at every batch, with the state slots of a schedule whose largest K is `top`."""
+    if k == top:
+        return Setup(spec_tokens=top, replay_window=window)
+    band = ScheduleBand(start_batch=1, end_batch=SCHEDULE_END, spec_tokens=k)
+    return Setup(spec_tokens=top, replay_window=window, schedule=(band,))

@@ -1,0 +1,162 @@
+"""Verification: judging a change once the new setup serves a settled window (kept, or reverted
+when it measures worse or its quality canary failed), and the revert itself."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from autotuner.core.decide.context import Situation
+from autotuner.core.decide.decisions import Make
+from autotuner.core.decide.state import QualityStatus, TunerState, Verification
+from autotuner.core.types import Action, BlockReason, Decision
+
+# The rate measured before a change is the reference while demand stays within half an octave
+# (a factor sqrt 2) of the demand it was measured at; beyond it, the previous setup's prediction.
+SIMILAR_DEMAND_OCTAVES = 0.5
+
+
+def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
+    """Judge a change once the rollout settled: revert it when it measures worse."""
+    state, settings = sit.state, sit.settings
+    verification = state.verification
+    assert verification is not None
+    quality = verification.quality
+    if quality is not None and quality.status is QualityStatus.FAILED:
+        # Quality before speed: changed answers revert whatever the throughput says.
+        why = f"the quality canary got worse ({quality.summary})"
+        return revert(sit, make, why, confidence=quality.confidence or 0.0)
+    if _unsettled(sit, verification):
+        return _waiting(make, verification, "waiting for a settled window after the rollout"), state
+    measured, reference, batch = _measured_against_previous(sit, verification)
+    explored = verification.exploration
+    tolerance = (
+        settings.exploration.tolerance if explored else settings.verification.regression_tolerance
+    )
+    if math.isfinite(reference) and measured < reference * (1 - tolerance):
+        return revert(
+            sit,
+            make,
+            f"{'the exploration ' if explored else ''}measured {measured:,.0f} tokens/s per "
+            f"engine at demand {batch:.0f}, {1 - measured / reference:.0%} below the "
+            f"{reference:,.0f} the previous setup gives",
+            gain=measured / reference - 1,
+            quarantine=not explored,
+        )
+    if quality is not None and quality.status is QualityStatus.PENDING:
+        # Speed alone may revert; only the canary may declare the change good.
+        why = (
+            f"{measured:,.0f} tokens/s per engine vs {reference:,.0f} holds up; waiting for "
+            "the quality canary on the new setup"
+        )
+        return _waiting(make, verification, why), state
+    return _verified(state, make, measured, reference, batch)
+
+
+def _waiting(make: Make, verification: Verification, why: str) -> Decision:
+    target, previous = verification.target, verification.previous
+    return make(
+        Action.HOLD,
+        f"verifying {previous.label} -> {target.label}: {why}",
+        target=target,
+        blocked_by=BlockReason.VERIFYING,
+    )
+
+
+def _verified(
+    state: TunerState, make: Make, measured: float, reference: float, batch: float
+) -> tuple[Decision, TunerState]:
+    """The change held up (and its quality check passed or was skipped): it is the known good."""
+    verification = state.verification
+    assert verification is not None
+    target, quality = verification.target, verification.quality
+    decision = make(
+        Action.KEEP,
+        f"verified {target.label}: {measured:,.0f} tokens/s per engine at demand "
+        f"{batch:.0f} vs {reference:,.0f} for {verification.previous.label} "
+        f"({measured / reference - 1:+.1%}; predicted {verification.predicted_gain:+.1%})",
+        target=target,
+        gain=measured / reference - 1 if reference else 0.0,
+        notes=(f"quality: {quality.status}: {quality.summary}",) if quality else (),
+    )
+    return decision, state.verified()
+
+
+def _unsettled(sit: Situation, verification: Verification) -> bool:
+    """No window yet that shows the new setup alone, warmed up and measured."""
+    observation = sit.observation
+    live = observation.live_setup.setup if observation.live_setup else None
+    return (
+        sit.ctx.rollout_in_progress
+        or not observation.usable
+        or observation.window_start < verification.switched_at + sit.settings.verification.settle_s
+        or (live is not None and live.spec_tokens != verification.target.spec_tokens)
+        or not observation.generation_tokens_per_s
+        or observation.batch is None
+        # A window idle more than it serves (demand below one request) measures the load's
+        # absence, not the setup: the tokens/s of a server left alone would revert any change.
+        or sit.demand_mean < 1.0
+    )
+
+
+def _measured_against_previous(
+    sit: Situation, verification: Verification
+) -> tuple[float, float, float]:
+    """(measured tokens/s per engine, what the previous setup gives at this demand, demand).
+
+    Compare engines' throughput at the same demand: per-request rates would mislead when the
+    two setups fit different numbers of requests. The reference is the rate measured before
+    the change when demand is similar, else the previous setup's calibrated prediction (nan
+    when it cannot be predicted)."""
+    observation = sit.observation
+    assert observation.generation_tokens_per_s is not None
+    previous, batch = verification.previous, sit.demand_mean
+    measured = observation.generation_tokens_per_s / max(observation.series, 1)
+    expected_previous = float("nan")
+    if previous.spec_tokens <= sit.accept.max_spec_tokens:
+        sizes = np.asarray([max(round(batch), 1)])
+        expected_previous = float(sit.predictor.curve(previous, sizes, sit.accept)[0][0])
+    baseline = verification.baseline_rate
+    similar = (
+        verification.baseline_batch is not None
+        and abs(math.log2(max(batch, 1) / max(verification.baseline_batch, 1)))
+        < SIMILAR_DEMAND_OCTAVES
+    )
+    reference = baseline if similar and baseline else expected_previous
+    return measured, reference, batch
+
+
+def revert(
+    sit: Situation,
+    make: Make,
+    why: str,
+    *,
+    gain: float = 0.0,
+    confidence: float = 0.0,
+    quarantine: bool = True,
+) -> tuple[Decision, TunerState]:
+    """Back to the previous setup; the tried one is quarantined, unless it was an exploration
+    that was only slower here (what it measured stays learned, and its family is not explored
+    in this band again for the period; at another load it may still win)."""
+    verification = sit.state.verification
+    assert verification is not None
+    target, previous = verification.target, verification.previous
+    period = sit.settings.quarantine.setup_s
+    hours = f"{period / 3600:.1f} h"
+    state = sit.state.reverted(sit.now, sit.now + period if quarantine else None)
+    after = (
+        f"{target.label} quarantined for {hours}"
+        if quarantine
+        else f"{target.kind.value} not explored again at this load for {hours}"
+    )
+    decision = make(
+        Action.REVERT,
+        f"revert {target.label} -> {previous.label}: {why}; {after}",
+        target=previous,
+        current=target,
+        notes=(f"predicted gain was {verification.predicted_gain:+.1%}",),
+        gain=gain,
+        confidence=confidence,
+    )
+    return decision, state
