@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from autotuner.core.model.spec import ModelSpec, SsmKind
+from autotuner.core.model.spec import ModelSpec, SsmKind, SsmShape
 from autotuner.core.predict.hardware import (
     HardwareProfile,
     KernelEfficiency,
@@ -125,6 +125,39 @@ def sizes_for(backend: Backend, quick: bool) -> Sizes:
     return Sizes(64 << 20, 4, (1, 4, 16), 1024, 8, 9)
 
 
+class Recorder:
+    """Runs each measurement on one backend at one size, keeping every result by name in the
+    order taken (the profile's `measurements`) and reporting each name as it completes."""
+
+    def __init__(self, backend: Backend, sizes: Sizes, progress: Callable[[str], None]) -> None:
+        self.backend = backend
+        self.sizes = sizes
+        self.progress = progress
+        self.found: dict[str, Measurement] = {}
+
+    def measure(self, name: str, run: Callable[[int], Any], work: float, unit: str) -> Measurement:
+        result = measure(
+            run, work=work, unit=unit, sync=self.backend.sync, repeats=self.sizes.repeats
+        )
+        self.found[name] = result
+        self.progress(name)
+        return result
+
+
+WINDOWS = (8, 16, 32)  # replay windows L probed
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What the profile is built from, of everything the microbenchmarks measured."""
+
+    copy_bw: Measurement
+    read_bw: Measurement
+    gemm_rates: list[float]
+    state_rates: list[float]  # the plain state update's B/s per batch; empty without SSM
+    replay_overhead: float  # replay's extra seconds per SSM layer per step
+
+
 def run_probe(
     backend: Backend,
     model: ModelSpec,
@@ -133,16 +166,21 @@ def run_probe(
     progress: Callable[[str], None] = lambda name: None,
 ) -> HardwareProfile:
     """Measure everything and build the profile."""
-    sizes = sizes_for(backend, quick)
-    xp = backend.xp
-    found: dict[str, Measurement] = {}
+    recorder = Recorder(backend, sizes_for(backend, quick), progress)
+    copy_bw, read_bw = _bandwidth(recorder)
+    gemm_rates = _gemms(recorder)
+    state_rates: list[float] = []
+    replay_overhead = 0.0
+    if model.ssm is not None:
+        state_rates, replay_overhead = _ssm_traffic(recorder, model.ssm)
+    _launch(recorder)
+    rates = Rates(copy_bw, read_bw, gemm_rates, state_rates, replay_overhead)
+    return build_profile(backend, recorder.found, rates, model.ssm.kind if model.ssm else None)
 
-    def record(name: str, result: Measurement) -> Measurement:
-        found[name] = result
-        progress(name)
-        return result
 
-    # Bandwidth: rotate through buffers larger than any cache.
+def _bandwidth(recorder: Recorder) -> tuple[Measurement, Measurement]:
+    """(copy, read) bandwidth, rotating through buffers larger than any cache."""
+    backend, sizes = recorder.backend, recorder.sizes
     elements = sizes.buffer_bytes // 4
     sources = [backend.random((elements,)) for _ in range(sizes.buffers)]
     targets = [backend.empty((elements,)) for _ in range(sizes.buffers)]
@@ -154,146 +192,128 @@ def run_probe(
         else:
             np.copyto(targets[j], sources[j])
 
-    copy_bw = record(
-        "copy_bytes_per_s",
-        measure(
-            copy, work=2 * sizes.buffer_bytes, unit="B/s", sync=backend.sync, repeats=sizes.repeats
-        ),
+    copy_bw = recorder.measure("copy_bytes_per_s", copy, 2 * sizes.buffer_bytes, "B/s")
+    read_bw = recorder.measure(
+        "read_bytes_per_s", lambda i: sources[i % sizes.buffers].sum(), sizes.buffer_bytes, "B/s"
     )
-    read_bw = record(
-        "read_bytes_per_s",
-        measure(
-            lambda i: sources[i % sizes.buffers].sum(),
-            work=sizes.buffer_bytes,
-            unit="B/s",
-            sync=backend.sync,
-            repeats=sizes.repeats,
-        ),
-    )
+    return copy_bw, read_bw
 
-    # GEMM at decode and verify shapes: rows = batch x (1 + K).
+
+def _gemms(recorder: Recorder) -> list[float]:
+    """GEMM FLOP/s at decode and verify shapes: rows = batch x (1 + K)."""
+    backend, sizes = recorder.backend, recorder.sizes
     hidden = sizes.gemm_hidden
     weight = backend.random((hidden, hidden), backend.gemm_dtype)
-    gemm_rates = []
+    rates = []
     for rows in sorted({b * n for b in sizes.batches for n in (1, 4)}):
         activations = backend.random((rows, hidden), backend.gemm_dtype)
-        result = record(
-            f"gemm_flops_rows_{rows}",
-            measure(
-                _gemm(activations, weight),
-                work=2 * rows * hidden * hidden,
-                unit="FLOP/s",
-                sync=backend.sync,
-                repeats=sizes.repeats,
-            ),
+        work = 2 * rows * hidden * hidden
+        result = recorder.measure(
+            f"gemm_flops_rows_{rows}", _gemm(activations, weight), work, "FLOP/s"
         )
-        gemm_rates.append(result.median)
+        rates.append(result.median)
+    return rates
 
-    # SSM state traffic at the model's shapes (fewer heads on a CPU).
-    ssm = model.ssm
+
+@dataclass(frozen=True)
+class StateShape:
+    """The SSM state probed at one batch: (batch, heads, head_dim p, state size s), B in g
+    groups; fewer heads than the model's on a CPU."""
+
+    batch: int
+    heads: int
+    p: int
+    s: int
+    g: int
+
+    @property
+    def dims(self) -> tuple[int, int, int, int]:
+        return self.batch, self.heads, self.p, self.s
+
+    @property
+    def state_bytes(self) -> int:
+        return 4 * self.batch * self.heads * self.p * self.s
+
+    def ring_bytes(self, entries: int) -> int:
+        """Bytes of `entries` ring entries as the kernel moves them: x and dt per head, B per
+        group."""
+        return 4 * entries * self.batch * (self.heads * (self.p + 1) + self.g * self.s)
+
+
+def _ssm_traffic(recorder: Recorder, ssm: SsmShape) -> tuple[list[float], float]:
+    """SSM state traffic at the model's shapes: the plain update, native speculation's state
+    copies and replay at each window, per batch. Returns the plain update's rates and what
+    replay adds per layer per step at the first batch (over L = 16, 7 ring entries)."""
+    sizes = recorder.sizes
+    heads = sizes.ssm_heads or ssm.heads
     state_rates: list[float] = []
-    copy_rates: list[float] = []
-    replay: dict[int, list[float]] = {8: [], 16: [], 32: []}
     replay_overhead = 0.0
-    if ssm is not None:
-        heads = sizes.ssm_heads or ssm.heads
-        p, s, g = ssm.head_dim, ssm.state_size, min(ssm.groups, heads)
-        for batch in sizes.batches:
-            state = backend.random((batch, heads, p, s))
-            x = backend.random((batch, heads, p, 1))
-            b = backend.random((batch, 1, 1, s))
-            decay = backend.full((batch, heads, 1, 1), 0.9)
-            state_bytes = 4 * batch * heads * p * s
+    for batch in sizes.batches:
+        shape = StateShape(batch, heads, ssm.head_dim, ssm.state_size, min(ssm.groups, heads))
+        state = recorder.backend.random(shape.dims)
+        state_rates.append(_plain_update(recorder, shape, state))
+        _state_copies(recorder, shape, state)
+        replay = {window: _replay(recorder, shape, state, window) for window in WINDOWS}
+        if batch == sizes.batches[0]:
+            plain_time = 2 * shape.state_bytes / state_rates[-1]
+            replay_bytes = shape.state_bytes + shape.ring_bytes(7) + shape.state_bytes / 16
+            replay_time = replay_bytes / replay[16]
+            replay_overhead = max(replay_time - plain_time, 0.0) * ssm.heads / heads
+    return state_rates, replay_overhead
 
-            def plain(i: int, st: Any = state, xx: Any = x, bb: Any = b, d: Any = decay) -> None:
-                st.mul_(d).add_(xx * bb) if backend.name == "torch" else np.add(
-                    st * d, xx * bb, out=st
-                )
 
-            rate = record(
-                f"ssm_update_bytes_per_s_batch_{batch}",
-                measure(
-                    plain,
-                    work=2 * state_bytes,
-                    unit="B/s",
-                    sync=backend.sync,
-                    repeats=sizes.repeats,
-                ),
-            )
-            state_rates.append(rate.median)
-            slots = [backend.empty((batch, heads, p, s)) for _ in range(4)]
+def _plain_update(recorder: Recorder, shape: StateShape, state: Any) -> float:
+    """B/s of the one-token state update: decay the state and add the input's outer product."""
+    backend = recorder.backend
+    batch, heads, p, s = shape.dims
+    x = backend.random((batch, heads, p, 1))
+    b = backend.random((batch, 1, 1, s))
+    decay = backend.full((batch, heads, 1, 1), 0.9)
 
-            def copies(i: int, st: Any = state, out: list[Any] = slots) -> None:
-                for slot in out:  # one state written per verified position (K = 3)
-                    slot.copy_(st) if backend.name == "torch" else np.copyto(slot, st)
+    def plain(i: int) -> None:
+        state.mul_(decay).add_(x * b) if backend.name == "torch" else np.add(
+            state * decay, x * b, out=state
+        )
 
-            rate = record(
-                f"state_copy_bytes_per_s_batch_{batch}",
-                measure(
-                    copies,
-                    work=5 * state_bytes,
-                    unit="B/s",
-                    sync=backend.sync,
-                    repeats=sizes.repeats,
-                ),
-            )
-            copy_rates.append(rate.median)
-            for window in (8, 16, 32):
-                occupancy = (window - 1) // 2
-                ring_x = backend.random((occupancy, batch, heads, p))
-                ring_b = backend.random((occupancy, batch, s))
-                weights = backend.random((occupancy, batch, heads))
-                checkpoint = state
+    name = f"ssm_update_bytes_per_s_batch_{batch}"
+    return recorder.measure(name, plain, 2 * shape.state_bytes, "B/s").median
 
-                def rebuild(
-                    i: int,
-                    w: Any = weights,
-                    rx: Any = ring_x,
-                    rb: Any = ring_b,
-                    ck: Any = checkpoint,
-                ) -> Any:
-                    # Read checkpoint + ring, rebuild the state as one contraction; the state
-                    # itself is written only on a flush (every L tokens).
-                    return ck + xp.einsum("tbh,tbhp,tbs->bhps", w, rx, rb)
 
-                # Bytes as the kernel moves them: x and dt per head, B per group.
-                ring_bytes = 4 * occupancy * batch * (heads * (p + 1) + g * s)
-                work = state_bytes + ring_bytes + state_bytes / window
-                rate = record(
-                    f"replay_L{window}_bytes_per_s_batch_{batch}",
-                    measure(
-                        rebuild, work=work, unit="B/s", sync=backend.sync, repeats=sizes.repeats
-                    ),
-                )
-                replay[window].append(rate.median)
-            if batch == sizes.batches[0]:
-                plain_time = 2 * state_bytes / state_rates[-1]
-                replay_time = (
-                    state_bytes + 4 * 7 * batch * (heads * (p + 1) + g * s) + state_bytes / 16
-                ) / replay[16][-1]
-                replay_overhead = max(replay_time - plain_time, 0.0) * ssm.heads / heads
+def _state_copies(recorder: Recorder, shape: StateShape, state: Any) -> None:
+    """B/s of native speculation's state copies: one state written per verified position."""
+    backend = recorder.backend
+    slots = [backend.empty(shape.dims) for _ in range(4)]
 
-    # Fixed cost of one small kernel (launch + synchronisation on a GPU).
-    tiny = backend.random((8,))
-    launch = record(
-        "small_kernel_per_s",
-        measure(
-            lambda i: tiny + 1.0, work=1.0, unit="1/s", sync=backend.sync, repeats=sizes.repeats
-        ),
-    )
-    return build_profile(
-        backend,
-        found,
-        copy_bw,
-        read_bw,
-        gemm_rates,
-        state_rates,
-        copy_rates,
-        replay,
-        replay_overhead,
-        launch,
-        model.ssm.kind if model.ssm else None,
-    )
+    def copies(i: int) -> None:
+        for slot in slots:  # one state written per verified position (K = 3)
+            slot.copy_(state) if backend.name == "torch" else np.copyto(slot, state)
+
+    name = f"state_copy_bytes_per_s_batch_{shape.batch}"
+    recorder.measure(name, copies, 5 * shape.state_bytes, "B/s")
+
+
+def _replay(recorder: Recorder, shape: StateShape, state: Any, window: int) -> float:
+    """B/s of ReplaySSM's rebuild at window `window`: read checkpoint + ring, rebuild the state
+    as one contraction; the state itself is written only on a flush (every L tokens)."""
+    backend, xp = recorder.backend, recorder.backend.xp
+    batch, heads, p, s = shape.dims
+    occupancy = (window - 1) // 2
+    ring_x = backend.random((occupancy, batch, heads, p))
+    ring_b = backend.random((occupancy, batch, s))
+    weights = backend.random((occupancy, batch, heads))
+
+    def rebuild(i: int) -> Any:
+        return state + xp.einsum("tbh,tbhp,tbs->bhps", weights, ring_x, ring_b)
+
+    work = shape.state_bytes + shape.ring_bytes(occupancy) + shape.state_bytes / window
+    name = f"replay_L{window}_bytes_per_s_batch_{batch}"
+    return recorder.measure(name, rebuild, work, "B/s").median
+
+
+def _launch(recorder: Recorder) -> Measurement:
+    """Fixed cost of one small kernel (launch + synchronisation on a GPU)."""
+    tiny = recorder.backend.random((8,))
+    return recorder.measure("small_kernel_per_s", lambda i: tiny + 1.0, 1.0, "1/s")
 
 
 def _gemm(activations: Any, weight: Any) -> Callable[[int], Any]:
@@ -306,16 +326,17 @@ def _gemm(activations: Any, weight: Any) -> Callable[[int], Any]:
 def build_profile(
     backend: Backend,
     found: dict[str, Measurement],
-    copy_bw: Measurement,
-    read_bw: Measurement,
-    gemm_rates: list[float],
-    state_rates: list[float],
-    copy_rates: list[float],
-    replay: dict[int, list[float]],
-    replay_overhead: float,
-    launch: Measurement,
+    rates: Rates,
     kind: SsmKind | None,
 ) -> HardwareProfile:
+    """The profile from the measured rates: efficiencies over the datasheet's peaks, or over
+    the measured copy bandwidth and GEMM rate where the device has no datasheet."""
+    copy_bw, read_bw, gemm_rates, state_rates = (
+        rates.copy_bw,
+        rates.read_bw,
+        rates.gemm_rates,
+        rates.state_rates,
+    )
     sheet = _datasheet_for(backend.details.get("device", ""))
     if sheet is not None:
         peak_bw, peak_flops, fp32, memory = (
@@ -351,7 +372,7 @@ def build_profile(
         memory_bytes=memory,
         efficiency=efficiency,
         step_overhead_s=sheet.step_overhead_s if sheet else 1e-3,
-        replay_overhead_s_per_layer=replay_overhead,
+        replay_overhead_s_per_layer=rates.replay_overhead,
         measured_hbm_bytes_per_s=copy_bw.median,
         measurements=found,
         device={k: str(v) for k, v in backend.details.items()},
