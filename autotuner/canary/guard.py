@@ -187,33 +187,37 @@ class QualityGuard:
             except CanaryError as exc:
                 why, result = str(exc), CanaryResult.ERROR
             else:
-                if before.model and run.model and before.model != run.model:
-                    return Outcome(
-                        CanaryResult.RAN,
-                        check=_skipped(
-                            f"the served model changed ({before.model} -> {run.model}) since "
-                            "the run before the switch: not comparable"
-                        ),
-                    )
-                comparison = compare(
-                    before, run, noise_rate=self.settings.noise_rate, alpha=self.settings.alpha
-                )
-                failed = comparison.verdict is Verdict.WORSE
-                return Outcome(
-                    CanaryResult.RAN,
-                    check=QualityCheck(
-                        status=QualityStatus.FAILED if failed else QualityStatus.PASSED,
-                        summary=f"{comparison.verdict.value}: {comparison.summary}",
-                        confidence=comparison.confidence,
-                        evidence=evidence(before, run, comparison),
-                    ),
-                    baseline=None if failed else run,
-                )
+                return self._judge(before, run)
         if late:
             deadline = format_duration(self.settings.after_deadline_s)
             check = _skipped(f"no canary after the switch within {deadline}: {why}")
             return Outcome(result, check=check, why=why)
         return Outcome(result, why=why)
+
+    def _judge(self, before: CanaryRun, after: CanaryRun) -> Outcome:
+        """Compare the run after the switch with the one before: passed or failed."""
+        if before.model and after.model and before.model != after.model:
+            return Outcome(
+                CanaryResult.RAN,
+                check=_skipped(
+                    f"the served model changed ({before.model} -> {after.model}) since "
+                    "the run before the switch: not comparable"
+                ),
+            )
+        comparison = compare(
+            before, after, noise_rate=self.settings.noise_rate, alpha=self.settings.alpha
+        )
+        failed = comparison.verdict is Verdict.WORSE
+        return Outcome(
+            CanaryResult.RAN,
+            check=QualityCheck(
+                status=QualityStatus.FAILED if failed else QualityStatus.PASSED,
+                summary=f"{comparison.verdict.value}: {comparison.summary}",
+                confidence=comparison.confidence,
+                evidence=evidence(before, after, comparison),
+            ),
+            baseline=None if failed else after,
+        )
 
     def _load(self, data: dict[str, Any] | None) -> CanaryRun | None:
         """A stored run, if it was made with this canary set and these request settings."""

@@ -30,7 +30,9 @@ POLL_S = 0.5  # how often the main thread looks at the worker and the signals
 def stop_grace_s(settings: Settings) -> float:
     """The longest a stop may take: the rest of one interval (the loop's wait) and the longest
     outside call of the step in flight."""
-    deadlines = (settings.source.timeout_s, settings.quality.timeout_s, TARGET_TIMEOUT_S)
+    deadlines = [settings.source.timeout_s, TARGET_TIMEOUT_S]
+    if settings.quality.enabled:
+        deadlines.append(settings.quality.timeout_s)
     return settings.loop.interval_s + max(deadlines)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from autotuner.core.types import Observation
+from autotuner.core.types import AcceptanceStats, Observation
 
 
 def render_observation(obs: Observation, console: Console | None = None) -> None:
@@ -23,27 +23,7 @@ def render_observation(obs: Observation, console: Console | None = None) -> None
             f"p99 {b.p99:.0f} ({b.samples} samples)"
         )
     if obs.acceptance:
-        a = obs.acceptance
-        bounds = a.lower_bound or (False,) * len(a.per_position)
-        rates = ", ".join(
-            f"{'>=' if bound else ''}{p:.2f} [{lo:.2f}-{hi:.2f}]"
-            for p, lo, hi, bound in zip(
-                a.per_position, a.per_position_low, a.per_position_high, bounds, strict=True
-            )
-        )
-        trust = "" if a.sufficient else f" ({a.note})"
-        console.print(
-            f"  acceptance per position: {rates}; tau {a.tau:.2f} over {a.drafts:.0f} drafts{trust}"
-        )
-        if a.proposals == "schedule":
-            shares = ", ".join(f"{s:.2f}" for s in a.proposed_share)
-            naive = ", ".join(f"{p:.2f}" for p in a.naive_per_position)
-            console.print(
-                f"  read with the schedule {escape(a.read_with or '')}: share of drafts that "
-                f"proposed each position {shares} (rates as counted, over every draft: {naive})"
-            )
-        if a.proposals_note:
-            console.print(f"  [yellow]{escape(a.proposals_note)}[/]")
+        _print_acceptance(obs.acceptance, console)
     else:
         console.print("  speculation off (no spec-decode series)")
     for label, value, unit in (
@@ -68,3 +48,27 @@ def render_observation(obs: Observation, console: Console | None = None) -> None
             f"{live.replay_window}, ssm dtype {live.mamba_ssm_cache_dtype}, cache mode "
             f"{live.mamba_cache_mode})"
         )
+
+
+def _print_acceptance(a: AcceptanceStats, console: Console) -> None:
+    """Each position's rate with its interval, and how the schedule read them."""
+    bounds = a.lower_bound or (False,) * len(a.per_position)
+    rates = ", ".join(
+        f"{'>=' if bound else ''}{p:.2f} [{lo:.2f}-{hi:.2f}]"
+        for p, lo, hi, bound in zip(
+            a.per_position, a.per_position_low, a.per_position_high, bounds, strict=True
+        )
+    )
+    trust = "" if a.sufficient else f" ({a.note})"
+    console.print(
+        f"  acceptance per position: {rates}; tau {a.tau:.2f} over {a.drafts:.0f} drafts{trust}"
+    )
+    if a.proposals == "schedule":
+        shares = ", ".join(f"{s:.2f}" for s in a.proposed_share)
+        naive = ", ".join(f"{p:.2f}" for p in a.naive_per_position)
+        console.print(
+            f"  read with the schedule {escape(a.read_with or '')}: share of drafts that "
+            f"proposed each position {shares} (rates as counted, over every draft: {naive})"
+        )
+    if a.proposals_note:
+        console.print(f"  [yellow]{escape(a.proposals_note)}[/]")
