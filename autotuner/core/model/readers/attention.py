@@ -6,18 +6,8 @@ No recurrent state: the only lever is the draft schedule (issue #12).
 
 from __future__ import annotations
 
-from autotuner.core.model.readers.base import (
-    Blocks,
-    Body,
-    Config,
-    Fields,
-    Read,
-    attention_params,
-    build,
-    first_architecture,
-    mlp_params,
-    moe_block,
-)
+from autotuner.core.model.readers import parts
+from autotuner.core.model.readers.base import Body, Config, Fields, Read, build, first_architecture
 from autotuner.core.model.spec import AttentionShape, MoeShape
 
 
@@ -47,7 +37,7 @@ def _attention(f: Fields, hidden: int, heads: int) -> tuple[int, AttentionShape]
         return _mla_attention(f, hidden, heads, mla)
     kv_heads = int(f.opt("num_key_value_heads", heads))
     head_dim = int(f.opt("head_dim", hidden // heads) or hidden // heads)
-    params = attention_params(hidden, heads, kv_heads, head_dim, gated=False)
+    params = parts.attention(hidden, heads, kv_heads, head_dim, gated=False)
     return params, AttentionShape(heads=heads, kv_heads=kv_heads, head_dim=head_dim)
 
 
@@ -66,12 +56,12 @@ def _moe(f: Fields, hidden: int, experts: int, inter: int) -> tuple[MoeShape, di
     moe = MoeShape(
         experts=experts,
         experts_per_token=int(f.opt("num_experts_per_tok", 0) or 0),
-        expert_params=mlp_params(hidden, moe_inter, gated=True),
+        expert_params=parts.mlp(hidden, moe_inter, gated=True),
     )
     shared = int(f.opt("n_shared_experts", 0) or 0) * moe_inter + int(
         f.opt("shared_expert_intermediate_size", 0) or 0
     )
-    return moe, moe_block(hidden, moe, shared_experts=mlp_params(hidden, shared, gated=True))
+    return moe, parts.moe_block(hidden, moe, shared_experts=parts.mlp(hidden, shared, gated=True))
 
 
 def read_attention(raw: Config, name: str) -> Read:
@@ -87,9 +77,9 @@ def read_attention(raw: Config, name: str) -> Read:
     )
     attn_params, attention = _attention(f, hidden, heads)
     inter = int(f.opt("intermediate_size", 4 * hidden))
-    blocks: Blocks = {
+    blocks = {
         "*": {"attention": attn_params},
-        "-": {"mlp": mlp_params(hidden, inter, gated=True)},
+        "-": {"mlp": parts.mlp(hidden, inter, gated=True)},
     }
     moe = None
     moe_at = [False] * count

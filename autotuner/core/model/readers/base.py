@@ -1,5 +1,5 @@
-"""What every family reader shares: reading config fields, counting parameters by module role,
-and the one builder that turns a family's layers and blocks into a ModelSpec.
+"""What every family reader shares: reading config fields, and the one builder that turns a
+family's layers and blocks into a ModelSpec.
 
 Field names are the public ones (VLLM.md, "Model config fields"). A reader collects every
 missing required field before failing, so one error names them all. It describes the model as
@@ -14,14 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotuner.core.model.spec import (
-    AttentionShape,
-    DrafterKind,
-    ModelSpec,
-    MoeShape,
-    SsmKind,
-    SsmShape,
-)
+from autotuner.core.model.spec import AttentionShape, DrafterKind, ModelSpec, MoeShape, SsmShape
 from autotuner.core.model.weights import Inventory
 from autotuner.errors import ModelConfigError
 
@@ -70,6 +63,14 @@ class Fields:
         value = self.raw.get(name)
         return default if value is None else value
 
+    def stack(self) -> tuple[Any, Any, Any, Any, Any]:
+        """(layers, hidden size, vocabulary, attention heads, KV heads), required and spelled
+        alike by every family with attention layers."""
+        count = self.req("num_hidden_layers")
+        hidden, vocab = self.req("hidden_size"), self.req("vocab_size")
+        heads, kv_heads = self.req("num_attention_heads"), self.req("num_key_value_heads")
+        return count, hidden, vocab, heads, kv_heads
+
     def check(self) -> None:
         if self.missing:
             raise ModelConfigError(
@@ -84,61 +85,6 @@ def first_architecture(raw: Config) -> str:
     if architectures:
         return str(architectures[0])
     return MODEL_TYPES.get(str(raw.get("model_type", "")), "unknown")
-
-
-def attention_params(hidden: int, heads: int, kv_heads: int, head_dim: int, gated: bool) -> int:
-    """q (twice as wide with an output gate), k, v and o projections."""
-    q = hidden * heads * head_dim * (2 if gated else 1)
-    return q + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
-
-
-def mamba2_params(hidden: int, ssm: SsmShape) -> int:
-    inner = ssm.heads * ssm.head_dim
-    in_proj = hidden * (2 * inner + 2 * ssm.groups * ssm.state_size + ssm.heads)
-    return in_proj + ssm.conv_dim * ssm.conv_kernel + inner * hidden + 3 * ssm.heads + inner
-
-
-def gdn_params(hidden: int, ssm: SsmShape) -> int:
-    keys = ssm.groups * ssm.state_size
-    values = ssm.heads * ssm.head_dim
-    projections = hidden * (2 * keys + 2 * values + 2 * ssm.heads)
-    return projections + ssm.conv_dim * ssm.conv_kernel + values * hidden
-
-
-def mamba1_params(hidden: int, ssm: SsmShape, dt_rank: int) -> int:
-    inner = ssm.heads
-    return (
-        hidden * 2 * inner
-        + inner * ssm.conv_kernel
-        + inner * (dt_rank + 2 * ssm.state_size)
-        + dt_rank * inner
-        + inner * ssm.state_size
-        + inner * hidden
-    )
-
-
-def mlp_params(hidden: int, intermediate: int, gated: bool) -> int:
-    return (3 if gated else 2) * hidden * intermediate
-
-
-def mamba2_shape(f: Fields, hidden: int, heads: int, state_size: int) -> SsmShape:
-    """Mamba-2 mixer shapes as Granite-4.0-H, Bamba and Falcon-H1 spell them (`mamba_*`)."""
-    inner = int(f.opt("mamba_d_ssm", 0) or f.opt("mamba_expand", 2) * hidden)
-    return SsmShape(
-        kind=SsmKind.MAMBA2,
-        heads=heads,
-        head_dim=int(f.opt("mamba_d_head", inner // heads)),
-        state_size=state_size,
-        groups=int(f.opt("mamba_n_groups", 1)),
-        conv_kernel=int(f.opt("mamba_d_conv", 4)),
-    )
-
-
-def moe_block(hidden: int, moe: MoeShape, **dense: int) -> dict[str, int]:
-    """A MoE layer's roles: router, routed experts and whatever dense parts it has."""
-    parts = {"router": hidden * moe.experts, "experts": moe.experts * moe.expert_params}
-    parts.update({role: params for role, params in dense.items() if params})
-    return parts
 
 
 def dense(block: Mapping[str, int]) -> int:

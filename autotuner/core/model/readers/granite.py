@@ -4,20 +4,8 @@ MLP or a MoE layer with a shared expert.
 
 from __future__ import annotations
 
-from autotuner.core.model.readers.base import (
-    Blocks,
-    Body,
-    Config,
-    Fields,
-    Read,
-    attention_params,
-    build,
-    first_architecture,
-    mamba2_params,
-    mamba2_shape,
-    mlp_params,
-    moe_block,
-)
+from autotuner.core.model.readers import parts
+from autotuner.core.model.readers.base import Body, Config, Fields, Read, build, first_architecture
 from autotuner.core.model.spec import AttentionShape, MoeShape
 
 
@@ -32,30 +20,30 @@ def _mixers(raw: Config, f: Fields, count: int) -> list[str]:
 
 def read_granite_hybrid(raw: Config, name: str) -> Read:
     f = Fields(raw, "GraniteMoeHybrid/Bamba")
-    count = f.req("num_hidden_layers")
-    hidden, vocab = f.req("hidden_size"), f.req("vocab_size")
-    heads, kv_heads = f.req("num_attention_heads"), f.req("num_key_value_heads")
+    count, hidden, vocab, heads, kv_heads = f.stack()
     m_heads, d_state = f.req("mamba_n_heads"), f.req("mamba_d_state")
     f.check()
     kinds = _mixers(raw, f, count)
-    ssm = mamba2_shape(f, hidden, m_heads, d_state)
+    ssm = parts.mamba2_shape(f, hidden, m_heads, d_state)
     head_dim = int(f.opt("head_dim", hidden // heads))
     experts = int(f.opt("num_local_experts", 0) or 0)
     inter = int(f.opt("intermediate_size", 0) or 0)
     shared = int(f.opt("shared_intermediate_size", 0) or 0)
-    blocks: Blocks = {
-        "M": {"ssm": mamba2_params(hidden, ssm)},
-        "*": {"attention": attention_params(hidden, heads, kv_heads, head_dim, gated=False)},
-        "-": {"mlp": mlp_params(hidden, shared or inter, gated=True)},
+    blocks = {
+        "M": {"ssm": parts.mamba2(hidden, ssm)},
+        "*": {"attention": parts.attention(hidden, heads, kv_heads, head_dim, gated=False)},
+        "-": {"mlp": parts.mlp(hidden, shared or inter, gated=True)},
     }
     moe = None
     if experts:
         moe = MoeShape(
             experts=experts,
             experts_per_token=int(f.opt("num_experts_per_tok", 1)),
-            expert_params=mlp_params(hidden, inter, gated=True),
+            expert_params=parts.mlp(hidden, inter, gated=True),
         )
-        blocks["E"] = moe_block(hidden, moe, shared_experts=mlp_params(hidden, shared, gated=True))
+        blocks["E"] = parts.moe_block(
+            hidden, moe, shared_experts=parts.mlp(hidden, shared, gated=True)
+        )
     layers = [k + ("E" if experts else "-") for k in kinds]
     tied = bool(f.opt("tie_word_embeddings", True))
     return build(

@@ -2,18 +2,8 @@
 
 from __future__ import annotations
 
-from autotuner.core.model.readers.base import (
-    Blocks,
-    Body,
-    Config,
-    Fields,
-    Read,
-    attention_params,
-    build,
-    mamba1_params,
-    mlp_params,
-    moe_block,
-)
+from autotuner.core.model.readers import parts
+from autotuner.core.model.readers.base import Body, Config, Fields, Read, build
 from autotuner.core.model.spec import AttentionShape, MoeShape, SsmKind, SsmShape
 
 
@@ -32,9 +22,7 @@ def _layers(raw: Config, f: Fields, count: int, experts: int) -> list[str]:
 
 def read_jamba(raw: Config, name: str) -> Read:
     f = Fields(raw, "Jamba")
-    count = f.req("num_hidden_layers")
-    hidden, vocab = f.req("hidden_size"), f.req("vocab_size")
-    heads, kv_heads = f.req("num_attention_heads"), f.req("num_key_value_heads")
+    count, hidden, vocab, heads, kv_heads = f.stack()
     d_state, inter = f.req("mamba_d_state"), f.req("intermediate_size")
     f.check()
     experts = int(f.opt("num_experts", 1) or 1)
@@ -49,19 +37,19 @@ def read_jamba(raw: Config, name: str) -> Read:
         conv_kernel=int(f.opt("mamba_d_conv", 4)),
     )
     head_dim = hidden // heads
-    blocks: Blocks = {
-        "S": {"ssm": mamba1_params(hidden, ssm, dt_rank)},
-        "*": {"attention": attention_params(hidden, heads, kv_heads, head_dim, gated=False)},
-        "-": {"mlp": mlp_params(hidden, inter, gated=True)},
+    blocks = {
+        "S": {"ssm": parts.mamba1(hidden, ssm, dt_rank)},
+        "*": {"attention": parts.attention(hidden, heads, kv_heads, head_dim, gated=False)},
+        "-": {"mlp": parts.mlp(hidden, inter, gated=True)},
     }
     moe = None
     if experts > 1:
         moe = MoeShape(
             experts=experts,
             experts_per_token=int(f.opt("num_experts_per_tok", 2)),
-            expert_params=mlp_params(hidden, inter, gated=True),
+            expert_params=parts.mlp(hidden, inter, gated=True),
         )
-        blocks["E"] = moe_block(hidden, moe)
+        blocks["E"] = parts.moe_block(hidden, moe)
     tied = bool(f.opt("tie_word_embeddings", False))
     return build(
         name,

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-from autotuner.core.model.readers.base import (
-    Body,
-    Config,
-    Fields,
-    Read,
-    build,
-    mamba2_params,
-)
+from autotuner.core.model.readers import parts
+from autotuner.core.model.readers.base import Body, Config, Fields, Read, build
 from autotuner.core.model.spec import SsmKind, SsmShape
 
 
@@ -29,7 +23,7 @@ def read_mamba2(raw: Config, name: str) -> Read:
         conv_kernel=int(f.opt("conv_kernel", 4)),
     )
     tied = bool(f.opt("tie_word_embeddings", True))
-    blocks = {"M": {"ssm": mamba2_params(hidden, ssm)}}
+    blocks = {"M": {"ssm": parts.mamba2(hidden, ssm)}}
     return build(
         name, "Mamba2ForCausalLM", Body(hidden, vocab, tied, ["M"] * count, blocks), ssm=ssm
     )

@@ -4,18 +4,8 @@ latent MoE layers spelled out by a layer pattern, and the MTP drafter's own patt
 
 from __future__ import annotations
 
-from autotuner.core.model.readers.base import (
-    Blocks,
-    Body,
-    Config,
-    Fields,
-    Read,
-    attention_params,
-    build,
-    mamba2_params,
-    mlp_params,
-    moe_block,
-)
+from autotuner.core.model.readers import parts
+from autotuner.core.model.readers.base import Body, Config, Fields, Read, build
 from autotuner.core.model.spec import AttentionShape, MoeShape, SsmKind, SsmShape
 from autotuner.errors import ModelConfigError
 
@@ -52,15 +42,15 @@ def _moe(
     projections."""
     count, top_k, width = experts
     latent = int(f.opt("moe_latent_size", 0) or 0)
-    expert = mlp_params(latent or hidden, width, gated)
+    expert = parts.mlp(latent or hidden, width, gated)
     moe = MoeShape(experts=count, experts_per_token=top_k, expert_params=expert)
     shared = int(f.opt("moe_shared_expert_intermediate_size", 0)) * int(
         f.opt("n_shared_experts", 1)
     )
-    block = moe_block(
+    block = parts.moe_block(
         hidden,
         moe,
-        shared_experts=mlp_params(hidden, shared, gated),
+        shared_experts=parts.mlp(hidden, shared, gated),
         moe_dense=2 * hidden * latent,
     )
     return moe, block
@@ -91,10 +81,10 @@ def read_nemotron_h(raw: Config, name: str) -> Read:
         groups=groups,
         conv_kernel=int(f.opt("conv_kernel", 4)),
     )
-    blocks: Blocks = {
-        "M": {"ssm": mamba2_params(hidden, ssm)},
-        "*": {"attention": attention_params(hidden, heads, kv_heads, head_dim, gated=False)},
-        "-": {"mlp": mlp_params(hidden, mlp_inter, gated)},
+    blocks = {
+        "M": {"ssm": parts.mamba2(hidden, ssm)},
+        "*": {"attention": parts.attention(hidden, heads, kv_heads, head_dim, gated=False)},
+        "-": {"mlp": parts.mlp(hidden, mlp_inter, gated)},
     }
     moe = None
     if has_moe:

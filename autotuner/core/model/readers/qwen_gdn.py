@@ -4,19 +4,8 @@ feed-forward, and the MTP layers (its text config, when nested, holds the shapes
 
 from __future__ import annotations
 
-from autotuner.core.model.readers.base import (
-    Blocks,
-    Body,
-    Config,
-    Fields,
-    Read,
-    attention_params,
-    build,
-    first_architecture,
-    gdn_params,
-    mlp_params,
-    moe_block,
-)
+from autotuner.core.model.readers import parts
+from autotuner.core.model.readers.base import Body, Config, Fields, Read, build, first_architecture
 from autotuner.core.model.spec import AttentionShape, MoeShape, SsmKind, SsmShape
 
 
@@ -45,19 +34,19 @@ def _moe(f: Fields, hidden: int, experts: tuple[int, int, int]) -> tuple[MoeShap
     moe = MoeShape(
         experts=count,
         experts_per_token=top_k,
-        expert_params=mlp_params(hidden, width, gated=True),
+        expert_params=parts.mlp(hidden, width, gated=True),
     )
     shared = int(f.opt("shared_expert_intermediate_size", 0) or 0)
     gate = hidden if shared else 0  # the shared expert's own scalar gate
-    return moe, moe_block(hidden, moe, shared_experts=mlp_params(hidden, shared, gated=True) + gate)
+    return moe, parts.moe_block(
+        hidden, moe, shared_experts=parts.mlp(hidden, shared, gated=True) + gate
+    )
 
 
 def read_qwen_gdn(raw: Config, name: str) -> Read:
     text = raw.get("text_config") or raw
     f = Fields(text, "Qwen3-Next/Qwen3.5")
-    count = f.req("num_hidden_layers")
-    hidden, vocab = f.req("hidden_size"), f.req("vocab_size")
-    heads, kv_heads = f.req("num_attention_heads"), f.req("num_key_value_heads")
+    count, hidden, vocab, heads, kv_heads = f.stack()
     k_heads, v_heads = f.req("linear_num_key_heads"), f.req("linear_num_value_heads")
     k_dim, v_dim = f.req("linear_key_head_dim"), f.req("linear_value_head_dim")
     experts = int(f.opt("num_experts", 0) or 0)
@@ -74,10 +63,10 @@ def read_qwen_gdn(raw: Config, name: str) -> Read:
     )
     head_dim = int(f.opt("head_dim", hidden // heads))
     gated_attn = bool(f.opt("attn_output_gate", True))
-    blocks: Blocks = {
-        "G": {"ssm": gdn_params(hidden, ssm)},
-        "*": {"attention": attention_params(hidden, heads, kv_heads, head_dim, gated=gated_attn)},
-        "-": {"mlp": mlp_params(hidden, int(f.opt("intermediate_size", 0) or 0), gated=True)},
+    blocks = {
+        "G": {"ssm": parts.gdn(hidden, ssm)},
+        "*": {"attention": parts.attention(hidden, heads, kv_heads, head_dim, gated=gated_attn)},
+        "-": {"mlp": parts.mlp(hidden, int(f.opt("intermediate_size", 0) or 0), gated=True)},
     }
     moe = None
     if experts:

@@ -1,0 +1,62 @@
+"""The blocks several families share: their parameters by module role, and the Mamba-2 mixer
+as Granite-4.0-H, Bamba and Falcon-H1 spell it (`mamba_*` fields)."""
+
+from __future__ import annotations
+
+from autotuner.core.model.readers.base import Fields
+from autotuner.core.model.spec import MoeShape, SsmKind, SsmShape
+
+
+def attention(hidden: int, heads: int, kv_heads: int, head_dim: int, gated: bool) -> int:
+    """q (twice as wide with an output gate), k, v and o projections."""
+    q = hidden * heads * head_dim * (2 if gated else 1)
+    return q + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
+
+
+def mamba2(hidden: int, ssm: SsmShape) -> int:
+    inner = ssm.heads * ssm.head_dim
+    in_proj = hidden * (2 * inner + 2 * ssm.groups * ssm.state_size + ssm.heads)
+    return in_proj + ssm.conv_dim * ssm.conv_kernel + inner * hidden + 3 * ssm.heads + inner
+
+
+def gdn(hidden: int, ssm: SsmShape) -> int:
+    keys = ssm.groups * ssm.state_size
+    values = ssm.heads * ssm.head_dim
+    projections = hidden * (2 * keys + 2 * values + 2 * ssm.heads)
+    return projections + ssm.conv_dim * ssm.conv_kernel + values * hidden
+
+
+def mamba1(hidden: int, ssm: SsmShape, dt_rank: int) -> int:
+    inner = ssm.heads
+    return (
+        hidden * 2 * inner
+        + inner * ssm.conv_kernel
+        + inner * (dt_rank + 2 * ssm.state_size)
+        + dt_rank * inner
+        + inner * ssm.state_size
+        + inner * hidden
+    )
+
+
+def mlp(hidden: int, intermediate: int, gated: bool) -> int:
+    return (3 if gated else 2) * hidden * intermediate
+
+
+def mamba2_shape(f: Fields, hidden: int, heads: int, state_size: int) -> SsmShape:
+    """Mamba-2 mixer shapes as Granite-4.0-H, Bamba and Falcon-H1 spell them (`mamba_*`)."""
+    inner = int(f.opt("mamba_d_ssm", 0) or f.opt("mamba_expand", 2) * hidden)
+    return SsmShape(
+        kind=SsmKind.MAMBA2,
+        heads=heads,
+        head_dim=int(f.opt("mamba_d_head", inner // heads)),
+        state_size=state_size,
+        groups=int(f.opt("mamba_n_groups", 1)),
+        conv_kernel=int(f.opt("mamba_d_conv", 4)),
+    )
+
+
+def moe_block(hidden: int, moe: MoeShape, **dense: int) -> dict[str, int]:
+    """A MoE layer's roles: router, routed experts and whatever dense parts it has."""
+    parts = {"router": hidden * moe.experts, "experts": moe.experts * moe.expert_params}
+    parts.update({role: params for role, params in dense.items() if params})
+    return parts
