@@ -5,16 +5,17 @@ log), and the policy's own are split by concern (switch, objective, candidates, 
 estimates, calibration, verification, quarantine, exploration), as kopf's settings are; every
 field carries its unit and why in its description, and `autotuner config show` prints the
 effective value of each with the layer it came from. Durations are seconds and accept '500ms',
-'30s', '15m', '1h' in any layer. Invalid settings fail at start, naming the field; a key that
-moved when the groups were split (MOVED) names its new place. This module imports only the
-core's plain values, never I/O code.
+'30s', '15m', '1h' in any layer. Invalid settings fail at start, naming the field; an unknown key
+is refused by its dotted name. This module imports only the core's and the engines' plain
+values, never I/O code.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
@@ -22,30 +23,48 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, Setting
 from pydantic_settings.exceptions import SettingsError
 
 from autotuner.core.decide.settings import PolicySettings
-from autotuner.core.engine.capabilities import PRESETS, UPSTREAM, EngineCapabilities
+from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.group import Group
 from autotuner.core.model.spec import DrafterKind
 from autotuner.core.observe.limits import ObservationLimits
 from autotuner.durations import parse_duration
+from autotuner.engines.vllm.capabilities import PRESETS, UPSTREAM
+from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import InputError
 
 
-class FlagNames(Group):
-    """The spelling of each managed flag in one vLLM version range (overridable in settings)."""
+class _Word(str, Enum):
+    """A closed vocabulary of settings values, compared and printed as its plain words."""
 
-    speculative_config: str = Field(
-        "--speculative-config", description="Takes the drafter's JSON config (K among it)."
-    )
-    use_replayssm: str = Field("--use-replayssm", description="Turns ReplaySSM on.")
-    replayssm_buffer_len: str = Field(
-        "--replayssm-buffer-len", description="Takes the replay window L."
-    )
-    mamba_ssm_cache_dtype: str = Field(
-        "--mamba-ssm-cache-dtype", description="Takes the SSM state's dtype."
-    )
+    def __str__(self) -> str:
+        return str(self.value)
 
 
-# Version range -> flag names. ReplaySSM flags exist from the build that merged PR #48018.
+class Mode(_Word):
+    """What the sidecar may do: advise computes, exports and explains; act also patches."""
+
+    ADVISE = "advise"
+    ACT = "act"
+
+
+class SourceKind(_Word):
+    """Where metrics come from: vLLM's own /metrics, or a Prometheus server."""
+
+    VLLM = "vllm"
+    PROMETHEUS = "prometheus"
+
+
+class LogFormat(_Word):
+    AUTO = "auto"
+    JSON = "json"
+    TEXT = "text"
+
+
+class LogLevel(_Word):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
 
 
 class QualitySettings(Group):
@@ -96,8 +115,8 @@ class QualitySettings(Group):
 class SourceSettings(Group):
     """Where metrics come from."""
 
-    kind: Literal["vllm", "prometheus"] = Field(
-        "vllm", description="vllm: scrape /metrics directly; prometheus: query a server."
+    kind: SourceKind = Field(
+        SourceKind.VLLM, description="vllm: scrape /metrics directly; prometheus: query a server."
     )
     urls: list[str] = Field(
         default_factory=lambda: ["http://127.0.0.1:8000/metrics"],
@@ -223,12 +242,10 @@ class ExporterSettings(Group):
 class LogSettings(Group):
     """How it logs: one line per decision, with its sentence."""
 
-    format: Literal["auto", "json", "text"] = Field(
-        "auto", description="auto: JSON when stderr is not a terminal (containers)."
+    format: LogFormat = Field(
+        LogFormat.AUTO, description="auto: JSON when stderr is not a terminal (containers)."
     )
-    level: Literal["debug", "info", "warning", "error"] = Field(
-        "info", description="Lowest level logged."
-    )
+    level: LogLevel = Field(LogLevel.INFO, description="Lowest level logged.")
 
 
 class Settings(BaseSettings):
@@ -238,8 +255,8 @@ class Settings(BaseSettings):
         env_prefix="AUTOTUNER_", env_nested_delimiter="__", extra="forbid"
     )
 
-    mode: Literal["advise", "act"] = Field(
-        "advise", description="advise: compute, export, explain, emit Events; act: also patch."
+    mode: Mode = Field(
+        Mode.ADVISE, description="advise: compute, export, explain, emit Events; act: also patch."
     )
     source: SourceSettings = Field(default_factory=SourceSettings)
     model: ModelSettings = Field(default_factory=ModelSettings)
@@ -253,53 +270,9 @@ class Settings(BaseSettings):
     log: LogSettings = Field(default_factory=LogSettings)
 
 
-# Keys that moved when the groups were split by concern: an old key is refused (extra="forbid")
-# with its new place named, rather than silently carried over.
-_POLICY_GROUPS = {
-    "switch": ("min_gain", "min_confidence", "dwell_s"),
-    "candidates": ("spec_tokens", "replay_windows", "use_schedule"),
-    "objective": ("latency_slo_s", "latency_percentile"),
-    "estimates": (
-        "acceptance_half_life_s",
-        "acceptance_memory_half_life_s",
-        "batch_half_life_s",
-        "min_batch_weight",
-    ),
-    "restart": ("horizon_s", "cooldown_s"),
-}
-MOVED: dict[str, str] = {
-    **{f"policy.{k}": f"policy.{g}.{k}" for g, keys in _POLICY_GROUPS.items() for k in keys},
-    "policy.objective": "policy.objective.kind",
-    "policy.restart_downtime_s": "policy.restart.downtime_s",
-    "policy.restart_share": "policy.restart.share",
-    "policy.restart_margin": "policy.restart.margin",
-    "policy.max_changes_per_hour": "policy.restart.max_per_hour",
-    "policy.max_changes_per_day": "policy.restart.max_per_day",
-    "policy.calibration_half_life_s": "policy.calibration.half_life_s",
-    "policy.calibration_bounds": "policy.calibration.bounds",
-    "policy.verify_settle_s": "policy.verification.settle_s",
-    "policy.regression_tolerance": "policy.verification.regression_tolerance",
-    "policy.quarantine_s": "policy.quarantine.setup_s",
-    "policy.refusal_s": "policy.quarantine.capability_s",
-    "policy.explore": "policy.exploration.enabled",
-    "policy.exploration_tolerance": "policy.exploration.tolerance",
-    "policy.allow_low_precision_replay": "target.allow_low_precision_replay",
-    "engine.spec_schedule": "engine.capabilities.spec_schedule",
-    "engine.max_spec_tokens": "engine.capabilities.max_spec_tokens",
-}
-
-
-def _problem(error: Mapping[str, Any], sources: Mapping[str, str]) -> str:
-    """One validation error as `field: what is wrong`; a moved key says where it went (and
-    which layer still uses it)."""
-    path = ".".join(str(p) for p in error["loc"])
-    if error["type"] in ("extra_forbidden", "model_type") and path in MOVED:
-        where = f" (set by {sources[path]})" if path in sources else ""
-        return (
-            f"{path}{where}: moved to {MOVED[path]} when the settings were grouped by concern "
-            "(`autotuner config show` lists them all)"
-        )
-    return f"{path}: {error['msg']}"
+def _problem(error: Mapping[str, Any]) -> str:
+    """One validation error as `field: what is wrong` (an unknown key: its dotted name)."""
+    return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
 
 
 def _durations(tree: Any) -> Any:
@@ -381,7 +354,7 @@ def load_settings(
     try:
         settings = Settings.model_validate(merged)
     except ValidationError as exc:
-        problems = "; ".join(_problem(e, sources) for e in exc.errors())
+        problems = "; ".join(_problem(e) for e in exc.errors())
         raise InputError(f"invalid settings: {problems}") from None
     return settings, sources
 
@@ -401,8 +374,16 @@ def describe(settings: Settings, sources: Mapping[str, str]) -> list[tuple[str, 
             if isinstance(value, BaseModel):
                 walk(value, f"{path}.", unset)
                 continue
-            shown = repr(value) if isinstance(value, str) else str(value)
-            rows.append((path, shown, sources.get(path, unset), info.description or ""))
+            rows.append((path, _shown(value), sources.get(path, unset), info.description or ""))
 
     walk(settings, "", "default")
     return rows
+
+
+def _shown(value: Any) -> str:
+    """A leaf as `config show` prints it: enums by their value, strings quoted."""
+    if isinstance(value, Enum):
+        value = value.value
+    elif isinstance(value, tuple):
+        value = tuple(v.value if isinstance(v, Enum) else v for v in value)
+    return repr(value) if isinstance(value, str) else str(value)

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotuner.actuators.flags import (
+from autotuner.core.types import Setup
+from autotuner.engines.vllm.flags import FlagNames
+from autotuner.engines.vllm.setup import (
     container_setup,
     container_speculative_config,
     render_container,
 )
-from autotuner.core.types import Setup
 from autotuner.errors import ActuatorError, ArgsError, ConflictError
-from autotuner.settings import FlagNames
 
 STATE_ANNOTATION = "spec-autotuner.io/state"
 PAUSE_ANNOTATION = "spec-autotuner.io/paused"

@@ -28,8 +28,8 @@ from autotuner.actuators.base import (
     live_target,
     select_container,
 )
+from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import ActuatorError
-from autotuner.settings import FlagNames
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 

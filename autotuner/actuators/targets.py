@@ -7,8 +7,8 @@ import shlex
 from urllib.parse import parse_qs, urlsplit
 
 from autotuner.actuators.base import Actuator
+from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import InputError
-from autotuner.settings import FlagNames
 
 
 def open_target(

@@ -18,6 +18,7 @@ import csv
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +50,22 @@ class Plan:
     canary_max_tokens: int = 32
 
 
+class PointStatus(str, Enum):
+    """A point was measured, or the server refused its setup (or its metrics)."""
+
+    OK = "ok"
+    REFUSED = "refused"
+
+    def __str__(self) -> str:  # the plain word in results.csv
+        return str(self.value)
+
+
 @dataclass
 class Point:
     setup: str
     batch: int
     repeat: int
-    status: str  # ok | refused
+    status: PointStatus
     message: str = ""
     tokens_per_s: float = 0.0
     time_per_token_p50_s: float = 0.0
@@ -65,6 +76,9 @@ class Point:
     predicted_tokens_per_s: float | None = None
     predicted_step_time_s: float | None = None
     failures: int = 0
+
+    def __post_init__(self) -> None:
+        self.status = PointStatus(self.status)  # read back from results.jsonl as a word
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -164,7 +178,9 @@ class Sweep:
                 refusal = self._switch(setup)
                 if refusal is not None:
                     for batch, repeat in wanted:
-                        self._record(Point(setup.label, batch, repeat, "refused", refusal))
+                        self._record(
+                            Point(setup.label, batch, repeat, PointStatus.REFUSED, refusal)
+                        )
                     continue
                 self._canary(setup)
                 for batch in sorted({b for b, _ in wanted}):
@@ -269,7 +285,7 @@ class Sweep:
             after = scraper.scrape()
             totals = window_totals([before, after])
         except SourceError as exc:
-            return Point(setup.label, batch, repeat, "refused", f"metrics: {exc}")
+            return Point(setup.label, batch, repeat, PointStatus.REFUSED, f"metrics: {exc}")
         finally:
             scraper.close()
         rates: list[float] = []
@@ -286,7 +302,7 @@ class Sweep:
             setup=setup.label,
             batch=batch,
             repeat=repeat,
-            status="ok",
+            status=PointStatus.OK,
             tokens_per_s=run.tokens_per_s,
             time_per_token_p50_s=run.time_per_token_p50_s,
             time_per_token_p90_s=run.time_per_token_p90_s,
@@ -329,7 +345,7 @@ def write_plots(points: list[Point], stem: Path, title: str) -> list[Path]:
     per setup; none without matplotlib (the `plots` extra)."""
     from autotuner import plots
 
-    ok = [p for p in points if p.status == "ok"]
+    ok = [p for p in points if p.status is PointStatus.OK]
     if not ok or not plots.available():
         return []
     figure = plots.bench_figure(

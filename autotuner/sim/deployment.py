@@ -14,10 +14,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from autotuner.actuators.manifest import ManifestActuator
-from autotuner.core.engine.capabilities import REPLAY_SPEC, EngineCapabilities
+from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.costmodel import predict
 from autotuner.core.types import Setup
+from autotuner.engines.vllm.capabilities import REPLAY_SPEC
 from autotuner.errors import ActuatorError
 from autotuner.sim.clock import EngineClock
 from autotuner.sim.completions import CompletionsEngine

@@ -1,5 +1,5 @@
-"""vLLM's metric names (both spellings across versions) and the snapshot arithmetic of a
-direct scrape: per-engine samples, counter-reset detection, and deltas over a window."""
+"""The snapshot arithmetic of a direct vLLM scrape: per-engine samples of the engine's series,
+counter-reset detection, and deltas over a window."""
 
 from __future__ import annotations
 
@@ -7,37 +7,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from autotuner.core.observe.observation import Ratio, WindowTotals
+from autotuner.engines.vllm.metrics import (
+    CACHE_CONFIG,
+    COUNTERS,
+    GAUGES,
+    HISTOGRAMS,
+    PER_POSITION,
+    RESET_MARKERS,
+)
 from autotuner.errors import SourceError, UnusableReason
 from autotuner.sources.promtext import Exposition, LabelKey
 
-COUNTERS = {
-    "drafts": "vllm:spec_decode_num_drafts_total",
-    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
-    "generation_tokens": "vllm:generation_tokens_total",
-    "prompt_tokens": "vllm:prompt_tokens_total",
-    "preemptions": "vllm:num_preemptions_total",
-}
-PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-# Histograms read as sum/count; each entry lists the spellings, newest first (VLLM.md renames).
-HISTOGRAMS = {
-    "step_time": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-    "time_per_output_token": ("vllm:request_time_per_output_token_seconds",),
-    "iteration_tokens": ("vllm:iteration_tokens_total",),
-    "prompt_length": ("vllm:request_prompt_tokens",),
-    "generation_length": ("vllm:request_generation_tokens",),
-}
-GAUGES = {
-    "running": ("vllm:num_requests_running",),
-    "waiting": ("vllm:num_requests_waiting",),
-    "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-}
-CACHE_CONFIG = "vllm:cache_config_info"
-# A restarted engine starts its counters again at 0 and stamps a new `_created`.
-RESET_MARKERS = ("vllm:generation_tokens_created", "vllm:prompt_tokens_created")
-
 
 def wanted_names() -> frozenset[str]:
+    """Every series name a scrape keeps (the rest of the exposition is skipped unread)."""
     names = set(COUNTERS.values()) | {PER_POSITION, CACHE_CONFIG, *RESET_MARKERS}
     for spellings in HISTOGRAMS.values():
         names.update(f"{base}_{part}" for base in spellings for part in ("sum", "count", "bucket"))

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from autotuner.actuators.flags import parse_setup, render
+from autotuner.engines.vllm.setup import parse_setup, render
 from autotuner.actuators.kubernetes import K8sTarget, KubernetesActuator, api_client
 from autotuner.actuators.lease import LeaseElector
 from autotuner.controller import Controller

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from autotuner.actuators.manifest import ManifestActuator
-from autotuner.core.engine.capabilities import UPSTREAM
+from autotuner.engines.vllm.capabilities import UPSTREAM
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Setup

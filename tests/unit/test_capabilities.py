@@ -2,16 +2,11 @@ import re
 
 import pytest
 
-from autotuner.core.engine.capabilities import (
-    GDN_REPLAY,
-    REPLAY_SPEC,
-    UPSTREAM,
-    EngineCapabilities,
-    needed,
-)
+from autotuner.core.engine.capabilities import EngineCapabilities, needed
 from autotuner.core.model.registry import load_model
 from autotuner.core.observe.observation import WindowTotals, live_setup
 from autotuner.core.types import LiveSetup, Setup
+from autotuner.engines.vllm.capabilities import GDN_REPLAY, REPLAY_SPEC, UPSTREAM
 from tests.support.fixtures import FIXTURES
 
 

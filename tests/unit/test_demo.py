@@ -1,6 +1,6 @@
 """The demo compares only setups that the model and the engine build can run."""
 
-from autotuner.core.engine.capabilities import REPLAY_SPEC, UPSTREAM
+from autotuner.engines.vllm.capabilities import REPLAY_SPEC, UPSTREAM
 from autotuner.core.model.registry import load_model
 from autotuner.core.types import Setup
 from autotuner.demo import statics_for

@@ -11,10 +11,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from autotuner.actuators.flags import parse_setup, vllm_tokens
-from autotuner.cli import app
-from autotuner.core.engine.args import SpeculativeConfig, parse
-from autotuner.core.engine.capabilities import PRESETS
+from autotuner.cli.main import app
+from autotuner.core.engine.args import SpeculativeConfig
 from autotuner.core.engine.drafter import (
     DECLARED,
     DEFAULT,
@@ -29,10 +27,14 @@ from autotuner.core.model.draft import DraftModel
 from autotuner.core.model.registry import load_draft_model, load_model
 from autotuner.core.model.spec import DrafterKind
 from autotuner.core.predict.acceptance import geometric
-from autotuner.core.predict.costmodel import max_batch, predict
+from autotuner.core.predict.capacity import max_batch
+from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.predict.report import build_report
 from autotuner.core.types import Setup
+from autotuner.engines.vllm.args import parse, speculative
+from autotuner.engines.vllm.capabilities import PRESETS
+from autotuner.engines.vllm.setup import parse_setup, vllm_tokens
 from autotuner.errors import ArgsError
 from tests.support.fixtures import CONFIGS
 
@@ -163,7 +165,7 @@ def test_bad_values_are_refused_naming_the_flag(args: list[str], message: str) -
 def test_the_method_is_placed_as_vllm_places_it(
     config: dict[str, object], method: str | None, kind: DrafterKind | None
 ) -> None:
-    spec = SpeculativeConfig.of(config)
+    spec = speculative(config)
     assert (spec.resolved_method, spec.kind) == (method, kind)
 
 
@@ -220,7 +222,7 @@ def test_the_models_own_mtp_layers_need_no_declaration() -> None:
         MODEL_CONFIG,
         True,
     )
-    mtp_on_llama = deployed_drafter(LLAMA_FP8, SpeculativeConfig.of(json.loads(MTP)))
+    mtp_on_llama = deployed_drafter(LLAMA_FP8, speculative(json.loads(MTP)))
     assert not mtp_on_llama.predictable
     assert "no MTP layers" in (mtp_on_llama.problem or "")
 

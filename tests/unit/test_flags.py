@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autotuner.actuators.flags import (
+from autotuner.engines.vllm.setup import (
     parse_setup,
     parse_shell,
     render,
@@ -15,7 +15,7 @@ from autotuner.actuators.flags import (
 )
 from autotuner.core.types import Setup
 from autotuner.errors import ArgsError
-from autotuner.settings import FlagNames
+from autotuner.engines.vllm.flags import FlagNames
 
 MTP = '{"method":"mtp","num_speculative_tokens":3}'
 BASE = [

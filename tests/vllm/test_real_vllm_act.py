@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 import pytest
 
-from autotuner.actuators.flags import parse_setup
+from autotuner.engines.vllm.setup import parse_setup
 from autotuner.actuators.targets import open_target
-from autotuner.core.engine.capabilities import UPSTREAM
+from autotuner.engines.vllm.capabilities import UPSTREAM
 from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.observe.observation import build_observation, read_acceptance
 from autotuner.core.types import AcceptanceStats, Setup

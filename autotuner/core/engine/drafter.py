@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from autotuner.core.engine.args import SPECULATIVE_CONFIG, SpeculativeConfig
+from autotuner.core.engine.args import SpeculativeConfig
 from autotuner.core.model.draft import DraftModel
 from autotuner.core.model.spec import DrafterKind, ModelSpec
 from autotuner.errors import InputError
@@ -122,7 +122,7 @@ def _configured(
         what = f"method {method}" if method else "no method and no draft model"
         return Drafter(
             kind=DrafterKind.NONE,
-            problem=f"{what} in {SPECULATIVE_CONFIG} is not modelled (modelled: "
+            problem=f"{what} in the speculative config is not modelled (modelled: "
             f"{', '.join(MODELLED_METHODS)}): speculation not predicted",
             notes=tuple(notes),
             **base,

@@ -1,0 +1,235 @@
+"""What every engine's command line shares (pure): argparse's flag forms, JSON values, plain shell
+words, and where in a container's command and args the engine's own args sit."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+from typing import Any
+
+from autotuner.errors import ArgsError
+
+Edit = Callable[[list[str]], list[str]]  # an engine's argument list -> the new one
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One occurrence of a flag: its index, and where its value sits."""
+
+    index: int
+    joined: bool  # --flag=value (True) or --flag value (False) or a bare switch
+    value: str | None
+    value_index: int | None
+
+
+def find(args: Sequence[str], name: str) -> Flag | None:
+    """The last occurrence of `name` (argparse keeps the last), as `--x v` or `--x=v`."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == name:
+            has_value = i + 1 < len(args) and not args[i + 1].startswith("--")
+            found = Flag(i, False, args[i + 1] if has_value else None, i + 1 if has_value else None)
+        elif arg.startswith(name + "="):
+            found = Flag(i, True, arg[len(name) + 1 :], i)
+    return found
+
+
+def read_json(text: str, flag: str) -> dict[str, Any]:
+    """A JSON object, in double quotes or (as operators write in YAML) single quotes."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise ArgsError(
+                f"{flag}: value is not a JSON object ({error.msg} at column {error.colno}): "
+                f"{text[:80]!r}"
+            ) from None
+    if not isinstance(value, dict):
+        raise ArgsError(f"{flag}: value is not a JSON object: {text[:80]!r}")
+    return value
+
+
+def truthy(text: str) -> bool:
+    """A switch's written value: anything but false, 0, no, off is on."""
+    return text.strip().lower() not in ("false", "0", "no", "off")
+
+
+def set_value(args: Sequence[str], flag: Flag | None, name: str, value: str) -> list[str]:
+    """Give `name` this value where it stands (`--x=v` or `--x v`), or append it."""
+    if flag is None:
+        return [*args, name, value]
+    out = list(args)
+    if flag.joined:
+        out[flag.index] = f"{name}={value}"
+    elif flag.value_index is not None:
+        out[flag.value_index] = value
+    else:
+        out.insert(flag.index + 1, value)
+    return out
+
+
+def remove(args: Sequence[str], flag: Flag, *, bare: bool = False) -> list[str]:
+    """The args without this occurrence (and its value, unless it is a bare switch)."""
+    drop = {flag.index}
+    if not bare and not flag.joined and flag.value_index is not None:
+        drop.add(flag.value_index)
+    return [a for i, a in enumerate(args) if i not in drop]
+
+
+# --------------------------------------------------------------------------- shell strings
+
+_SHELL_SYNTAX = re.compile(r"[;&|<>`$()\n]|\{\s")
+
+
+@dataclass(frozen=True)
+class Token:
+    value: str
+    start: int
+    end: int
+
+
+def shell_tokens(line: str) -> list[Token]:
+    """Split a plain command line like a POSIX shell, keeping each token's span.
+
+    Refuses anything beyond words and quotes (pipes, &&, redirections, substitutions): the
+    tuner edits only command lines it fully understands.
+    """
+    tokens: list[Token] = []
+    i, n = 0, len(line)
+    while i < n:
+        while i < n and line[i] in " \t":
+            i += 1
+        if i >= n:
+            break
+        start, value = i, list[str]()
+        while i < n and line[i] not in " \t":
+            i = _shell_char(line, i, value)
+        tokens.append(Token("".join(value), start, i))
+    return tokens
+
+
+def _shell_char(line: str, i: int, value: list[str]) -> int:
+    """Read the quoted run, escape or plain character at `i` into `value`; the next index."""
+    n, char = len(line), line[i]
+    if char == "'":
+        end = line.find("'", i + 1)
+        if end < 0:
+            raise ArgsError("unterminated single quote in the command line")
+        value.append(line[i + 1 : end])
+        return end + 1
+    if char == '"':
+        i += 1
+        while i < n and line[i] != '"':
+            if line[i] == "\\" and i + 1 < n and line[i + 1] in '"\\$`':
+                i += 1
+            elif line[i] in "$`":
+                raise ArgsError("shell substitution in the command line: refused")
+            value.append(line[i])
+            i += 1
+        if i >= n:
+            raise ArgsError("unterminated double quote in the command line")
+        return i + 1
+    if char == "\\" and i + 1 < n:
+        value.append(line[i + 1])
+        return i + 2
+    if _SHELL_SYNTAX.match(char):
+        raise ArgsError(
+            f"the command line uses shell syntax ({char!r}): only a plain command line "
+            "can be edited safely"
+        )
+    value.append(char)
+    return i + 1
+
+
+def quote(value: str) -> str:
+    """Single-quote a value for a shell unless it is a plain word."""
+    if value and re.fullmatch(r"[A-Za-z0-9_@%+=:,./-]+", value):
+        return value
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+def edit_shell(line: str, edit: Edit) -> str:
+    """Edit a plain command line: the words `edit` changes are rewritten in place, the rest of
+    the string (spacing, quoting, other flags) keeps its bytes."""
+    tokens = shell_tokens(line)
+    words = [t.value for t in tokens]
+    new = edit(list(words))
+    if new == words:
+        return line
+    pieces: list[str] = []
+    cursor = 0
+    for tag, i1, i2, j1, j2 in SequenceMatcher(a=words, b=new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            end = tokens[i2 - 1].end
+            pieces.append(line[cursor:end])
+            cursor = end
+            continue
+        if i2 > i1:  # dropped or replaced words go, with the blank before them
+            cursor = tokens[i2 - 1].end
+        pieces.extend(" " + quote(word) for word in new[j1:j2])
+    pieces.append(line[cursor:])
+    return "".join(pieces)
+
+
+# --------------------------------------------------------------------------- containers
+
+
+def _shell_index(values: Sequence[str]) -> int | None:
+    """Index of a `sh -c "<command line>"` string in a command/args list, if any."""
+    for i in range(2, len(values)):
+        if values[i - 1] == "-c" and values[i - 2].rsplit("/", 1)[-1] in ("sh", "bash", "dash"):
+            return i
+    return None
+
+
+def _where(command: Sequence[str], args: Sequence[str], managed: Collection[str]) -> str:
+    """Which list holds the engine's command line: 'command', 'args' or a shell string in one.
+    `managed` are the flags the tuner writes: where they stand, the engine's args are."""
+
+    def holds(values: Sequence[str]) -> bool:
+        return any(v.split("=", 1)[0] in managed for v in values)
+
+    for label, values in (("command", command), ("args", args)):
+        if _shell_index(values) is not None:
+            return f"{label}-shell"
+    in_command, in_args = holds(command), holds(args)
+    if in_command and in_args:
+        raise ArgsError("managed flags appear in both command and args: refusing to guess")
+    return "command" if in_command or (not args and command) else "args"
+
+
+def engine_tokens(
+    command: Sequence[str], args: Sequence[str], managed: Collection[str]
+) -> list[str]:
+    """The engine's argument list a container runs: command or args, split out of a `sh -c`
+    line."""
+    where = _where(command, args, managed)
+    values = command if where.startswith("command") else args
+    if where.endswith("shell"):
+        index = _shell_index(values)
+        assert index is not None
+        return [t.value for t in shell_tokens(values[index])]
+    return list(values)
+
+
+def edit_container(
+    command: Sequence[str], args: Sequence[str], managed: Collection[str], edit: Edit
+) -> tuple[list[str], list[str]]:
+    """New (command, args) with the engine's argument list edited; the list without the
+    engine's args is returned unchanged."""
+    where = _where(command, args, managed)
+    new_command, new_args = list(command), list(args)
+    target = new_command if where.startswith("command") else new_args
+    if where.endswith("shell"):
+        index = _shell_index(target)
+        assert index is not None
+        target[index] = edit_shell(target[index], edit)
+    else:
+        target[:] = edit(target)
+    return new_command, new_args

@@ -1,0 +1,20 @@
+"""What each vLLM build accepts: the presets an operator names in `engine.capabilities`."""
+
+from __future__ import annotations
+
+from autotuner.core.engine.capabilities import EngineCapabilities
+from autotuner.core.model.spec import SsmKind
+
+UPSTREAM = EngineCapabilities(name="upstream")
+# Upstream plus the Gated DeltaNet ReplaySSM kernels (PR #48792): replay or speculation, not
+# both; for a Mamba-2 model the same as upstream.
+GDN_REPLAY = EngineCapabilities(
+    name="gdn-replay", replay_families=(SsmKind.MAMBA2, SsmKind.GATED_DELTANET)
+)
+# The builds with speculative ReplaySSM (PR #49847 for Mamba-2, #49887 for Gated DeltaNet).
+REPLAY_SPEC = EngineCapabilities(
+    name="replay-spec",
+    replay_with_speculation=True,
+    replay_families=(SsmKind.MAMBA2, SsmKind.GATED_DELTANET),
+)
+PRESETS = {c.name: c for c in (UPSTREAM, GDN_REPLAY, REPLAY_SPEC)}
