@@ -13,6 +13,7 @@ from autotuner.core.decide.state import QualityStatus
 from autotuner.core.predict.acceptance import copy_rule, copy_rule_break_even
 from autotuner.core.types import BlockReason, Decision
 from autotuner.errors import UnusableReason
+from autotuner.settings import Mode
 from autotuner.telling.snapshot import Snapshot
 
 PREFIX = "autotuner"
@@ -44,7 +45,7 @@ class StatusCollector(_SnapshotCollector):
         yield info
         yield _gauge("leader", "1 when this instance holds the Lease.", float(s.leader))
         yield _gauge("paused", "1 while tuning is paused.", float(s.paused))
-        yield _gauge("advisory", "1 in advise mode (never patches).", float(s.mode == "advise"))
+        yield _gauge("advisory", "1 in advise mode (never patches).", float(s.mode is Mode.ADVISE))
         yield _gauge(
             "rollout_stuck", "1 when the rollout after our change is stuck.", float(s.rollout_stuck)
         )

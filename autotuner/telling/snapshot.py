@@ -11,6 +11,7 @@ from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.predict.attribution import Factor
 from autotuner.core.predict.comparisons import Crossover
 from autotuner.core.types import Decision, Observation, Setup
+from autotuner.settings import Mode
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Snapshot:
     crossover: Crossover | None = None
     calibration: list[Factor] = field(default_factory=list)
     quick_rule_rate: float | None = None
-    mode: str = "advise"
+    mode: Mode = Mode.ADVISE
     inputs: dict[str, Any] = field(default_factory=dict)  # workload inputs with their sources
     engine: EngineCapabilities | None = None  # what the build accepts, as this step saw it
 
@@ -39,7 +40,7 @@ def decision_document(snapshot: Snapshot) -> dict[str, Any]:
     obs = snapshot.observation
     return {
         "at": snapshot.at,
-        "mode": snapshot.mode,
+        "mode": snapshot.mode.value,
         "leader": snapshot.leader,
         "paused": snapshot.paused,
         "live_setup": snapshot.live.label if snapshot.live else None,
