@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotuner.core.decide.policy import Context
+from autotuner.core.decide.context import Context
 from autotuner.core.decide.settings import PolicySettings, RestartSettings
 from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.step import step

@@ -32,37 +32,60 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+Row = tuple[str, float, float, float]  # name, peak RSS MB, mean RSS MB, CPU % of a core
+
+
 def main() -> None:
     args = numbers(__doc__, duration=600.0, interval=15.0, replicas=8)
     servers = [
         SimServer(SimulatedVllm(setup=SimSetup(), load=lambda t: 64.0, engines=1))
         for _ in range(args.replicas)
     ]
-    urls = ",".join(f"{s.url}/metrics" for s in servers)
+    sidecar = _start_sidecar(",".join(f"{s.url}/metrics" for s in servers), args.interval)
+    baseline = subprocess.Popen(
+        [sys.executable, "-c", f"import time; time.sleep({args.duration + 30})"]
+    )
+    named: list[tuple[str, subprocess.Popen[bytes]]] = [
+        ("autotuner run", sidecar),
+        ("python sleep (baseline)", baseline),
+    ]
+    rows, elapsed = _watch(named, args.duration)
+    for server in servers:
+        server.close()
+    _report(rows, args.replicas, args.interval, elapsed)
+
+
+def _start_sidecar(urls: str, interval: float) -> subprocess.Popen[bytes]:
+    """`autotuner run` in advise mode against the simulated replicas' metrics."""
     folder = Path(tempfile.mkdtemp())
     config = folder / "autotuner.yaml"
     config.write_text(f"""\
 mode: advise
 source: {{urls: [{urls}]}}
-loop: {{interval_s: {args.interval}, window_s: 60}}
+loop: {{interval_s: {interval}, window_s: 60}}
 exporter: {{host: 127.0.0.1, port: 0}}
 log: {{format: json, level: warning}}
 """)
-    sidecar = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "autotuner.cli", "run", "--config", str(config)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    baseline = subprocess.Popen(
-        [sys.executable, "-c", f"import time; time.sleep({args.duration + 30})"]
-    )
+
+
+def _watch(
+    named: list[tuple[str, subprocess.Popen[bytes]]], duration: float
+) -> tuple[list[Row], float]:
+    """Sample each process's RSS every 5 s for `duration` past its imports, then stop it:
+    (its row, seconds measured)."""
+    processes = [process for _, process in named]
     time.sleep(5)  # past imports: measure the steady state
-    start_cpu = {p.pid: cpu_s(p.pid) for p in (sidecar, baseline)}
-    peaks = {sidecar.pid: 0.0, baseline.pid: 0.0}
-    means: dict[int, list[float]] = {sidecar.pid: [], baseline.pid: []}
+    start_cpu = {p.pid: cpu_s(p.pid) for p in processes}
+    peaks = {p.pid: 0.0 for p in processes}
+    means: dict[int, list[float]] = {p.pid: [] for p in processes}
     started = time.time()
-    while time.time() - started < args.duration:
-        for process in (sidecar, baseline):
+    while time.time() - started < duration:
+        for process in processes:
             if process.poll() is not None:
                 raise SystemExit(f"process {process.pid} exited early")
             value = rss_mb(process.pid)
@@ -71,20 +94,16 @@ log: {{format: json, level: warning}}
         time.sleep(5)
     elapsed = time.time() - started
     rows = []
-    named: list[tuple[str, subprocess.Popen[bytes]]] = [
-        ("autotuner run", sidecar),
-        ("python sleep (baseline)", baseline),
-    ]
     for name, process in named:
         used = cpu_s(process.pid) - start_cpu[process.pid]
         samples = means[process.pid]
         rows.append((name, peaks[process.pid], sum(samples) / len(samples), 100 * used / elapsed))
         process.terminate()
-    for server in servers:
-        server.close()
-    print(
-        f"{args.replicas} simulated replicas, interval {args.interval:g}s, {elapsed:.0f}s measured"
-    )
+    return rows, elapsed
+
+
+def _report(rows: list[Row], replicas: int, interval: float, elapsed: float) -> None:
+    print(f"{replicas} simulated replicas, interval {interval:g}s, {elapsed:.0f}s measured")
     print(f"{'':26} {'peak RSS MB':>12} {'mean RSS MB':>12} {'CPU % of a core':>16}")
     for name, peak, mean, cpu in rows:
         print(f"{name:26} {peak:12.1f} {mean:12.1f} {cpu:16.3f}")

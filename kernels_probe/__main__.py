@@ -1,5 +1,4 @@
-"""python -m kernels_probe [--backend auto|torch|numpy] [--model ID] [--out FILE] [--quick]
-python -m kernels_probe exactness"""
+"""The probe's command line: measure a HardwareProfile, or prove the replay forms exact."""
 
 from __future__ import annotations
 
@@ -9,9 +8,12 @@ import time
 
 import numpy as np
 
+USAGE = """python -m kernels_probe [--backend auto|torch|numpy] [--model ID] [--out FILE] [--quick]
+python -m kernels_probe exactness"""
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels_probe", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kernels_probe", description=USAGE)
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("exactness", help="Prove the replay forms exact (float64); bf16 drift.")
     parser.add_argument("--backend", choices=("auto", "torch", "numpy"), default="auto")
