@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 import httpx
 import pytest
 
+from autotuner.core.decide.context import Context
 from autotuner.core.decide.estimates import AcceptanceMemory
-from autotuner.core.decide.policy import Context, absorb
+from autotuner.core.decide.learning import absorb
 from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState
 from autotuner.core.observe.limits import ObservationLimits

@@ -8,15 +8,19 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autotuner.actuators.flags import parse_setup, render
-from autotuner.core.decide.policy import Context, absorb, candidates, evaluate
+from autotuner.core.decide.context import Context, situation
+from autotuner.core.decide.learning import absorb
+from autotuner.core.decide.search import candidates
 from autotuner.core.decide.state import TunerState
-from autotuner.core.engine.capabilities import UPSTREAM, EngineCapabilities, needed
+from autotuner.core.decide.valuation import evaluate
+from autotuner.core.engine.capabilities import EngineCapabilities, needed
 from autotuner.core.engine.workload import Workload
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.acceptance import from_conditional, geometric
 from autotuner.core.predict.costmodel import predict
 from autotuner.core.types import ScheduleBand, Setup
+from autotuner.engines.vllm.capabilities import UPSTREAM
+from autotuner.engines.vllm.setup import parse_setup, render
 from autotuner.errors import InputError
 from autotuner.sim.truth import TruthEngine
 from tests.support.policy import H200, MODEL, policy_settings
@@ -152,10 +156,14 @@ def _warm(state: TunerState, batches: list[int]) -> TunerState:
 def test_with_a_schedule_too_the_decision_says_which_wins_and_why() -> None:
     state = _warm(TunerState(), [16, 64, 256, 320])
     ctx = replace(_context(), now=60.0 * 12)
-    evaluation = evaluate(state, ctx, SETTINGS, Setup.parse("spec:3"))
+    window = TruthEngine(MODEL, H200, Workload()).observation(
+        now=ctx.now, window_s=60.0, setup=Setup.parse("spec:3"), batch=320.0, rates=(0.6,) * 3
+    )
+    sit = situation(state, window, ctx, SETTINGS)
+    evaluation = evaluate(sit, Setup.parse("spec:3"))
     assert evaluation is not None
-    assert any(s.adaptive for s in evaluation.setups.values())
-    assert any(s.schedule for s in evaluation.setups.values())
+    assert any(s.adaptive for s in evaluation.setups)
+    assert any(s.schedule for s in evaluation.setups)
     said = [n for n in evaluation.notes if n.startswith("adaptive verification or a K schedule")]
     assert len(said) == 1, evaluation.notes
     assert "schedule drafts only what its band verifies" in said[0]

@@ -5,7 +5,10 @@ settings, each with its source."""
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -32,8 +35,9 @@ from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.predict.report import build_report
 from autotuner.core.types import Setup
-from autotuner.engines.vllm.args import parse, speculative
+from autotuner.engines.vllm.args import live_args, parse, speculative
 from autotuner.engines.vllm.capabilities import PRESETS
+from autotuner.engines.vllm.flags import FlagNames
 from autotuner.engines.vllm.setup import parse_setup, vllm_tokens
 from autotuner.errors import ArgsError
 from tests.support.fixtures import CONFIGS
@@ -129,6 +133,33 @@ def test_a_shell_line_in_a_container_is_read() -> None:
     assert read.tensor_parallel_size == 2
     assert read.speculative is not None
     assert read.speculative.num_speculative_tokens == 3
+    assert live_args(command, []) == read  # the one reading of a container's live args
+
+
+def test_live_args_use_the_configured_flag_names() -> None:
+    flags = FlagNames(speculative_config="--spec-config", mamba_ssm_cache_dtype="--ssm-dtype")
+    args = ["--model", "m", "--spec-config", MTP, "--ssm-dtype", "float32"]
+    read = live_args(["vllm", "serve"], args, flags)
+    assert read.speculative is not None
+    assert read.speculative.num_speculative_tokens == 3
+    assert read.mamba_ssm_cache_dtype == "float32"
+    assert live_args(["vllm", "serve"], args).speculative is None  # vLLM's own spelling
+
+
+def test_an_engine_package_is_pure() -> None:
+    """Settings, the core and the adapters all read the engine's modules: importing them
+    loads no HTTP or Kubernetes client and none of the adapters."""
+    code = (
+        "import sys, autotuner.engines.vllm.args, autotuner.engines.vllm.setup, "
+        "autotuner.engines.vllm.metrics, autotuner.engines.vllm.capabilities; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('autotuner', 'httpx', "
+        "'kubernetes')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    outside = ("httpx", "kubernetes", "autotuner.sources", "autotuner.actuators", "autotuner.cli")
+    assert [m for m in ast.literal_eval(loaded) if m.startswith(outside)] == []
 
 
 @pytest.mark.parametrize(
