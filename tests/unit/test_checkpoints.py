@@ -597,7 +597,7 @@ def test_a_bad_state_dtype_is_refused(value: str) -> None:
 
 # --------------------------------------------------------------------------- module names
 
-ALL = set(LAYER_ROLES)
+ALL: set[str] = set(LAYER_ROLES)
 NAMES: list[tuple[str, str | None, set[str]]] = [
     ("model.language_model.layers.0.linear_attn.in_proj_qkv", "0", {"ssm"}),
     ("model.language_model.layers.3.self_attn.q_proj", "3", {"attention"}),

@@ -46,6 +46,25 @@ class DrafterKind(str, Enum):
     DRAFT_MODEL = "draft_model"  # a separate small model: K passes of all its layers
 
 
+class Role(str, Enum):
+    """What part of the model a weight belongs to: decides whether a step streams it, which
+    quantization names select it, and its share of the bytes."""
+
+    ATTENTION = "attention"
+    SSM = "ssm"
+    MLP = "mlp"
+    ROUTER = "router"
+    SHARED_EXPERTS = "shared_experts"
+    MOE_DENSE = "moe_dense"  # a latent MoE's down and up projections around the experts
+    EXPERTS = "experts"  # the routed experts: a step reads only those its tokens touch
+    EMBEDDING = "embedding"  # read by row, never streamed whole
+    LM_HEAD = "lm_head"
+
+    def __str__(self) -> str:
+        # Printed as the bare name in notes and reports, as the plain strings were.
+        return self.value
+
+
 class SsmShape(BaseModel):
     """Per-layer recurrent-state shape.
 
@@ -176,22 +195,22 @@ class ModelSpec(BaseModel):
     def weight_bytes_per_param(self) -> float:
         """Bytes per parameter of every weight a decode step streams (all but the embedding
         table, which is read by row)."""
-        return self._bytes_per_param(lambda role: role != "embedding")
+        return self._bytes_per_param(lambda role: role != Role.EMBEDDING)
 
     @property
     def dense_weight_bytes_per_param(self) -> float:
         """Bytes per parameter of the streamed weights other than routed experts."""
-        return self._bytes_per_param(lambda role: role not in ("embedding", "experts"))
+        return self._bytes_per_param(lambda role: role not in (Role.EMBEDDING, Role.EXPERTS))
 
     @property
     def expert_weight_bytes_per_param(self) -> float:
         """Bytes per parameter of the routed experts."""
-        return self._bytes_per_param(lambda role: role == "experts")
+        return self._bytes_per_param(lambda role: role == Role.EXPERTS)
 
     def _bytes_per_param(self, wanted: Callable[[str], bool]) -> float:
         shares = [s for s in self.weight_shares if wanted(s.role) and s.params]
         if not shares:
-            shares = [s for s in self.weight_shares if s.role != "embedding" and s.params]
+            shares = [s for s in self.weight_shares if s.role != Role.EMBEDDING and s.params]
         if not shares:
             return _bytes(self.weight_dtype)
         params = sum(s.params for s in shares)

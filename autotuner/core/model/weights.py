@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from autotuner.core.model.spec import DTYPE_BYTES, WeightShare
+from autotuner.core.model.spec import DTYPE_BYTES, Role, WeightShare
 from autotuner.errors import ModelConfigError
 
 # --------------------------------------------------------------------------- formats
@@ -71,48 +71,45 @@ def _algo_format(algo: str) -> str:
 
 # --------------------------------------------------------------------------- roles
 
-EXPERTS = "experts"
-EMBEDDING = "embedding"
-LM_HEAD = "lm_head"
-MOE_ONLY = frozenset({"router", "shared_experts", "moe_dense", EXPERTS})
-FFN = frozenset({"mlp"}) | MOE_ONLY
-LAYER_ROLES = frozenset({"attention", "ssm"}) | FFN
-LINEAR = LAYER_ROLES | {LM_HEAD}
+MOE_ONLY = frozenset({Role.ROUTER, Role.SHARED_EXPERTS, Role.MOE_DENSE, Role.EXPERTS})
+FFN = frozenset({Role.MLP}) | MOE_ONLY
+LAYER_ROLES = frozenset({Role.ATTENTION, Role.SSM}) | FFN
+LINEAR = LAYER_ROLES | {Role.LM_HEAD}
 NOTHING: frozenset[str] = frozenset()
 
 _BLOCKS: dict[str, frozenset[str]] = {
-    "self_attn": frozenset({"attention"}),
-    "attn": frozenset({"attention"}),
-    "attention": frozenset({"attention"}),
-    "linear_attn": frozenset({"ssm"}),
-    "mamba": frozenset({"ssm"}),
-    "ssm": frozenset({"ssm"}),
+    "self_attn": frozenset({Role.ATTENTION}),
+    "attn": frozenset({Role.ATTENTION}),
+    "attention": frozenset({Role.ATTENTION}),
+    "linear_attn": frozenset({Role.SSM}),
+    "mamba": frozenset({Role.SSM}),
+    "ssm": frozenset({Role.SSM}),
     "mlp": FFN,
     "ffn": FFN,
     "feed_forward": FFN,
     "block_sparse_moe": FFN,
     "moe": FFN,
-    "shared_mlp": frozenset({"shared_experts", "mlp"}),  # Granite: shared expert or dense MLP
+    "shared_mlp": frozenset({Role.SHARED_EXPERTS, Role.MLP}),  # Granite: shared expert or dense MLP
     "mixer": LAYER_ROLES,  # NemotronH: whatever the layer holds
 }
 _FFN_PARTS: dict[str, frozenset[str]] = {
-    "experts": frozenset({EXPERTS}),
-    "input_linear": frozenset({EXPERTS}),  # GraniteMoe: the experts as one batched tensor
-    "output_linear": frozenset({EXPERTS}),
-    "shared_expert": frozenset({"shared_experts"}),
-    "shared_experts": frozenset({"shared_experts"}),
-    "gate": frozenset({"router"}),
-    "router": frozenset({"router"}),
-    "shared_expert_gate": frozenset({"shared_experts"}),
+    "experts": frozenset({Role.EXPERTS}),
+    "input_linear": frozenset({Role.EXPERTS}),  # GraniteMoe: the experts as one batched tensor
+    "output_linear": frozenset({Role.EXPERTS}),
+    "shared_expert": frozenset({Role.SHARED_EXPERTS}),
+    "shared_experts": frozenset({Role.SHARED_EXPERTS}),
+    "gate": frozenset({Role.ROUTER}),
+    "router": frozenset({Role.ROUTER}),
+    "shared_expert_gate": frozenset({Role.SHARED_EXPERTS}),
 }
 _GLOBAL_NAMES = {
-    "lm_head": frozenset({LM_HEAD}),
-    "head": frozenset({LM_HEAD}),
-    "output": frozenset({LM_HEAD}),
-    "wte": frozenset({EMBEDDING}),
+    "lm_head": frozenset({Role.LM_HEAD}),
+    "head": frozenset({Role.LM_HEAD}),
+    "output": frozenset({Role.LM_HEAD}),
+    "wte": frozenset({Role.EMBEDDING}),
 }
 _GLOBAL_PARTS = (
-    ("embed", frozenset({EMBEDDING})),
+    ("embed", frozenset({Role.EMBEDDING})),
     ("visual", NOTHING),
     ("vision", NOTHING),
     ("norm", NOTHING),
@@ -145,12 +142,12 @@ def _token_roles(token: str, table: Mapping[str, frozenset[str]]) -> frozenset[s
 def _refine(block: frozenset[str], rest: Sequence[str]) -> frozenset[str]:
     """`mlp.experts` -> experts, `mixer.gate` -> router, `mlp.gate_proj` -> mlp, `mlp` -> all;
     blocks without experts (attention, ssm, shared_mlp) are what they are."""
-    if EXPERTS not in block or not rest or rest[0] in ("*", ""):
+    if Role.EXPERTS not in block or not rest or rest[0] in ("*", ""):
         return block
     token = rest[0]
     part = _token_roles(token, _FFN_PARTS)
     if part is None and "latent" in token:
-        part = frozenset({"moe_dense"})
+        part = frozenset({Role.MOE_DENSE})
     if part is None:
         part = block - MOE_ONLY
     return block & part
@@ -188,7 +185,7 @@ def selector(text: str) -> Selector | None:
 
 def _global_selector(text: str, tokens: Sequence[str]) -> Selector | None:
     if tokens == ["*"]:
-        return Selector(text, None, LINEAR | {EMBEDDING})
+        return Selector(text, None, LINEAR | {Role.EMBEDDING})
     if tokens == ["linear"]:  # compressed-tensors targets by class
         return Selector(text, None, LINEAR)
     for token in tokens:
@@ -226,7 +223,7 @@ class Scheme:
         if found:
             specific = [item for item in found if item[0].layer is not None] or found
             return max((fmt for _, fmt in specific), key=lambda f: DTYPE_BYTES[f])
-        if role == EMBEDDING and not self.whole:
+        if role == Role.EMBEDDING and not self.whole:
             return unquantized
         return self.default
 
@@ -376,13 +373,13 @@ class Inventory:
     ModelSpec.layer_pattern), each block's parameters by role, the embedding table and LM head."""
 
     layers: tuple[str, ...]
-    blocks: Mapping[str, Mapping[str, int]]
+    blocks: Mapping[str, Mapping[Role, int]]
     embedding: int
     lm_head: int
 
-    def instances(self) -> Iterator[tuple[int | None, str, int]]:
-        yield None, EMBEDDING, self.embedding
-        yield None, LM_HEAD, self.lm_head
+    def instances(self) -> Iterator[tuple[int | None, Role, int]]:
+        yield None, Role.EMBEDDING, self.embedding
+        yield None, Role.LM_HEAD, self.lm_head
         for index, chars in enumerate(self.layers):
             for char in chars:
                 for role, params in self.blocks[char].items():
@@ -390,7 +387,7 @@ class Inventory:
 
     def params(self, *, experts: bool) -> int:
         """Routed-expert parameters (experts=True) or all the others."""
-        return sum(p for _, role, p in self.instances() if (role == EXPERTS) == experts)
+        return sum(p for _, role, p in self.instances() if (role == Role.EXPERTS) == experts)
 
 
 def plan(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from autotuner.core.model.spec import ModelSpec
+from autotuner.core.model.spec import ModelSpec, Role
 
 Array = npt.NDArray[np.float64]
 
@@ -38,7 +38,7 @@ def role_dtype(model: ModelSpec, experts: bool) -> str:
     shares = [
         s
         for s in model.weight_shares
-        if s.params and s.role != "embedding" and (s.role == "experts") == experts
+        if s.params and s.role != Role.EMBEDDING and (s.role == Role.EXPERTS) == experts
     ]
     if not shares:
         return model.weight_dtype

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from autotuner.core.model.readers import parts
 from autotuner.core.model.readers.base import Body, Config, Fields, Read, build, first_architecture
-from autotuner.core.model.spec import AttentionShape, MoeShape
+from autotuner.core.model.spec import AttentionShape, MoeShape, Role
 
 
 def _mla_attention(f: Fields, hidden: int, heads: int, rank: int) -> tuple[int, AttentionShape]:
@@ -50,7 +50,7 @@ def _routed_layers(f: Fields, count: int) -> list[bool]:
     return [i >= dense_from and i not in mlp_only and (i + 1) % step == 0 for i in range(count)]
 
 
-def _moe(f: Fields, hidden: int, experts: int, inter: int) -> tuple[MoeShape, dict[str, int]]:
+def _moe(f: Fields, hidden: int, experts: int, inter: int) -> tuple[MoeShape, dict[Role, int]]:
     """The routed experts and the MoE block with its shared experts."""
     moe_inter = int(f.opt("moe_intermediate_size", inter) or inter)
     moe = MoeShape(
@@ -61,7 +61,7 @@ def _moe(f: Fields, hidden: int, experts: int, inter: int) -> tuple[MoeShape, di
     shared = int(f.opt("n_shared_experts", 0) or 0) * moe_inter + int(
         f.opt("shared_expert_intermediate_size", 0) or 0
     )
-    return moe, parts.moe_block(hidden, moe, shared_experts=parts.mlp(hidden, shared, gated=True))
+    return moe, parts.moe_block(hidden, moe, shared=parts.mlp(hidden, shared, gated=True))
 
 
 def read_attention(raw: Config, name: str) -> Read:
@@ -78,8 +78,8 @@ def read_attention(raw: Config, name: str) -> Read:
     attn_params, attention = _attention(f, hidden, heads)
     inter = int(f.opt("intermediate_size", 4 * hidden))
     blocks = {
-        "*": {"attention": attn_params},
-        "-": {"mlp": parts.mlp(hidden, inter, gated=True)},
+        "*": {Role.ATTENTION: attn_params},
+        "-": {Role.MLP: parts.mlp(hidden, inter, gated=True)},
     }
     moe = None
     moe_at = [False] * count

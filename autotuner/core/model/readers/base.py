@@ -14,12 +14,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotuner.core.model.spec import AttentionShape, DrafterKind, ModelSpec, MoeShape, SsmShape
+from autotuner.core.model.spec import (
+    AttentionShape,
+    DrafterKind,
+    ModelSpec,
+    MoeShape,
+    Role,
+    SsmShape,
+)
 from autotuner.core.model.weights import Inventory
 from autotuner.errors import ModelConfigError
 
 Config = Mapping[str, Any]
-Blocks = dict[str, dict[str, int]]
+Blocks = dict[str, dict[Role, int]]
 Read = tuple[ModelSpec, Inventory]
 EXPERTS = "E"  # the block character of a layer that routes to experts, in every family
 
@@ -87,9 +94,9 @@ def first_architecture(raw: Config) -> str:
     return MODEL_TYPES.get(str(raw.get("model_type", "")), "unknown")
 
 
-def dense(block: Mapping[str, int]) -> int:
+def dense(block: Mapping[Role, int]) -> int:
     """A block's parameters other than routed experts."""
-    return sum(params for role, params in block.items() if role != "experts")
+    return sum(params for role, params in block.items() if role != Role.EXPERTS)
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,7 @@ class Body:
     layers: Sequence[str]
     blocks: Blocks
 
-    def count(self, role: str) -> int:
+    def count(self, role: Role) -> int:
         """Layers with a block that has `role` (ssm, attention, experts)."""
         return sum(any(role in self.blocks[c] for c in layer) for layer in self.layers)
 
@@ -130,9 +137,9 @@ def build(
         layer_pattern="".join(layers),
         hidden_size=body.hidden,
         vocab_size=body.vocab,
-        ssm_layers=body.count("ssm"),
-        attention_layers=body.count("attention"),
-        moe_layers=body.count("experts"),
+        ssm_layers=body.count(Role.SSM),
+        attention_layers=body.count(Role.ATTENTION),
+        moe_layers=body.count(Role.EXPERTS),
         ssm=ssm,
         attention=attention,
         moe=moe,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from autotuner.core.model.readers import parts
 from autotuner.core.model.readers.base import Body, Config, Fields, Read, build
-from autotuner.core.model.spec import AttentionShape
+from autotuner.core.model.spec import AttentionShape, Role
 
 
 def read_falcon_h1(raw: Config, name: str) -> Read:
@@ -19,9 +19,9 @@ def read_falcon_h1(raw: Config, name: str) -> Read:
     head_dim = int(f.opt("head_dim", hidden // heads))
     blocks = {
         "P": {
-            "ssm": parts.mamba2(hidden, ssm),
-            "attention": parts.attention(hidden, heads, kv_heads, head_dim, gated=False),
-            "mlp": parts.mlp(hidden, inter, gated=True),
+            Role.SSM: parts.mamba2(hidden, ssm),
+            Role.ATTENTION: parts.attention(hidden, heads, kv_heads, head_dim, gated=False),
+            Role.MLP: parts.mlp(hidden, inter, gated=True),
         }
     }
     tied = bool(f.opt("tie_word_embeddings", False))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from autotuner.core.model.readers import parts
 from autotuner.core.model.readers.base import Body, Config, Fields, Read, build, first_architecture
-from autotuner.core.model.spec import AttentionShape, MoeShape
+from autotuner.core.model.spec import AttentionShape, MoeShape, Role
 
 
 def _mixers(raw: Config, f: Fields, count: int) -> list[str]:
@@ -30,9 +30,9 @@ def read_granite_hybrid(raw: Config, name: str) -> Read:
     inter = int(f.opt("intermediate_size", 0) or 0)
     shared = int(f.opt("shared_intermediate_size", 0) or 0)
     blocks = {
-        "M": {"ssm": parts.mamba2(hidden, ssm)},
-        "*": {"attention": parts.attention(hidden, heads, kv_heads, head_dim, gated=False)},
-        "-": {"mlp": parts.mlp(hidden, shared or inter, gated=True)},
+        "M": {Role.SSM: parts.mamba2(hidden, ssm)},
+        "*": {Role.ATTENTION: parts.attention(hidden, heads, kv_heads, head_dim, gated=False)},
+        "-": {Role.MLP: parts.mlp(hidden, shared or inter, gated=True)},
     }
     moe = None
     if experts:
@@ -41,9 +41,7 @@ def read_granite_hybrid(raw: Config, name: str) -> Read:
             experts_per_token=int(f.opt("num_experts_per_tok", 1)),
             expert_params=parts.mlp(hidden, inter, gated=True),
         )
-        blocks["E"] = parts.moe_block(
-            hidden, moe, shared_experts=parts.mlp(hidden, shared, gated=True)
-        )
+        blocks["E"] = parts.moe_block(hidden, moe, shared=parts.mlp(hidden, shared, gated=True))
     layers = [k + ("E" if experts else "-") for k in kinds]
     tied = bool(f.opt("tie_word_embeddings", True))
     return build(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autotuner.core.model.readers import parts
 from autotuner.core.model.readers.base import Body, Config, Fields, Read, build
-from autotuner.core.model.spec import AttentionShape, MoeShape, SsmKind, SsmShape
+from autotuner.core.model.spec import AttentionShape, MoeShape, Role, SsmKind, SsmShape
 
 
 def _layers(raw: Config, f: Fields, count: int, experts: int) -> list[str]:
@@ -38,9 +38,9 @@ def read_jamba(raw: Config, name: str) -> Read:
     )
     head_dim = hidden // heads
     blocks = {
-        "S": {"ssm": parts.mamba1(hidden, ssm, dt_rank)},
-        "*": {"attention": parts.attention(hidden, heads, kv_heads, head_dim, gated=False)},
-        "-": {"mlp": parts.mlp(hidden, inter, gated=True)},
+        "S": {Role.SSM: parts.mamba1(hidden, ssm, dt_rank)},
+        "*": {Role.ATTENTION: parts.attention(hidden, heads, kv_heads, head_dim, gated=False)},
+        "-": {Role.MLP: parts.mlp(hidden, inter, gated=True)},
     }
     moe = None
     if experts > 1:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autotuner.core.model.readers import parts
 from autotuner.core.model.readers.base import Body, Config, Fields, Read, build
-from autotuner.core.model.spec import SsmKind, SsmShape
+from autotuner.core.model.spec import Role, SsmKind, SsmShape
 
 
 def read_mamba2(raw: Config, name: str) -> Read:
@@ -23,7 +23,7 @@ def read_mamba2(raw: Config, name: str) -> Read:
         conv_kernel=int(f.opt("conv_kernel", 4)),
     )
     tied = bool(f.opt("tie_word_embeddings", True))
-    blocks = {"M": {"ssm": parts.mamba2(hidden, ssm)}}
+    blocks = {"M": {Role.SSM: parts.mamba2(hidden, ssm)}}
     return build(
         name, "Mamba2ForCausalLM", Body(hidden, vocab, tied, ["M"] * count, blocks), ssm=ssm
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from autotuner.core.model.readers import parts
 from autotuner.core.model.readers.base import Body, Config, Fields, Read, build
-from autotuner.core.model.spec import AttentionShape, MoeShape, SsmKind, SsmShape
+from autotuner.core.model.spec import AttentionShape, MoeShape, Role, SsmKind, SsmShape
 from autotuner.errors import ModelConfigError
 
 _BLOCKS = {"mamba": "M", "moe": "E", "attention": "*", "mlp": "-"}
@@ -36,7 +36,7 @@ def _mtp_pattern(raw: Config, f: Fields) -> str:
 
 def _moe(
     f: Fields, hidden: int, experts: tuple[int, int, int], gated: bool
-) -> tuple[MoeShape, dict[str, int]]:
+) -> tuple[MoeShape, dict[Role, int]]:
     """A NemotronH MoE layer from (routed experts, experts per token, expert width): routed
     experts (in the latent width when there is one), shared experts and the latent down/up
     projections."""
@@ -50,8 +50,8 @@ def _moe(
     block = parts.moe_block(
         hidden,
         moe,
-        shared_experts=parts.mlp(hidden, shared, gated),
-        moe_dense=2 * hidden * latent,
+        shared=parts.mlp(hidden, shared, gated),
+        latent=2 * hidden * latent,
     )
     return moe, block
 
@@ -82,9 +82,9 @@ def read_nemotron_h(raw: Config, name: str) -> Read:
         conv_kernel=int(f.opt("conv_kernel", 4)),
     )
     blocks = {
-        "M": {"ssm": parts.mamba2(hidden, ssm)},
-        "*": {"attention": parts.attention(hidden, heads, kv_heads, head_dim, gated=False)},
-        "-": {"mlp": parts.mlp(hidden, mlp_inter, gated)},
+        "M": {Role.SSM: parts.mamba2(hidden, ssm)},
+        "*": {Role.ATTENTION: parts.attention(hidden, heads, kv_heads, head_dim, gated=False)},
+        "-": {Role.MLP: parts.mlp(hidden, mlp_inter, gated)},
     }
     moe = None
     if has_moe:

@@ -4,7 +4,7 @@ as Granite-4.0-H, Bamba and Falcon-H1 spell it (`mamba_*` fields)."""
 from __future__ import annotations
 
 from autotuner.core.model.readers.base import Fields
-from autotuner.core.model.spec import MoeShape, SsmKind, SsmShape
+from autotuner.core.model.spec import MoeShape, Role, SsmKind, SsmShape
 
 
 def attention(hidden: int, heads: int, kv_heads: int, head_dim: int, gated: bool) -> int:
@@ -55,8 +55,12 @@ def mamba2_shape(f: Fields, hidden: int, heads: int, state_size: int) -> SsmShap
     )
 
 
-def moe_block(hidden: int, moe: MoeShape, **dense: int) -> dict[str, int]:
-    """A MoE layer's roles: router, routed experts and whatever dense parts it has."""
-    parts = {"router": hidden * moe.experts, "experts": moe.experts * moe.expert_params}
-    parts.update({role: params for role, params in dense.items() if params})
-    return parts
+def moe_block(hidden: int, moe: MoeShape, *, shared: int = 0, latent: int = 0) -> dict[Role, int]:
+    """A MoE layer's roles: router, routed experts, and the shared experts and a latent MoE's
+    down/up projections where it has them."""
+    roles = {Role.ROUTER: hidden * moe.experts, Role.EXPERTS: moe.experts * moe.expert_params}
+    if shared:
+        roles[Role.SHARED_EXPERTS] = shared
+    if latent:
+        roles[Role.MOE_DENSE] = latent
+    return roles

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from autotuner.core.model.readers import parts
 from autotuner.core.model.readers.base import Body, Config, Fields, Read, build, first_architecture
-from autotuner.core.model.spec import AttentionShape, MoeShape, SsmKind, SsmShape
+from autotuner.core.model.spec import AttentionShape, MoeShape, Role, SsmKind, SsmShape
 
 
 def _layers(text: Config, f: Fields, count: int, experts: int) -> list[str]:
@@ -27,7 +27,7 @@ def _layers(text: Config, f: Fields, count: int, experts: int) -> list[str]:
     return [k + m for k, m in zip(kinds, ffn, strict=True)]
 
 
-def _moe(f: Fields, hidden: int, experts: tuple[int, int, int]) -> tuple[MoeShape, dict[str, int]]:
+def _moe(f: Fields, hidden: int, experts: tuple[int, int, int]) -> tuple[MoeShape, dict[Role, int]]:
     """The routed experts from (experts, experts per token, expert width), and the MoE block
     with its shared expert."""
     count, top_k, width = experts
@@ -38,9 +38,7 @@ def _moe(f: Fields, hidden: int, experts: tuple[int, int, int]) -> tuple[MoeShap
     )
     shared = int(f.opt("shared_expert_intermediate_size", 0) or 0)
     gate = hidden if shared else 0  # the shared expert's own scalar gate
-    return moe, parts.moe_block(
-        hidden, moe, shared_experts=parts.mlp(hidden, shared, gated=True) + gate
-    )
+    return moe, parts.moe_block(hidden, moe, shared=parts.mlp(hidden, shared, gated=True) + gate)
 
 
 def read_qwen_gdn(raw: Config, name: str) -> Read:
@@ -64,9 +62,9 @@ def read_qwen_gdn(raw: Config, name: str) -> Read:
     head_dim = int(f.opt("head_dim", hidden // heads))
     gated_attn = bool(f.opt("attn_output_gate", True))
     blocks = {
-        "G": {"ssm": parts.gdn(hidden, ssm)},
-        "*": {"attention": parts.attention(hidden, heads, kv_heads, head_dim, gated=gated_attn)},
-        "-": {"mlp": parts.mlp(hidden, int(f.opt("intermediate_size", 0) or 0), gated=True)},
+        "G": {Role.SSM: parts.gdn(hidden, ssm)},
+        "*": {Role.ATTENTION: parts.attention(hidden, heads, kv_heads, head_dim, gated=gated_attn)},
+        "-": {Role.MLP: parts.mlp(hidden, int(f.opt("intermediate_size", 0) or 0), gated=True)},
     }
     moe = None
     if experts:
