@@ -3,14 +3,19 @@
 For systemd units, docker compose or a local `vllm serve` supervised by the sidecar: the args
 file holds one argument per line (or, with `env_var`, a shell-quoted `VAR=...` line for an env
 file); the restart command runs with a timeout, and a non-zero exit is a failed change.
+
+The command runs in a process group of its own: at the timeout the whole group is killed, so
+a `sh -c` that left a child holding its output pipe cannot keep the sidecar waiting.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 from pathlib import Path
 
@@ -23,8 +28,8 @@ from autotuner.actuators.base import (
     atomic_write,
     live_target,
 )
+from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import ActuatorError, RestartError
-from autotuner.settings import FlagNames
 
 
 class ExecActuator(Actuator):
@@ -119,25 +124,28 @@ class ExecActuator(Actuator):
     def _restart(self) -> None:
         environment = dict(os.environ, AUTOTUNER_ARGS_FILE=str(self.args_file))
         try:
-            result = subprocess.run(
+            process = subprocess.Popen(
                 self.restart_command,
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
                 text=True,
-                timeout=self.timeout_s,
                 env=environment,
-                check=False,
+                start_new_session=True,  # its own process group, killed whole at the timeout
             )
-        except subprocess.TimeoutExpired:
-            raise RestartError(
-                f"restart command timed out after {self.timeout_s:g}s: "
-                f"{shlex.join(self.restart_command)}"
-            ) from None
         except OSError as exc:
             raise ActuatorError(f"restart command failed to start: {exc}") from None
-        self.last_output = (result.stdout + result.stderr)[-4000:]
-        if result.returncode != 0:
+        try:
+            output, _ = process.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            self.last_output = _kill_group(process)
             raise RestartError(
-                f"restart command exited {result.returncode}: {self.last_output[-400:]!r}"
+                f"restart command timed out after {self.timeout_s:g}s (its process group was "
+                f"killed): {shlex.join(self.restart_command)}"
+            ) from None
+        self.last_output = output[-4000:]
+        if process.returncode != 0:
+            raise RestartError(
+                f"restart command exited {process.returncode}: {self.last_output[-400:]!r}"
             )
 
     def save_state(self, state: str, *, expected_version: str | None) -> str | None:
@@ -147,3 +155,17 @@ class ExecActuator(Actuator):
     def event(self, reason: str, message: str, *, warning: bool = False) -> None:
         self.events.append((reason, message, warning))
         self.last_output = json.dumps({"reason": reason, "message": message})
+
+
+def _kill_group(process: subprocess.Popen[str], grace_s: float = 5.0) -> str:
+    """Kill the command's whole process group; what it printed, as far as it can be read."""
+    with contextlib.suppress(ProcessLookupError):  # the group may have ended meanwhile
+        os.killpg(process.pid, signal.SIGKILL)
+    try:
+        output, _ = process.communicate(timeout=grace_s)
+    except subprocess.TimeoutExpired:  # a descendant left the group and holds the pipe
+        if process.stdout is not None:
+            process.stdout.close()
+        process.wait()
+        return ""
+    return output[-4000:]

@@ -1,15 +1,22 @@
 """The Kubernetes actuator: the vLLM Deployment (or StatefulSet) through the official client.
 
 Every write is one strategic-merge patch of the container's args and the state annotation,
-guarded by the resourceVersion that was read (a 409 means re-read and re-decide), and
-preceded by a server-side dry run.
+guarded by the resourceVersion that was read, and preceded by a server-side dry run.
+
+Every request carries what is left of one deadline per call (`deadline_s`, retries included) as
+its `_request_timeout`. A 429 or 5xx is retried within that deadline (after the server's
+Retry-After when it gives one). A 409 is client-go's `retry.RetryOnConflict`: re-read, and when
+the other writer left what the caller decided on alone (the setup, the drafter, the pause and
+the state record), re-render from the fresh object and write again, a bounded number of times
+with jitter; the other writer's change survives because only the managed flags are rewritten.
+A write that touched what was decided on is a ConflictError: the loop re-decides next step.
 """
 
 from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -26,12 +33,17 @@ from autotuner.actuators.base import (
     RolloutStatus,
     args_diff,
     live_target,
+    rendered,
     select_container,
 )
+from autotuner.core.types import Setup
+from autotuner.deadline import Deadline, backoff_s
+from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import ActuatorError, ConflictError, ForbiddenError, InputError
-from autotuner.settings import FlagNames
 
 SMP = "application/strategic-merge-patch+json"
+TRANSIENT = frozenset({429, 500, 502, 503, 504})  # the server says: try again
+SEEN = 8  # reads remembered by resourceVersion, to tell what a conflicting writer changed
 
 
 @dataclass(frozen=True)
@@ -113,6 +125,8 @@ class KubernetesActuator(Actuator):
         allow_surge: bool = False,
         allow_low_precision_replay: bool = False,
         timeout_s: float = 10.0,
+        deadline_s: float | None = None,
+        conflict_attempts: int = 5,
     ) -> None:
         self.target = target
         self.apps = k8s.AppsV1Api(api)
@@ -123,22 +137,46 @@ class KubernetesActuator(Actuator):
         self.allow_surge = allow_surge
         self.allow_low_precision_replay = allow_low_precision_replay
         self.timeout_s = timeout_s
+        self.deadline_s = deadline_s if deadline_s is not None else 3 * timeout_s
+        self.conflict_attempts = conflict_attempts
         self._uid: str | None = None
+        self._call: Deadline | None = None  # the deadline of the apply in progress
+        self._seen: dict[str, LiveTarget] = {}
+
+    def _request(self, what: str, request: Callable[..., Any], *args: Any, **options: Any) -> Any:
+        """One API request within the call's deadline; a 429 or 5xx is tried again while the
+        deadline leaves room for the wait (the server's Retry-After, else a jittered backoff)."""
+        deadline = self._call or Deadline(self.deadline_s)
+        for attempt in range(64):
+            try:
+                with api_errors(what):
+                    try:
+                        timeout = deadline.cap(self.timeout_s)
+                        return request(*args, _request_timeout=timeout, **options)
+                    except ApiException as exc:
+                        if exc.status not in TRANSIENT:
+                            raise
+                        wait = _retry_after(exc)
+                        if not deadline.sleep(backoff_s(attempt) if wait is None else wait):
+                            raise
+            except ActuatorError as exc:
+                if deadline.expired and not isinstance(exc, ConflictError | ForbiddenError):
+                    raise ActuatorError(
+                        f"past the {deadline.seconds:g}s deadline of the call: {exc}"
+                    ) from None
+                raise
+        raise ActuatorError(f"{what}: the API server kept asking to try again")
 
     # ----------------------------------------------------------------- reading
 
     def _get(self) -> dict[str, Any]:
         t = self.target
-        obj: Any
-        with api_errors(str(t)):
-            if t.kind == "deployment":
-                obj = self.apps.read_namespaced_deployment(
-                    t.name, t.namespace, _request_timeout=self.timeout_s
-                )
-            else:
-                obj = self.apps.read_namespaced_stateful_set(
-                    t.name, t.namespace, _request_timeout=self.timeout_s
-                )
+        read = (
+            self.apps.read_namespaced_deployment
+            if t.kind == "deployment"
+            else self.apps.read_namespaced_stateful_set
+        )
+        obj = self._request(str(t), read, t.name, t.namespace)
         raw: dict[str, Any] = self.apps.api_client.sanitize_for_serialization(obj)
         return raw
 
@@ -155,7 +193,7 @@ class KubernetesActuator(Actuator):
     def _live(self, raw: dict[str, Any]) -> LiveTarget:
         self._uid = raw["metadata"].get("uid")
         container = self._container(raw)
-        return live_target(
+        live = live_target(
             str(self.target),
             description=f"{self.target} container {container['name']}",
             command=container.get("command") or [],
@@ -165,6 +203,11 @@ class KubernetesActuator(Actuator):
             version=raw["metadata"].get("resourceVersion"),
             rollout=_rollout(raw),
         )
+        if live.version is not None:
+            self._seen[live.version] = live
+            while len(self._seen) > SEEN:
+                del self._seen[next(iter(self._seen))]
+        return live
 
     def surge_risk(self, raw: dict[str, Any] | None = None) -> str | None:
         """A reason the rollout can deadlock on GPUs (maxSurge >= 1), or None."""
@@ -193,6 +236,44 @@ class KubernetesActuator(Actuator):
     @property
     def where(self) -> str:
         return str(self.target)
+
+    def apply(
+        self,
+        setup: Setup,
+        *,
+        state: str | None,
+        expected_version: str | None,
+        saved_speculative_config: dict[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> ApplyResult:
+        """Write `setup` (and `state`) on the object as read at `expected_version`; on a
+        conflict, re-read and re-render from the fresh object (see the module's docstring)."""
+        seen = self._seen.get(expected_version) if expected_version is not None else None
+        self._call = Deadline(self.deadline_s)
+        try:
+            for attempt in range(self.conflict_attempts):
+                live, read = self._read_for_apply()
+                command, args = rendered(
+                    self.where,
+                    live,
+                    setup,
+                    names=self.names,
+                    saved_speculative_config=saved_speculative_config,
+                    allow_low_precision_replay=self.allow_low_precision_replay,
+                )
+                if attempt and _written(live, command, args, state):
+                    return _landed(seen or live, live, self.where)  # an earlier try landed
+                if expected_version is not None and live.version != expected_version:
+                    _same_inputs(seen, live, self.where)
+                try:
+                    return self._write(live, read, command, args, state=state, dry_run=dry_run)
+                except ConflictError:
+                    last = attempt + 1 == self.conflict_attempts
+                    if last or not self._call.sleep(backoff_s(attempt)):
+                        raise
+            raise ConflictError(f"{self.where}: lost the race {self.conflict_attempts} times")
+        finally:
+            self._call = None
 
     def _read_for_apply(self) -> tuple[LiveTarget, dict[str, Any]]:
         raw = self._get()  # one read: the live args, the rollout strategy and the container
@@ -239,33 +320,49 @@ class KubernetesActuator(Actuator):
         return ApplyResult(after != before, False, before, after, diff, version)
 
     def save_state(self, state: str, *, expected_version: str | None) -> str | None:
-        """Persist the state annotation alone (no rollout: the pod template is untouched)."""
-        body = {
-            "metadata": {
-                "annotations": {STATE_ANNOTATION: state},
-                "resourceVersion": expected_version,
-            }
-        }
-        version = self._patch(body, dry_run=False)["metadata"].get("resourceVersion")
-        return str(version) if version is not None else None
+        """Persist the state annotation alone (no rollout: the pod template is untouched). A
+        conflict with a writer that left the state record alone is written again on top."""
+        seen = self._seen.get(expected_version) if expected_version is not None else None
+        self._call = Deadline(self.deadline_s)
+        version = expected_version
+        try:
+            for attempt in range(self.conflict_attempts):
+                body = {
+                    "metadata": {
+                        "annotations": {STATE_ANNOTATION: state},
+                        "resourceVersion": version,
+                    }
+                }
+                try:
+                    patched = self._patch(body, dry_run=False)
+                    written = patched["metadata"].get("resourceVersion")
+                    return str(written) if written is not None else None
+                except ConflictError:
+                    fresh = self.read()
+                    if (
+                        seen is None
+                        or fresh.state != seen.state
+                        or attempt + 1 == self.conflict_attempts
+                    ):
+                        raise
+                    if not self._call.sleep(backoff_s(attempt)):
+                        raise
+                    version = fresh.version
+            raise ConflictError(f"{self.where}: lost the race {self.conflict_attempts} times")
+        finally:
+            self._call = None
 
     def _patch(self, body: dict[str, Any], *, dry_run: bool) -> dict[str, Any]:
         t = self.target
-        options: dict[str, Any] = {
-            "field_manager": self.field_manager,
-            "_content_type": SMP,
-            "_request_timeout": self.timeout_s,
-        }
+        options: dict[str, Any] = {"field_manager": self.field_manager, "_content_type": SMP}
         if dry_run:
             options["dry_run"] = "All"
-        result: Any
-        with api_errors(str(t)):
-            if t.kind == "deployment":
-                result = self.apps.patch_namespaced_deployment(t.name, t.namespace, body, **options)
-            else:
-                result = self.apps.patch_namespaced_stateful_set(
-                    t.name, t.namespace, body, **options
-                )
+        patch = (
+            self.apps.patch_namespaced_deployment
+            if t.kind == "deployment"
+            else self.apps.patch_namespaced_stateful_set
+        )
+        result = self._request(str(t), patch, t.name, t.namespace, body, **options)
         raw: dict[str, Any] = self.apps.api_client.sanitize_for_serialization(result)
         return raw
 
@@ -294,8 +391,41 @@ class KubernetesActuator(Actuator):
             last_timestamp=now,
             count=1,
         )
-        with api_errors(f"event on {t}"):
-            self.core.create_namespaced_event(t.namespace, body, _request_timeout=self.timeout_s)
+        self._request(f"event on {t}", self.core.create_namespaced_event, t.namespace, body)
+
+
+def _written(live: LiveTarget, command: list[str], args: list[str], state: str | None) -> bool:
+    """The object already holds this write (an attempt the server answered 5xx had landed)."""
+    return (list(live.command), list(live.args)) == (command, args) and (
+        state is None or live.state == state
+    )
+
+
+def _landed(before: LiveTarget, now: LiveTarget, where: str) -> ApplyResult:
+    old, new = (*before.command, *before.args), (*now.command, *now.args)
+    return ApplyResult(old != new, False, old, new, args_diff(old, new, where), now.version)
+
+
+def _same_inputs(seen: LiveTarget | None, fresh: LiveTarget, where: str) -> None:
+    """ConflictError unless the other writer left alone what the caller decided on."""
+    if seen is None:
+        raise ConflictError(f"{where} changed since it was read (-> {fresh.version})")
+    decided = ("setup", "speculative_config", "paused", "state")
+    changed = [name for name in decided if getattr(seen, name) != getattr(fresh, name)]
+    if changed:
+        raise ConflictError(
+            f"{where} changed since it was read ({seen.version} -> {fresh.version}: "
+            f"{', '.join(changed)}); re-decide"
+        )
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    headers = exc.headers or {}
+    try:
+        value = float(headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+    return max(value, 0.0)
 
 
 def _rollout(raw: dict[str, Any]) -> RolloutStatus:
@@ -325,7 +455,7 @@ def api_errors(what: str) -> Iterator[None]:
 
 def _error(exc: ApiException, what: str) -> ActuatorError:
     if exc.status == 409:
-        return ConflictError(f"{what}: changed by someone else (409); re-read and re-decide")
+        return ConflictError(f"{what}: changed by someone else (409)")
     if exc.status == 403:
         return ForbiddenError(f"{what}: forbidden by RBAC (403): {exc.reason}")
     if exc.status == 404:

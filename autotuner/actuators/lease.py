@@ -3,7 +3,8 @@
 The official client's `leaderelection` loops forever and cannot release its Lease on
 shutdown, so a restarted sidecar would wait a whole lease duration before anyone acts. This
 is the same protocol as one non-blocking step (`try_acquire_or_renew`) the controller calls
-every interval, plus `release()` on SIGTERM.
+every interval, plus `release()` on SIGTERM. One round (a read and a write) is bounded by
+`timeout_s` as a whole: each request gets what is left of it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+
+from autotuner.deadline import Deadline
 
 
 def _now(clock: Callable[[], float]) -> datetime.datetime:
@@ -44,6 +47,11 @@ class LeaseElector:
         self.timeout_s = timeout_s
         self.is_leader = False
         self.last_error: str | None = None
+        self._round_deadline = Deadline(timeout_s)
+
+    def _timeout(self) -> float:
+        """What is left of this round's deadline, as a request's `_request_timeout`."""
+        return self._round_deadline.cap(self.timeout_s)
 
     def renew_interval(self) -> float:
         """When to call again: a third of the lease, jittered so candidates do not collide."""
@@ -51,6 +59,7 @@ class LeaseElector:
 
     def try_acquire_or_renew(self) -> bool:
         """One round of the protocol; True while this instance holds the Lease."""
+        self._round_deadline = Deadline(self.timeout_s)
         try:
             self.is_leader = self._round()
             self.last_error = None
@@ -66,7 +75,7 @@ class LeaseElector:
         now = _now(self.clock)
         try:
             lease: Any = self.coordination.read_namespaced_lease(
-                self.name, self.namespace, _request_timeout=self.timeout_s
+                self.name, self.namespace, _request_timeout=self._timeout()
             )
         except ApiException as exc:
             if exc.status != 404:
@@ -77,7 +86,7 @@ class LeaseElector:
             )
             try:
                 self.coordination.create_namespaced_lease(
-                    self.namespace, body, _request_timeout=self.timeout_s
+                    self.namespace, body, _request_timeout=self._timeout()
                 )
             except ApiException as conflict:
                 if conflict.status == 409:
@@ -98,7 +107,7 @@ class LeaseElector:
         lease.spec = self._spec(acquired or now, now, transitions)
         try:
             self.coordination.replace_namespaced_lease(
-                self.name, self.namespace, lease, _request_timeout=self.timeout_s
+                self.name, self.namespace, lease, _request_timeout=self._timeout()
             )
         except ApiException as conflict:
             if conflict.status == 409:
@@ -121,15 +130,16 @@ class LeaseElector:
         """Give the Lease up (clean shutdown) so another instance takes over at once."""
         if not self.is_leader:
             return
+        self._round_deadline = Deadline(self.timeout_s)
         try:
             lease: Any = self.coordination.read_namespaced_lease(
-                self.name, self.namespace, _request_timeout=self.timeout_s
+                self.name, self.namespace, _request_timeout=self._timeout()
             )
             if lease.spec and lease.spec.holder_identity == self.identity:
                 lease.spec.holder_identity = None
                 lease.spec.lease_duration_seconds = 1
                 self.coordination.replace_namespaced_lease(
-                    self.name, self.namespace, lease, _request_timeout=self.timeout_s
+                    self.name, self.namespace, lease, _request_timeout=self._timeout()
                 )
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             self.last_error = f"release of lease {self.namespace}/{self.name} failed: {exc}"

@@ -1,4 +1,7 @@
-"""The canary set and one greedy run of it against an OpenAI-compatible `/v1/completions`."""
+"""The canary set and one greedy run of it against an OpenAI-compatible `/v1/completions`.
+
+Each completion's whole answer is bounded by `timeout_s` (a server that trickles its reply is
+cut at the deadline, not at each read's timeout), and so is its size."""
 
 from __future__ import annotations
 
@@ -12,9 +15,11 @@ from typing import Any
 
 import httpx
 
+from autotuner.deadline import Cut, Deadline, read_body
 from autotuner.errors import CanaryError, InputError
 
 _NUMBER = re.compile(r"-?\d+")
+MAX_REPLY_BYTES = 4 * 2**20  # a canary completion is a few dozen tokens
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,23 +147,35 @@ class CanaryRun:
         return cls.from_json(data)
 
 
-def _complete(http: httpx.Client, url: str, body: dict[str, Any]) -> tuple[str, int, str]:
-    """One completion: (text, completion tokens, the model the server names)."""
+def _complete(
+    http: httpx.Client, url: str, body: dict[str, Any], timeout_s: float
+) -> tuple[str, int, str]:
+    """One completion within `timeout_s`: (text, completion tokens, the model the server
+    names)."""
+    deadline = Deadline(timeout_s)
     try:
-        response = http.post(url, json=body)
+        with http.stream("POST", url, json=body, timeout=deadline.timeout()) as response:
+            raw = read_body(response, deadline, MAX_REPLY_BYTES)
+    except httpx.TimeoutException:
+        raw = Cut.DEADLINE
     except httpx.HTTPError as exc:
         raise CanaryError(f"{url}: {type(exc).__name__}: {exc}") from None
+    if raw is Cut.DEADLINE:
+        raise CanaryError(f"{url}: no whole answer within {timeout_s:g}s")
+    if raw is Cut.TOO_LARGE:
+        raise CanaryError(f"{url}: answer exceeds {MAX_REPLY_BYTES} bytes")
     if response.status_code != 200:
-        raise CanaryError(f"{url}: HTTP {response.status_code}: {response.text[:200]}")
+        text = raw.decode("utf-8", errors="replace")
+        raise CanaryError(f"{url}: HTTP {response.status_code}: {text[:200]}")
     try:
-        reply = response.json()
+        reply = json.loads(raw)
         text = str(reply["choices"][0]["text"])
         return (
             text,
             int(reply.get("usage", {}).get("completion_tokens", 0)),
             str(reply.get("model", "")),
         )
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise CanaryError(f"{url}: not an OpenAI completions reply ({exc})") from None
 
 
@@ -174,9 +191,9 @@ def run_canary(
     priority: int | None = None,
     client: httpx.Client | None = None,
 ) -> CanaryRun:
-    """Send each prompt once, one at a time (the canary must stay a small cost), greedy.
-    `priority` (vLLM's, higher = later) is sent only when given: servers without priority
-    scheduling reject any value but 0."""
+    """Send each prompt once, one at a time (the canary must stay a small cost), greedy;
+    each completion's whole answer within `timeout_s`. `priority` (vLLM's, higher = later) is
+    sent only when given: servers without priority scheduling reject any value but 0."""
     if not prompts:
         raise InputError("the canary set is empty")
     if max_tokens < 1:
@@ -200,7 +217,7 @@ def run_canary(
                 body["model"] = served_model
             if priority is not None:
                 body["priority"] = priority
-            text, used, replied_model = _complete(http, url, body)
+            text, used, replied_model = _complete(http, url, body, timeout_s)
             outputs.append(text)
             tokens += used
             served_model = served_model or replied_model

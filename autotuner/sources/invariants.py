@@ -1,11 +1,21 @@
 """What every vLLM `/metrics` answer must satisfy on its own, before any delta is taken.
 
 Counter deltas hide impossible absolute values (a counter stuck at -5 has a delta of 0), so each
-scrape is checked as it is read: counters finite and never negative; accepted tokens never above
-draft tokens; accepted counts per draft position never rising with position nor above the number
-of drafts (acceptance is prefix-only); histogram buckets cumulative and sums never negative; and
-the running-requests gauge present (the batch size comes from it). A scrape that breaks one is
-refused whole with the series named: nothing from it is used.
+scrape is checked as it is read, by class of invariant rather than by case:
+
+* counters are finite and never negative;
+* counters that count the same events agree with each other (`ORDERED`: each pair is "never
+  more than"): a draft holds at least one token (vLLM counts a draft only when it proposed
+  one), so draft tokens are never fewer than drafts; accepted tokens never above draft tokens;
+  accepted counts per draft position never rising with position nor above the number of drafts
+  (acceptance is prefix-only);
+* histograms are cumulative (buckets never fall as `le` rises), their `_count` equals their
+  `+Inf` bucket and their sums are never negative;
+* gauges lie in their range (`RANGES`: a 0..1 ratio at 1.7 is refused);
+* the running-requests gauge is present (the batch size comes from it).
+
+A scrape that breaks one is refused whole with the series named: nothing from it is used.
+`check_totals` holds a window's totals (e.g. Prometheus's `increase()`s) to the same order.
 """
 
 from __future__ import annotations
@@ -15,21 +25,60 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 
+from autotuner.core.observe.observation import WindowTotals
+from autotuner.engines.vllm.metrics import COUNTERS, GAUGES, HISTOGRAMS, PER_POSITION
 from autotuner.errors import SourceError, UnusableReason
 from autotuner.sources.promtext import Exposition, LabelKey
-from autotuner.sources.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS, PER_POSITION
 
 RUNNING = GAUGES["running"][0]
+# (smaller, larger): the first counter never exceeds the second, per engine.
+ORDERED = (
+    ("drafts", "draft_tokens"),
+    ("accepted", "draft_tokens"),
+)
+# The closed range of each bounded gauge, by the GAUGES key (a NaN, an Inf or a negative
+# count in any gauge is refused with the window: core/observe/observation.py).
+RANGES = {"kv_usage": (0.0, 1.0)}
 
 
 def check_scrape(url: str, exposition: Exposition) -> None:
     """Raise SourceError(INVALID_VALUE) naming the first series that breaks an invariant, or
     SourceError(EMPTY_RESULT) when vLLM counters come without the running-requests gauge."""
     _counters(url, exposition)
-    _histograms(url, exposition)
-    _accepted_within_drafted(url, exposition)
+    _ordered(url, exposition)
     _per_position(url, exposition)
+    _histograms(url, exposition)
+    _gauges(url, exposition)
     _running_gauge(url, exposition)
+
+
+def check_totals(where: str, totals: WindowTotals) -> None:
+    """Raise SourceError(INVALID_VALUE) when a window's counter totals contradict each other
+    (the same order as each scrape's counters)."""
+    if not totals.speculation:
+        return
+    values = {"drafts": totals.drafts, "draft_tokens": totals.draft_tokens}
+    values["accepted"] = totals.accepted
+    for smaller, larger in ORDERED:
+        if values[smaller] > values[larger] + _SLACK:
+            raise _invalid(
+                where,
+                f"{COUNTERS[smaller]} rose by {values[smaller]:g} in the window, more than "
+                f"{COUNTERS[larger]} ({values[larger]:g})",
+            )
+    rows = [totals.drafts, *totals.accepted_per_position]
+    for position, (before, after) in enumerate(itertools.pairwise(rows)):
+        if after > before + _SLACK:
+            raise _invalid(
+                where,
+                f"{PER_POSITION} at position {position} rose by {after:g} in the window, more "
+                f"than {'the drafts' if position == 0 else 'the position before it'} "
+                f"({before:g})",
+            )
+
+
+# increase() extrapolates each series to the window's edges: totals agree only to a rounding.
+_SLACK = 1e-6
 
 
 def series(name: str, labels: LabelKey) -> str:
@@ -70,7 +119,25 @@ def _histograms(url: str, exposition: Exposition) -> None:
                     raise _invalid(
                         url, f"histogram sum {series(f'{base}_sum', labels)} is {total:g}"
                     )
-            _cumulative(url, f"{base}_bucket", exposition.get(f"{base}_bucket", {}))
+            buckets = exposition.get(f"{base}_bucket", {})
+            _cumulative(url, f"{base}_bucket", buckets)
+            _count_is_inf(url, base, buckets, exposition.get(f"{base}_count", {}))
+
+
+def _count_is_inf(
+    url: str, base: str, buckets: dict[LabelKey, float], counts: dict[LabelKey, float]
+) -> None:
+    """A histogram's `_count` is its `+Inf` bucket: every observation falls in that one."""
+    for labels, value in buckets.items():
+        if dict(labels).get("le") not in ("+Inf", "Inf", "inf"):
+            continue
+        count = counts.get(_without(labels, "le"))
+        if count is not None and count != value:
+            raise _invalid(
+                url,
+                f"{series(f'{base}_count', _without(labels, 'le'))} = {count:g} differs from "
+                f"its +Inf bucket ({value:g})",
+            )
 
 
 def _cumulative(url: str, name: str, buckets: dict[LabelKey, float]) -> None:
@@ -93,17 +160,17 @@ def _cumulative(url: str, name: str, buckets: dict[LabelKey, float]) -> None:
                 )
 
 
-def _accepted_within_drafted(url: str, exposition: Exposition) -> None:
-    accepted, drafted = COUNTERS["accepted"], COUNTERS["draft_tokens"]
-    totals = exposition.get(drafted, {})
-    for labels, value in exposition.get(accepted, {}).items():
-        bound = totals.get(labels)
-        if bound is not None and value > bound:
-            raise _invalid(
-                url,
-                f"{series(accepted, labels)} = {value:g} exceeds {series(drafted, labels)} = "
-                f"{bound:g}",
-            )
+def _ordered(url: str, exposition: Exposition) -> None:
+    for smaller, larger in ORDERED:
+        bounds = exposition.get(COUNTERS[larger], {})
+        for labels, value in exposition.get(COUNTERS[smaller], {}).items():
+            bound = bounds.get(labels)
+            if bound is not None and value > bound:
+                raise _invalid(
+                    url,
+                    f"{series(COUNTERS[smaller], labels)} = {value:g} exceeds "
+                    f"{series(COUNTERS[larger], labels)} = {bound:g}",
+                )
 
 
 def _per_position(url: str, exposition: Exposition) -> None:
@@ -128,6 +195,17 @@ def _per_position(url: str, exposition: Exposition) -> None:
                     f"{series(PER_POSITION, labels)} = {after:g} exceeds the position before it "
                     f"({before:g}): acceptance is prefix-only",
                 )
+
+
+def _gauges(url: str, exposition: Exposition) -> None:
+    for key, (low, high) in RANGES.items():
+        for name in GAUGES[key]:
+            for labels, value in exposition.get(name, {}).items():
+                if math.isfinite(value) and not low <= value <= high:
+                    raise _invalid(
+                        url,
+                        f"gauge {series(name, labels)} is {value:g}, outside [{low:g}, {high:g}]",
+                    )
 
 
 def _running_gauge(url: str, exposition: Exposition) -> None:

@@ -3,10 +3,16 @@
 Counter deltas come from `increase()`, summed across replicas; the batch distribution from the
 raw running-request samples of a range query; a restart inside the window (any counter reset)
 makes the window unusable rather than letting `increase()` paper over it.
+
+Each query's whole answer is bounded by `timeout_s` and all the queries of one window by
+`deadline_s`; a 429 or 503 with a `Retry-After` that fits in what is left is waited out once;
+an answer Prometheus marks partial (`warnings`) is refused, as are totals that contradict each
+other (sources/invariants.py).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,10 +22,14 @@ import httpx
 from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.observe.observation import Ratio, WindowTotals, build_observation, unusable
 from autotuner.core.types import Observation
+from autotuner.deadline import Cut, Deadline, read_body, retry_after_s
+from autotuner.engines.vllm.metrics import COUNTERS, GAUGES, HISTOGRAMS, PER_POSITION
 from autotuner.errors import SourceError, UnusableReason
-from autotuner.sources.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS, PER_POSITION
+from autotuner.sources.invariants import check_totals
 
 Vector = list[dict[str, Any]]
+DEFAULT_MAX_BYTES = 16 * 2**20
+RETRYABLE = frozenset({429, 503})
 
 
 class PrometheusSource:
@@ -32,13 +42,18 @@ class PrometheusSource:
         *,
         client: httpx.Client | None = None,
         timeout_s: float = 10.0,
+        deadline_s: float | None = None,
         scrape_interval_s: float = 15.0,
+        max_bytes: int = DEFAULT_MAX_BYTES,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.url = url.rstrip("/")
         self.selector = selector.strip().strip("{}")
         self.client = client or httpx.Client(timeout=timeout_s)
         self.timeout_s = timeout_s
+        self.deadline_s = deadline_s if deadline_s is not None else 3 * timeout_s
+        self.max_bytes = max_bytes
+        self.window: Deadline | None = None  # the deadline of the window being queried
         self.scrape_interval_s = scrape_interval_s
         self.clock = clock
 
@@ -46,22 +61,70 @@ class PrometheusSource:
         return f"{metric}{{{self.selector}}}" if self.selector else metric
 
     def _get(self, path: str, params: dict[str, str]) -> Any:
+        """One query's result, within its deadline (one wait for a Retry-After included)."""
+        deadline = Deadline(self.timeout_s)
+        if self.window is not None and self.window.remaining() < deadline.remaining():
+            deadline = self.window
+        status, body = self._fetch(path, params, deadline)
+        if status in RETRYABLE:
+            wait = retry_after_s(body) if isinstance(body, httpx.Response) else None
+            if wait is None or not deadline.sleep(wait):
+                raise SourceError(
+                    UnusableReason.HTTP_ERROR,
+                    f"{self.url}: HTTP {status} (Retry-After {wait if wait is not None else '-'}"
+                    f"); no retry fits the {deadline.seconds:g}s deadline",
+                )
+            status, body = self._fetch(path, params, deadline)
+        return self._result(status, body, params)
+
+    def _fetch(
+        self, path: str, params: dict[str, str], deadline: Deadline
+    ) -> tuple[int, bytes | httpx.Response]:
+        """(status, body), or the response itself when the server asks for a retry."""
+        url = f"{self.url}{path}"
         try:
-            response = self.client.get(f"{self.url}{path}", params=params, timeout=self.timeout_s)
+            with self.client.stream(
+                "GET", url, params=params, timeout=deadline.timeout()
+            ) as response:
+                if response.status_code in RETRYABLE:
+                    return response.status_code, response
+                body = read_body(response, deadline, self.max_bytes)
         except httpx.TimeoutException:
-            raise SourceError(UnusableReason.TIMEOUT, f"{self.url}: no answer") from None
+            body = Cut.DEADLINE
         except httpx.HTTPError as exc:
             raise SourceError(UnusableReason.SERVER_DOWN, f"{self.url}: {exc}") from None
+        if body is Cut.DEADLINE:
+            raise SourceError(
+                UnusableReason.TIMEOUT,
+                f"{self.url}: no whole answer within {deadline.seconds:g}s",
+            )
+        if body is Cut.TOO_LARGE:
+            raise SourceError(
+                UnusableReason.TOO_LARGE, f"{self.url}: answer exceeds {self.max_bytes} bytes"
+            )
+        return response.status_code, body
+
+    def _result(self, status: int, raw: bytes | httpx.Response, params: dict[str, str]) -> Any:
         try:
-            body = response.json()
+            body = json.loads(raw if isinstance(raw, bytes) else b"")
         except ValueError:
             raise SourceError(
-                UnusableReason.HTTP_ERROR, f"{self.url}: HTTP {response.status_code}, not JSON"
+                UnusableReason.HTTP_ERROR, f"{self.url}: HTTP {status}, not JSON"
             ) from None
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error", "unknown error") if isinstance(body, dict) else body
             raise SourceError(UnusableReason.QUERY_ERROR, f"{params.get('query')}: {error}")
-        return body["data"]["result"]
+        if body.get("warnings"):
+            raise SourceError(
+                UnusableReason.QUERY_ERROR,
+                f"{params.get('query')}: a partial answer ({'; '.join(body['warnings'])})",
+            )
+        try:
+            return body["data"]["result"]
+        except (KeyError, TypeError):
+            raise SourceError(
+                UnusableReason.QUERY_ERROR, f"{params.get('query')}: no data.result"
+            ) from None
 
     def instant(self, query: str, at: float) -> Vector:
         result: Vector = self._get("/api/v1/query", {"query": query, "time": f"{at:.3f}"})
@@ -141,11 +204,16 @@ class PrometheusSource:
         return totals
 
     def observe(self, window_s: float, *, limits: ObservationLimits | None = None) -> Observation:
+        """The window's Observation; all its queries within `deadline_s`."""
         now = self.clock()
+        self.window = Deadline(self.deadline_s)
         try:
             totals = self.totals(window_s, now)
+            check_totals(self.url, totals)
         except SourceError as exc:
             return unusable("prometheus", exc.reason, exc.detail, start=now - window_s, end=now)
+        finally:
+            self.window = None
         return build_observation(
             "prometheus", totals, now=now, limits=limits or ObservationLimits()
         )

@@ -12,6 +12,7 @@ import httpx
 from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.observe.observation import build_observation, unusable
 from autotuner.core.types import Observation
+from autotuner.deadline import Cut, Deadline, read_body
 from autotuner.errors import SourceError, UnusableReason
 from autotuner.sources.invariants import check_scrape
 from autotuner.sources.promtext import parse
@@ -24,8 +25,9 @@ _WANTED = wanted_names()
 class VllmScraper:
     """Scrapes vLLM endpoints and keeps the recent snapshots of a rolling window.
 
-    The HTTP client is injected (tests pass a transport); without one, a keep-alive client with
-    the given timeout is made. Every failure becomes a SourceError with a typed reason.
+    The HTTP client is injected (tests pass a transport); without one, a keep-alive client is
+    made. `timeout_s` bounds each endpoint's whole answer, not each read. Every failure becomes
+    a SourceError with a typed reason.
     """
 
     def __init__(
@@ -47,30 +49,32 @@ class VllmScraper:
         self.history: deque[Snapshot] = deque()
 
     def fetch(self, url: str) -> str:
+        """The body of one `/metrics` answer, all of it within `timeout_s` (however slowly
+        it comes), or a SourceError with the reason."""
+        deadline = Deadline(self.timeout_s)
         try:
-            with self.client.stream("GET", url, timeout=self.timeout_s) as response:
+            with self.client.stream("GET", url, timeout=deadline.timeout()) as response:
                 if response.status_code >= 400:
                     raise SourceError(
                         UnusableReason.HTTP_ERROR, f"{url}: HTTP {response.status_code}"
                     )
                 if "html" in response.headers.get("content-type", ""):
                     raise SourceError(UnusableReason.NOT_METRICS, f"{url}: got an HTML page")
-                body = bytearray()
-                for chunk in response.iter_bytes():
-                    body += chunk
-                    if len(body) > self.max_bytes:
-                        raise SourceError(
-                            UnusableReason.TOO_LARGE,
-                            f"{url}: body exceeds {self.max_bytes} bytes; refused",
-                        )
+                body = read_body(response, deadline, self.max_bytes)
         except httpx.TimeoutException:
-            raise SourceError(
-                UnusableReason.TIMEOUT, f"{url}: no answer within {self.timeout_s:g}s"
-            ) from None
-        except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
+            body = Cut.DEADLINE
+        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
             raise SourceError(UnusableReason.SERVER_DOWN, f"{url}: {exc}") from None
         except httpx.HTTPError as exc:
             raise SourceError(UnusableReason.HTTP_ERROR, f"{url}: {exc}") from None
+        if body is Cut.DEADLINE:
+            raise SourceError(
+                UnusableReason.TIMEOUT, f"{url}: no whole answer within {self.timeout_s:g}s"
+            )
+        if body is Cut.TOO_LARGE:
+            raise SourceError(
+                UnusableReason.TOO_LARGE, f"{url}: body exceeds {self.max_bytes} bytes; refused"
+            )
         text = body.decode("utf-8", errors="replace")
         if text.lstrip().startswith("<"):
             raise SourceError(UnusableReason.NOT_METRICS, f"{url}: body is HTML, not metrics")

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 import pytest
 
 from autotuner.actuators.base import STATE_ANNOTATION
-from autotuner.actuators.flags import parse_setup
 from autotuner.actuators.kubernetes import (
     K8sTarget,
     KubernetesActuator,
@@ -18,6 +17,7 @@ from autotuner.actuators.kubernetes import (
 )
 from autotuner.actuators.lease import LeaseElector
 from autotuner.core.types import Setup
+from autotuner.engines.vllm.setup import parse_setup
 from autotuner.errors import ActuatorError, ConflictError, ForbiddenError, InputError
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver
 
@@ -103,17 +103,53 @@ def test_dry_run_changes_nothing(server: FakeApiServer) -> None:
     assert server.get("Deployment", "llm", "vllm") == before
 
 
-def test_conflict_is_reported_never_retried(server: FakeApiServer) -> None:
+def containers(server: FakeApiServer) -> list[dict[str, object]]:
+    spec = server.get("Deployment", "llm", "vllm")["spec"]["template"]["spec"]
+    return list(spec["containers"])
+
+
+def test_a_conflict_on_what_was_decided_is_not_retried(server: FakeApiServer) -> None:
     act = actuator(server)
     stale = act.read().version
-    server.put("Deployment", server.get("Deployment", "llm", "vllm"))  # someone else wrote
-    with pytest.raises(ConflictError):
+    other = server.get("Deployment", "llm", "vllm")  # someone else changed the setup
+    other["spec"]["template"]["spec"]["containers"][0]["args"] = ARGS[:4]
+    server.put("Deployment", other)
+    with pytest.raises(ConflictError, match="setup"):
         act.apply(Setup(replay_window=16), state=None, expected_version=stale)
     assert [r for r in server.requests if r[0] == "PATCH"] == []
 
 
-def test_409_from_the_server_is_a_conflict(server: FakeApiServer) -> None:
+def test_a_conflict_elsewhere_is_rendered_again_and_the_other_change_survives(
+    server: FakeApiServer,
+) -> None:
     act = actuator(server)
+    live = act.read()
+    original = act._get
+    raced: list[bool] = []
+
+    def racing() -> dict[str, object]:
+        raw = original()
+        if not raced:  # another writer lands between our read and our write
+            raced.append(True)
+            other = server.get("Deployment", "llm", "vllm")
+            args = other["spec"]["template"]["spec"]["containers"][0]["args"]
+            args[args.index("--max-num-seqs") + 1] = "128"
+            other["spec"]["replicas"] = 2
+            server.put("Deployment", other)
+        return raw
+
+    act._get = racing  # type: ignore[method-assign]
+    result = act.apply(Setup(replay_window=16), state="s", expected_version=live.version)
+    assert result.changed
+    args = containers(server)[0]["args"]
+    assert isinstance(args, list)
+    assert parse_setup(args) == Setup(replay_window=16)
+    assert args[args.index("--max-num-seqs") + 1] == "128"  # the other writer's change
+    assert server.get("Deployment", "llm", "vllm")["spec"]["replicas"] == 2
+
+
+def test_losing_every_race_is_a_conflict(server: FakeApiServer) -> None:
+    act = actuator(server, conflict_attempts=3)
     live = act.read()
     original = act._get
 
@@ -125,9 +161,9 @@ def test_409_from_the_server_is_a_conflict(server: FakeApiServer) -> None:
     act._get = racing  # type: ignore[method-assign]
     with pytest.raises(ConflictError):
         act.apply(Setup(replay_window=16), state=None, expected_version=live.version)
-    assert parse_setup(
-        server.get("Deployment", "llm", "vllm")["spec"]["template"]["spec"]["containers"][0]["args"]
-    ) == Setup(spec_tokens=3)
+    assert parse_setup(containers(server)[0]["args"]) == Setup(spec_tokens=3)  # type: ignore[arg-type]
+    patches = [r for r in server.requests if r[0] == "PATCH"]
+    assert len(patches) == 3  # one dry run per try, each refused
 
 
 def test_forbidden_and_unknown_container_and_timeouts(server: FakeApiServer) -> None:
@@ -145,9 +181,10 @@ def test_forbidden_and_unknown_container_and_timeouts(server: FakeApiServer) -> 
     with pytest.raises(ActuatorError, match="unreachable or slow"):
         slow.read()
     server.delay_s = 0
-    server.fail_next = [500]
+    server.fail_next = [500] * 1000
     with pytest.raises(ActuatorError, match="500"):
-        actuator(server).read()
+        actuator(server, deadline_s=0.5).read()
+    server.fail_next = []
     assert server.get("Deployment", "llm", "vllm")["metadata"]["generation"] == 1
 
 

@@ -4,7 +4,8 @@ No kube-apiserver can run on our machines, so the official client talks real HTT
 GET/PATCH Deployments and StatefulSets (strategic merge, JSON merge and JSON patch), optimistic
 concurrency (a resourceVersion in the patch that is not current -> 409), dryRun=All, Pods and
 ReplicaSets for the owner chain, Events, Leases (GET/POST/PUT with resourceVersion), 403 for
-verbs the test forbids, slow and failing responses.
+verbs the test forbids, slow and failing responses (a 429 or 503 with a Retry-After), another
+writer landing before a request (`interfere`), and a restart on the same port.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -84,16 +85,19 @@ def merge_patch(target: Any, patch: Any) -> Any:
 class FakeApiServer:
     """Holds objects by (kind, namespace, name); serves them on 127.0.0.1."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.objects: dict[tuple[str, str, str], Obj] = {}
         self.events: list[Obj] = []
         self.requests: list[tuple[str, str, str]] = []  # method, path, content type
         self.forbidden: set[tuple[str, str]] = set()  # (verb, resource) -> 403
         self.delay_s = 0.0
         self.fail_next: list[int] = []  # status codes to answer with, in order
+        self.retry_after: str | None = None  # the Retry-After header of an injected failure
+        # Called with (method, path) before each request is served: another writer's change.
+        self.interfere: Callable[[str, str], None] | None = None
         self.version = 1000
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
@@ -170,6 +174,8 @@ class FakeApiServer:
             def _send(self, status: int, body: Obj) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(status)
+                if status >= 400 and server.retry_after is not None:
+                    self.send_header("Retry-After", server.retry_after)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -196,6 +202,8 @@ class FakeApiServer:
                 path, _, query = self.path.partition("?")
                 content_type = self.headers.get("Content-Type", "")
                 server.requests.append((method, path, content_type))
+                if server.interfere is not None:
+                    server.interfere(method, path)
                 if server.delay_s:
                     time.sleep(server.delay_s)
                 if server.fail_next:

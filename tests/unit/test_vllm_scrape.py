@@ -10,6 +10,7 @@ from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.types import Observation
 from autotuner.errors import SourceError, UnusableReason
 from autotuner.sim.engine import SimSetup, SimulatedVllm
+from autotuner.sources.invariants import check_scrape
 from autotuner.sources.promtext import parse
 from autotuner.sources.vllm_metrics import engine_samples, wanted_names
 from autotuner.sources.vllm_scrape import VllmScraper
@@ -380,6 +381,20 @@ PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
             {"count": f"vllm:inter_token_latency_seconds_count{{{ENGINE}}} -1"},
             "vllm:inter_token_latency_seconds_count",
         ),
+        (
+            {"draft_tokens": f"vllm:spec_decode_num_draft_tokens_total{{{ENGINE}}} 90"},
+            'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} = 100 exceeds '
+            "vllm:spec_decode_num_draft_tokens_total",
+        ),
+        (
+            {"count": f"vllm:inter_token_latency_seconds_count{{{ENGINE}}} 129"},
+            'vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} = 129 '
+            "differs from its +Inf bucket (130)",
+        ),
+        (
+            {"kv": f"vllm:kv_cache_usage_perc{{{ENGINE}}} 1.7"},
+            'gauge vllm:kv_cache_usage_perc{engine="0",model_name="m"} is 1.7, outside [0, 1]',
+        ),
     ],
     ids=[
         "negative-counter",
@@ -390,6 +405,9 @@ PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
         "buckets-not-cumulative",
         "negative-histogram-sum",
         "negative-histogram-count",
+        "draft-tokens-fewer-than-drafts",
+        "count-is-not-the-inf-bucket",
+        "ratio-above-one",
     ],
 )
 def test_impossible_absolute_values_refuse_the_scrape(replace: dict[str, str], named: str) -> None:
@@ -397,6 +415,10 @@ def test_impossible_absolute_values_refuse_the_scrape(replace: dict[str, str], n
     assert not obs.usable
     assert obs.reason is UnusableReason.INVALID_VALUE
     assert named in (obs.detail or "")
+
+
+def test_the_real_capture_passes_every_invariant(vllm_capture: str) -> None:
+    check_scrape("capture", parse(vllm_capture, wanted_names()))
 
 
 def test_nothing_from_a_refused_scrape_is_used() -> None:

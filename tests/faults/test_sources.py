@@ -1,0 +1,277 @@
+"""Faults of the sources over loopback: vLLM's /metrics, Prometheus's API and the canary's
+/v1/completions trickling, hanging, resetting, overflowing, answering partly or asking to wait.
+
+Each call must end by its deadline with a typed reason, and the next call (the fault gone)
+must be usable: nothing is lost but the one window.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from autotuner.canary.run import CanaryPrompt, run_canary
+from autotuner.core.observe.limits import ObservationLimits
+from autotuner.errors import CanaryError, SourceError, UnusableReason
+from autotuner.sources.prometheus_api import PrometheusSource
+from autotuner.sources.vllm_scrape import VllmScraper
+from tests.faults.conftest import Record
+from tests.faults.loopback import (
+    FaultServer,
+    Request,
+    StillRunning,
+    answer,
+    endless,
+    fault_server,
+    json_answer,
+    reset_mid_body,
+    timed,
+    trickle,
+)
+from tests.support.fixtures import FIXTURES
+
+METRICS = (FIXTURES / "vllm_cpu_spec_ngram.metrics.txt").read_text()
+DEADLINE_S = 2.0
+# A busy 2-core machine may keep a thread off the CPU for a while: the bound on a call is its
+# deadline plus this; the old behaviour (a deadline per read) overshoots it by seconds.
+SLACK_S = 1.5
+GIVE_UP_S = 20.0  # a call still running then is wedged (the old code never ends)
+LIMITS = ObservationLimits(min_batch_samples=3, min_drafts=10, max_age_s=60)
+
+
+@pytest.fixture
+def server() -> Any:
+    with fault_server() as fake:
+        yield fake
+
+
+def reason_of(outcome: Any) -> Any:
+    """The typed reason of a SourceError, else what the call gave (shown when it fails)."""
+    return outcome.reason if isinstance(outcome, SourceError) else outcome
+
+
+def bounded(outcome: Any, elapsed: float) -> None:
+    assert not isinstance(outcome, StillRunning), f"still running after {outcome.after_s:g}s"
+    assert elapsed < DEADLINE_S + SLACK_S, f"took {elapsed:.1f}s for a {DEADLINE_S:g}s deadline"
+
+
+# --------------------------------------------------------------------------- vLLM /metrics
+
+
+def scrape(server: FaultServer) -> tuple[Any, float]:
+    scraper = VllmScraper([f"{server.url}/metrics"], timeout_s=DEADLINE_S)
+    return timed(scraper.scrape, GIVE_UP_S)
+
+
+def test_vllm_metrics_trickling_ends_at_the_deadline(server: FaultServer, record: Record) -> None:
+    server.route("/metrics", trickle(METRICS, 0.05), answer(METRICS))
+    outcome, elapsed = scrape(server)
+    bounded(outcome, elapsed)
+    assert reason_of(outcome) is UnusableReason.TIMEOUT
+    again, _ = scrape(server)
+    assert not isinstance(again, Exception | StillRunning)  # the next scrape is whole
+    record("vLLM /metrics: 200, then one byte per 50 ms", "window unusable: timeout", elapsed)
+
+
+def test_vllm_metrics_hanging_mid_body_ends_at_the_deadline(
+    server: FaultServer, record: Record
+) -> None:
+    # Bytes for most of the deadline, then silence: a deadline per read would wait it again.
+    server.route("/metrics", trickle(METRICS, 0.1, then_hang_after=17), answer(METRICS))
+    outcome, elapsed = scrape(server)
+    bounded(outcome, elapsed)
+    assert reason_of(outcome) is UnusableReason.TIMEOUT
+    assert not isinstance(scrape(server)[0], Exception | StillRunning)
+    record("vLLM /metrics: 1.7 s of bytes, then silence", "window unusable: timeout", elapsed)
+
+
+def test_vllm_metrics_reset_mid_body_is_server_down(server: FaultServer, record: Record) -> None:
+    server.route("/metrics", reset_mid_body(METRICS), answer(METRICS))
+    outcome, elapsed = scrape(server)
+    bounded(outcome, elapsed)
+    assert reason_of(outcome) is UnusableReason.SERVER_DOWN
+    assert not isinstance(scrape(server)[0], Exception | StillRunning)
+    record("vLLM /metrics: TCP reset mid-body", "window unusable: server_down", elapsed)
+
+
+def test_vllm_metrics_oversized_is_refused(server: FaultServer, record: Record) -> None:
+    server.route("/metrics", endless(64 * 2**20), answer(METRICS))
+    outcome, elapsed = scrape(server)
+    bounded(outcome, elapsed)
+    assert reason_of(outcome) is UnusableReason.TOO_LARGE
+    assert not isinstance(scrape(server)[0], Exception | StillRunning)
+    record("vLLM /metrics: a 64 MiB body", "window unusable: too_large (16 MiB cap)", elapsed)
+
+
+# --------------------------------------------------------------------------- Prometheus
+
+
+def prometheus(*, warnings: list[str] | None = None, drop: str | None = None) -> Any:
+    """A Prometheus API answering the queries PrometheusSource sends, from fixed rates;
+    `drop` leaves out the series of queries containing it, `warnings` marks answers partial."""
+
+    def value(query: str) -> list[tuple[dict[str, str], str]]:
+        if drop and drop in query:
+            return []
+        if "cache_config_info" in query:
+            return []
+        if "by (position)" in query:
+            return [({"position": str(i)}, str(v)) for i, v in enumerate((90, 60, 40))]
+        table = (
+            ("resets(", "0"),
+            ("num_drafts_total", "100"),
+            ("num_draft_tokens_total", "300"),
+            ("num_accepted_tokens_total", "190"),
+            ("preemptions", "0"),
+            ("_count", "50"),
+            ("_sum", "5"),
+            ("rate(", "400"),
+        )
+        return [({}, next((v for key, v in table if key in query), "1"))]
+
+    def send(sock: socket.socket, request: Request, stop: threading.Event) -> None:
+        query = request.query.get("query", "")
+        if request.path.endswith("query_range"):
+            start, end = float(request.query["start"]), float(request.query["end"])
+            points = [
+                [start + i * (end - start) / 4, "0.5" if "kv" in query else "8"] for i in range(5)
+            ]
+            result: list[dict[str, Any]] = [{"metric": {}, "values": points}]
+            kind = "matrix"
+        else:
+            at = float(request.query.get("time", time.time()))
+            if query.startswith("timestamp("):
+                result = [{"metric": {}, "value": [at, str(at)]}]
+            else:
+                result = [{"metric": m, "value": [at, v]} for m, v in value(query)]
+            kind = "vector"
+        body: dict[str, Any] = {"status": "success", "data": {"resultType": kind, "result": result}}
+        if warnings:
+            body["warnings"] = warnings
+        json_answer(body)(sock, request, stop)
+
+    return send
+
+
+def query(server: FaultServer, window: bool = False) -> tuple[Any, float]:
+    source = PrometheusSource(server.url, timeout_s=DEADLINE_S, scrape_interval_s=1)
+    if window:
+        return timed(lambda: source.observe(60, limits=LIMITS), GIVE_UP_S)
+    return timed(lambda: source.instant("up", time.time()), GIVE_UP_S)
+
+
+def test_the_loopback_prometheus_gives_a_usable_window(server: FaultServer) -> None:
+    server.route("/api/v1/query", prometheus())
+    server.route("/api/v1/query_range", prometheus())
+    observation, _ = query(server, window=True)
+    assert observation.usable, observation.detail
+
+
+def test_prometheus_trickling_ends_at_the_deadline(server: FaultServer, record: Record) -> None:
+    server.route("/api/v1/query", trickle('{"status":"success","data":{"result":[', 0.05))
+    outcome, elapsed = query(server)
+    bounded(outcome, elapsed)
+    assert reason_of(outcome) is UnusableReason.TIMEOUT
+    record("Prometheus: 200, then one byte per 50 ms", "window unusable: timeout", elapsed)
+
+
+def test_prometheus_hanging_mid_body_ends_at_the_deadline(
+    server: FaultServer, record: Record
+) -> None:
+    body = '{"status":"success","data":{"resultType":"vector","result":[]}}'
+    server.route("/api/v1/query", trickle(body, 0.1, then_hang_after=17))
+    outcome, elapsed = query(server)
+    bounded(outcome, elapsed)
+    assert reason_of(outcome) is UnusableReason.TIMEOUT
+    record("Prometheus: 1.7 s of bytes, then silence", "window unusable: timeout", elapsed)
+
+
+def test_prometheus_reset_mid_body_is_server_down(server: FaultServer, record: Record) -> None:
+    body = '{"status":"success","data":{"resultType":"vector","result":[]}}'
+    server.route("/api/v1/query", reset_mid_body(body))
+    outcome, elapsed = query(server)
+    bounded(outcome, elapsed)
+    assert reason_of(outcome) is UnusableReason.SERVER_DOWN
+    record("Prometheus: TCP reset mid-body", "window unusable: server_down", elapsed)
+
+
+def test_prometheus_oversized_is_refused(server: FaultServer, record: Record) -> None:
+    server.route("/api/v1/query", endless(64 * 2**20))
+    outcome, elapsed = query(server)
+    bounded(outcome, elapsed)
+    assert reason_of(outcome) is UnusableReason.TOO_LARGE
+    record("Prometheus: a 64 MiB answer", "window unusable: too_large (16 MiB cap)", elapsed)
+
+
+def test_prometheus_partial_answers_are_refused(server: FaultServer, record: Record) -> None:
+    partial = prometheus(warnings=["partial response: store 2 of 3 unreachable"])
+    server.route("/api/v1/query", partial)
+    server.route("/api/v1/query_range", partial)
+    observation, elapsed = query(server, window=True)
+    assert not observation.usable
+    assert observation.reason is UnusableReason.QUERY_ERROR
+    assert "partial" in (observation.detail or "")
+    # Partial without saying so: a shard's draft tokens missing, the drafts there.
+    server.route("/api/v1/query", prometheus(drop="num_draft_tokens_total"))
+    server.route("/api/v1/query_range", prometheus())
+    observation, _ = query(server, window=True)
+    assert not observation.usable
+    assert observation.reason is UnusableReason.INVALID_VALUE
+    record(
+        "Prometheus: a partial answer (warnings; a series missing)",
+        "window unusable: query_error / invalid_value",
+        elapsed,
+    )
+
+
+def test_prometheus_429_with_retry_after_is_waited_out(server: FaultServer, record: Record) -> None:
+    busy = {"status": "error", "errorType": "too_many_requests", "error": "slow down"}
+    server.route("/api/v1/query", json_answer(busy, 429, {"Retry-After": "1"}), prometheus())
+    outcome, elapsed = query(server)
+    assert not isinstance(outcome, Exception | StillRunning), outcome
+    assert 1.0 <= elapsed < DEADLINE_S + SLACK_S
+    server.route("/api/v1/query", json_answer(busy, 429, {"Retry-After": "30"}))
+    refused, quick = query(server)
+    assert isinstance(refused, SourceError)  # a wait past the deadline is not taken
+    assert quick < SLACK_S
+    record(
+        "Prometheus: 429, Retry-After 1 s (then 30 s)",
+        "waited 1 s and answered (a wait past the deadline: window unusable at once)",
+        elapsed,
+    )
+
+
+# --------------------------------------------------------------------------- the canary
+
+
+def canary(server: FaultServer) -> tuple[Any, float]:
+    prompts = [CanaryPrompt(name="add", prompt="Q: 17 + 25?\nA:", answer="42")]
+    return timed(lambda: run_canary(server.url, prompts, timeout_s=DEADLINE_S), GIVE_UP_S)
+
+
+REPLY = '{"choices":[{"text":" 42"}],"usage":{"completion_tokens":2},"model":"m"}'
+
+
+def test_canary_completion_trickling_ends_at_the_deadline(
+    server: FaultServer, record: Record
+) -> None:
+    server.route("/v1/completions", trickle(REPLY, 0.05), answer(REPLY))
+    outcome, elapsed = canary(server)
+    bounded(outcome, elapsed)
+    assert isinstance(outcome, CanaryError)
+    assert not isinstance(canary(server)[0], Exception | StillRunning)
+    record("canary /v1/completions: one byte per 50 ms", "canary failed (CanaryError)", elapsed)
+
+
+def test_canary_completion_hanging_mid_body_ends_at_the_deadline(
+    server: FaultServer, record: Record
+) -> None:
+    server.route("/v1/completions", trickle(REPLY, 0.1, then_hang_after=17), answer(REPLY))
+    outcome, elapsed = canary(server)
+    bounded(outcome, elapsed)
+    assert isinstance(outcome, CanaryError)
+    record("canary /v1/completions: 1.7 s of bytes, then silence", "canary failed", elapsed)
