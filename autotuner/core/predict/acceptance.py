@@ -25,7 +25,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from enum import Enum
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -177,6 +178,18 @@ FULL_PROPOSALS = 0.01
 VARIABLE_LENGTH_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
 
 
+class Proposals(str, Enum):
+    """How a window's proposed lengths are known."""
+
+    FULL = "full"  # every draft proposed all K positions
+    SCHEDULE = "schedule"  # inferred from the deployed K schedule and the batch samples
+    UNKNOWN = "unknown"  # only the mean is known: later positions are lower bounds
+
+    def __str__(self) -> str:
+        # Printed as the bare name, as the plain strings it replaces were.
+        return self.value
+
+
 class ProposedLengths(BaseModel):
     """How many tokens the drafts of a window proposed: `share[i]` is the share of drafts that
     proposed position i, for the positions where that is known (the rest are lower bounds)."""
@@ -184,7 +197,7 @@ class ProposedLengths(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     share: tuple[float, ...]
-    how: Literal["full", "schedule", "unknown"]
+    how: Proposals
     tokens_per_draft: float | None = None  # draft tokens / drafts, measured
     mix: dict[int, float] = {}  # K -> share of drafts, under a schedule
     note: str | None = None
@@ -219,14 +232,14 @@ def proposed_lengths(
       fit the schedule): only position 0 is known (vLLM counts no draft that proposed nothing);
       the later positions are lower bounds.
     """
-    full = ProposedLengths(share=(1.0,) * spec_tokens, how="full")
+    full = ProposedLengths(share=(1.0,) * spec_tokens, how=Proposals.FULL)
     if spec_tokens == 0 or drafts <= 0:
         return full
     per_draft = draft_tokens / drafts
     if spec_tokens == 1 or spec_tokens - per_draft <= FULL_PROPOSALS:
         # Every counted draft proposed position 0: with K = 1 that is every position.
         return full.model_copy(update={"tokens_per_draft": per_draft})
-    unknown = ProposedLengths(share=(1.0,), how="unknown", tokens_per_draft=per_draft)
+    unknown = ProposedLengths(share=(1.0,), how=Proposals.UNKNOWN, tokens_per_draft=per_draft)
     positions = f"position{'s' if spec_tokens > 2 else ''} {_span(1, spec_tokens - 1)}"
     if setup is None or not setup.schedule:
         why = (
@@ -263,7 +276,7 @@ def proposed_lengths(
             }
         )
     share = tuple(sum(f for k, f in mix.items() if k > i) for i in range(spec_tokens))
-    return ProposedLengths(share=share, how="schedule", tokens_per_draft=per_draft, mix=mix)
+    return ProposedLengths(share=share, how=Proposals.SCHEDULE, tokens_per_draft=per_draft, mix=mix)
 
 
 def _schedule_mix(
