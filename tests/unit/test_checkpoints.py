@@ -221,9 +221,11 @@ def jamba(c: dict[str, Any]) -> Roles:
 
 BF16 = {"*": "bfloat16"}
 # What each config.json says read alone: the hand computation, the format of each role ("*":
-# every other), and the weights in GiB (before issue 18, where different, in the comment).
+# every other), and the weights in GiB (where a single-format reading differs, its figure in
+# the comment).
 READ: dict[str, tuple[Callable[[dict[str, Any]], Roles], dict[str, str], float]] = {
-    # fp8 quantization_config; the embedding table is a lookup no quantizer converts (was 624.94)
+    # fp8 quantization_config; the embedding table is a lookup no quantizer converts (624.94
+    # with it fp8)
     "deepseek-v3.config.json": (deepseek_v3, {"*": "fp8", "embedding": "bfloat16"}, 625.80),
     "falcon-h1-0.5b.transcribed.config.json": (falcon_h1, BF16, 0.97),
     "jamba-1.5-mini.transcribed.config.json": (jamba, BF16, 96.06),
@@ -236,7 +238,8 @@ READ: dict[str, tuple[Callable[[dict[str, Any]], Roles], dict[str, str], float]]
     "nemotron-3-super-120b-a12b-fp8.config.json": (nemotron_h, BF16, 224.76),  # ditto
     "nemotron-3-ultra-550b-a55b-bf16.config.json": (nemotron_h, BF16, 1023.16),
     "nemotron-h-56b-base-8k.config.json": (nemotron_h, BF16, 104.91),
-    # fp8 with modules_to_not_convert: lm_head and the routers (mlp.gate) stay BF16 (was 218.95)
+    # fp8 with modules_to_not_convert: lm_head and the routers (mlp.gate) stay BF16 (218.95
+    # with them fp8)
     "qwen3-235b-a22b-fp8.config.json": (
         qwen3_moe,
         {"*": "fp8", "lm_head": "bfloat16", "router": "bfloat16", "embedding": "bfloat16"},
@@ -247,7 +250,7 @@ READ: dict[str, tuple[Callable[[dict[str, Any]], Roles], dict[str, str], float]]
     "qwen3-32b.config.json": (llama, BF16, 61.02),
     "qwen3-next-80b-a3b-thinking.config.json": (qwen_gdn, BF16, 148.40),
     # modelopt NVFP4 with an ignore list: GDN, full attention, shared experts, lm_head BF16
-    # (was 63.97, everything NVFP4)
+    # (63.97 with everything NVFP4)
     "qwen3.5-122b-a10b-nvfp4.config.json": (
         qwen_gdn,
         {"*": "bfloat16", "experts": "nvfp4", "router": "nvfp4"},
@@ -256,7 +259,7 @@ READ: dict[str, tuple[Callable[[dict[str, Any]], Roles], dict[str, str], float]]
     "qwen3.5-122b-a10b.config.json": (qwen_gdn, BF16, 227.45),
     "qwen3.5-27b.config.json": (qwen_gdn, BF16, 50.10),
     "qwen3.5-35b-a3b.config.json": (qwen_gdn, BF16, 64.56),
-    # MIXED_PRECISION: GDN and attention FP8, MLP and lm_head NVFP4 (W4A16) (was 50.10, as BF16)
+    # MIXED_PRECISION: GDN and attention FP8, MLP and lm_head NVFP4 (W4A16) (50.10 as BF16)
     "qwen3.6-27b-nvfp4.config.json": (
         qwen_gdn,
         {"*": "fp8", "mlp": "nvfp4", "lm_head": "nvfp4", "embedding": "bfloat16"},

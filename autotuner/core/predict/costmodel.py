@@ -349,7 +349,7 @@ def _ssm_times(
 
 def _fp8_speedup(model: ModelSpec) -> float:
     """The replay rebuild's small matmuls run at the rate the model's own GEMMs get on FP8
-    tensor cores (as before: twice BF16 for FP8 checkpoints)."""
+    tensor cores (twice BF16 for FP8 checkpoints)."""
     return 2.0 if model.weight_dtype.lower() in ("fp8", "float8") else 1.0
 
 
