@@ -237,9 +237,10 @@ class AcceptanceStats(Value):
     mean_acceptance_length: float  # 1 + accepted / drafts (vLLM's definition)
     sufficient: bool
     note: str | None = None
-    # How the proposed lengths were known (core/acceptance.py `proposed_lengths`): "full" (every
-    # draft proposed K), "schedule" (the deployed K schedule and the batch samples) or "unknown"
-    # (positions past 0 are lower bounds); `read_with` is the setup read for it (None: none).
+    # How the proposed lengths were known (`Proposals`, core/predict/acceptance.py): "full"
+    # (every draft proposed K), "schedule" (the deployed K schedule and the batch samples) or
+    # "unknown" (positions past 0 are lower bounds); `read_with` is the setup read for it
+    # (None: none).
     trials_per_position: tuple[float, ...] = ()  # drafts that proposed i having reached it
     lower_bound: tuple[bool, ...] = ()
     proposed_share: tuple[float, ...] = ()  # share of drafts that proposed i, where known

@@ -28,7 +28,7 @@ def draft_model(model: ModelSpec, workload: Workload) -> DraftModel | None:
 
 def has_draft_passes(model: ModelSpec, workload: Workload) -> bool:
     """Whether drafting runs on the GPU: ngram and suffix look tokens up on the CPU; a draft
-    model of unknown size is not charged (it is never proposed: see core/drafter.py)."""
+    model of unknown size is not charged (it is never proposed: see core/engine/drafter.py)."""
     drafter = drafter_kind(model, workload)
     if drafter is DrafterKind.DRAFT_MODEL:
         return workload.draft_model is not None
