@@ -6,32 +6,29 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from autotuner.actuators.base import Actuator, LiveTarget
-from autotuner.actuators.flags import vllm_tokens
-from autotuner.canary.phase import CanaryPhase, Capacity
-from autotuner.core.decide.policy import Context
-from autotuner.core.decide.state import TunerState, read_state
+from autotuner.canary.phase import CanaryPhase
+from autotuner.core.decide.context import Context
+from autotuner.core.decide.readings import Capacity, capacity, outlook
+from autotuner.core.decide.state import QualityStatus, TunerState
 from autotuner.core.decide.step import Notice, NoticeKind, Step, restart_refused, step
-from autotuner.core.engine.args import parse as parse_engine_args
-from autotuner.core.engine.resolution import Fallback, Resolved, resolve, speculative_of
-from autotuner.core.model.registry import load_draft_model
+from autotuner.core.decide.world import Standing, as_deployed, context_of
 from autotuner.core.model.spec import ModelSpec
-from autotuner.core.observe.observation import read_acceptance
-from autotuner.core.predict.acceptance import from_conditional
-from autotuner.core.predict.comparisons import Crossover
 from autotuner.core.predict.hardware import HardwareProfile
-from autotuner.core.predict.report import equivalent_rate
-from autotuner.core.types import Action, Decision, Observation, Setup
-from autotuner.errors import ActuatorError, ArgsError, ConflictError, RestartError
+from autotuner.core.types import Action, Decision, Observation
+from autotuner.errors import ActuatorError, ConflictError, RestartError
+from autotuner.loop.inputs import LiveInputs
+from autotuner.loop.phases import PhaseTimer
+from autotuner.loop.records import StateRecords
 from autotuner.settings import Settings
-from autotuner.telling.exporter import Snapshot, TunerMetrics
-from autotuner.telling.notifier import ErrorKind, Notifier
+from autotuner.telling.counting import ErrorKind
+from autotuner.telling.exporter import TunerMetrics
+from autotuner.telling.notifier import Notifier
+from autotuner.telling.snapshot import Snapshot
 
 if TYPE_CHECKING:  # the Kubernetes client is heavy: imported only for k8s targets
     from autotuner.actuators.lease import LeaseElector
@@ -60,19 +57,20 @@ class Controller:
     state: TunerState | None = None
     last_step_at: float | None = None
     last_usable_at: float | None = None
-    state_saved_at: float = 0.0
     stop_event: threading.Event = field(default_factory=threading.Event)
+    started_at: float = field(init=False)
     notifier: Notifier = field(init=False)
     canary: CanaryPhase = field(init=False)
-    set_aside_told: str | None = field(default=None, init=False)  # unreadable state, told once
-    written: str | None = field(default=None, init=False)  # the state record we last wrote
-    inputs: dict[str, Any] = field(default_factory=dict, init=False)  # the workload's sources
-    args_problem: str | None = field(default=None, init=False)  # unreadable live args, told once
+    records: StateRecords = field(init=False)
+    inputs: LiveInputs = field(init=False)
 
     def __post_init__(self) -> None:
+        self.started_at = self.clock()
         self.notifier = Notifier(self.logger, self.metrics, self.actuator)
-        interval = self.settings.loop.interval_s
-        self.canary = CanaryPhase(self.quality, self.quality_off, self.notifier, interval)
+        loop = self.settings.loop
+        self.canary = CanaryPhase(self.quality, self.quality_off, self.notifier, loop.interval_s)
+        self.records = StateRecords(self.actuator, self.notifier, loop.state_save_interval_s)
+        self.inputs = LiveInputs(self.settings, self.model, self.notifier)
 
     # ----------------------------------------------------------------- one step
 
@@ -85,20 +83,21 @@ class Controller:
             leader = self._lead()
         with timed("read_target"):
             live = self._read()
-        if live is not None:  # per-position acceptance under the deployed schedule and drafter
-            observation = read_acceptance(observation, live.setup, live.speculative_config)
+        observation = as_deployed(observation, live)
         with timed("resume"):
-            state = self._resume(live, leader)
+            state = self.records.resume(self.state, live, leader)
         ctx = self._context(state, observation, live, leader, now)
-        capacity = self._capacity(state, observation, ctx)
+        budget = capacity(state, observation, ctx, self.settings.policy)
         with timed("canary"):
-            state = self._canary(state, observation, live, capacity, ctx)
+            if ctx.advisory is None:
+                state = self.canary.refresh(state, observation, live, budget, now)
         with timed("decide"):
             planned = step(state, observation, ctx, self.settings.policy)
         with timed("carry_out"):
-            planned = self._carry_out(planned, state, live, observation, capacity, ctx)
+            planned = self._carry_out(planned, state, live, observation, budget, ctx)
         with timed("save_state"):
-            self._save_periodically(planned, live, leader, now)
+            if leader and self.actuator is not None and not planned.acts:
+                self.records.save_periodically(planned.state, live, now)
         with timed("export"):
             self._export(planned, observation, live, leader, ctx)
         self._log(planned.decision, observation, timed.seconds)
@@ -110,7 +109,7 @@ class Controller:
         if observation.usable:
             self.last_usable_at = now
         elif observation.reason is not None:
-            self.metrics.unusable.labels(observation.reason.value).inc()
+            self.metrics.count(observation.reason)
         return observation
 
     def _lead(self) -> bool:
@@ -118,7 +117,7 @@ class Controller:
             return True
         leader = self.elector.try_acquire_or_renew()
         if self.elector.last_error:
-            self.metrics.errors.labels(ErrorKind.LEASE.value).inc()
+            self.metrics.count(ErrorKind.LEASE)
         return leader
 
     def _read(self) -> LiveTarget | None:
@@ -130,56 +129,6 @@ class Controller:
             self.notifier.failed(ErrorKind.READ, f"cannot read the target: {exc}")
             return None
 
-    def _resume(self, live: LiveTarget | None, leader: bool) -> TunerState:
-        """Resume from the target's annotation at start, and follow it while not leading
-        (so a new leader continues a verification instead of deciding afresh)."""
-        state = self.state
-        if (state is None or not leader) and live is not None and live.state:
-            state = self._restored(live.state) or state
-        elif state is not None and live is not None and live.state not in (None, self.written):
-            state = self._recorded_by_hand(state, live)
-        state = state or TunerState()
-        if live is not None and live.speculative_config:
-            state = state.keeping_drafter(live.speculative_config)
-        return state
-
-    def _recorded_by_hand(self, state: TunerState, live: LiveTarget) -> TunerState:
-        """Someone else wrote the state record while we lead (`autotuner apply` records its
-        change there): when it names what runs, take its change, keep our estimates."""
-        read = read_state(live.state or "")
-        record = read.state
-        if record is None or record.current != live.setup or record.current == state.current:
-            return state
-        self.notifier.log(f"a change recorded on the target: {record.current.label} runs")
-        return state.following(record)
-
-    def _restored(self, text: str) -> TunerState | None:
-        """The persisted state (migrated when older); an unreadable one is kept aside in the
-        new state, and said loudly once, instead of being dropped."""
-        read = read_state(text)
-        if read.state is not None:
-            if self.state is None:
-                migrated = (
-                    f" (migrated from schema {read.written_as}"
-                    + "".join(f"; not carried over: {what}" for what in read.dropped)
-                    + ")"
-                )
-                self.notifier.log(
-                    "resumed from the persisted state" + (migrated if read.migrated else ""),
-                    decision_id=read.state.last_decision_id,
-                    verifying=read.state.verification is not None,
-                )
-            return read.state
-        if text == self.set_aside_told:
-            return None
-        self.set_aside_told = text
-        message = (
-            f"the persisted state cannot be read ({read.problem}): starting with fresh "
-            "estimates; the unreadable record is kept in the state's set_aside field"
-        )
-        self.notifier.tell(Notice(NoticeKind.STATE_SET_ASIDE, message))
-        return (self.state or TunerState()).setting_aside(text)
-
     def _context(
         self,
         state: TunerState,
@@ -188,30 +137,23 @@ class Controller:
         leader: bool,
         now: float,
     ) -> Context:
-        resolved = self._resolve(state, observation, live)
-        return Context(
-            now=now,
-            model=resolved.model,
-            hardware=self.hardware,
-            engine=self.settings.engine.capabilities.serving(resolved.model)
-            .shown_by(observation.live_setup)
-            .without(k for k, r in state.refused.items() if r.until > now)
-            .proven_by(live.setup if live else None),
-            workload=resolved.workload,
-            deployed=live.setup if live else None,
-            drafter_available=bool(
-                (live and live.speculative_config)
-                or state.drafter
-                or (live is None and observation.live_setup and observation.live_setup.speculation)
-            )
-            and resolved.drafter.predictable,
-            drafter_problem=resolved.drafter.problem,
+        target = self.settings.target
+        standing = Standing(
+            capabilities=self.settings.engine.capabilities,
+            paused=target.paused,
+            rollout_deadline_s=target.rollout_deadline_s,
+            low_precision_replay=target.allow_low_precision_replay,
+        )
+        resolved = self.inputs.resolve(state, observation, live)
+        return context_of(
+            now,
+            resolved,
+            self.hardware,
+            state,
+            observation,
+            live,
+            standing=standing,
             leader=leader,
-            paused=self.settings.target.paused or bool(live and live.paused),
-            rollout_in_progress=bool(live and not live.rollout.done),
-            rollout_stuck=live.rollout.stuck if live else None,
-            rollout_deadline_s=self.settings.target.rollout_deadline_s,
-            low_precision_replay=self.settings.target.allow_low_precision_replay,
             advisory=self._advisory(leader),
         )
 
@@ -223,72 +165,6 @@ class Controller:
             return "no target to patch"
         return None if leader else "not the leader"
 
-    def _resolve(
-        self, state: TunerState, observation: Observation, live: LiveTarget | None
-    ) -> Resolved:
-        """The workload, model and drafter the engine really runs: the target's live args
-        over the settings (core/resolution.py); each input's source goes to /decision."""
-        names = self.settings.engine.flags
-        args, problem = None, None
-        if live is not None:
-            try:
-                args = parse_engine_args(
-                    vllm_tokens(live.command, live.args, names),
-                    speculative_flag=names.speculative_config,
-                    mamba_ssm_flag=names.mamba_ssm_cache_dtype,
-                )
-            except ArgsError as exc:
-                problem = f"the live args cannot be read ({exc}): the settings are used"
-        if problem != self.args_problem and problem is not None:
-            self.notifier.log(problem, logging.WARNING)
-        self.args_problem = problem
-        model = self.settings.model
-        resolved = resolve(
-            self.model,
-            args,
-            Fallback(
-                context_tokens=model.context_tokens,
-                tensor_parallel=model.tensor_parallel,
-                drafter=model.drafter,
-            ),
-            observed_context=observation.mean_context_tokens if observation.usable else None,
-            saved=speculative_of(state.drafter),
-            load_draft=_draft_model_size,
-        )
-        self.inputs = resolved.table()
-        if problem is not None:
-            self.inputs["live_args"] = {"value": None, "source": "live args", "note": problem}
-        return resolved
-
-    def _capacity(self, state: TunerState, observation: Observation, ctx: Context) -> Capacity:
-        """Tokens/s one engine can serve in a setup (the canary's budget): the calibrated
-        model's peak, or what it serves now when that is more."""
-        policy = self.settings.policy
-        predictor = ctx.predictor(state, policy)
-        accept = state.acceptance.estimate(
-            ctx.now, policy.estimates.acceptance_memory_half_life_s
-        ) or from_conditional([])
-        observed = (observation.generation_tokens_per_s or 0.0) / max(observation.series, 1)
-
-        def capacity(setup: Setup) -> float:
-            if setup.spec_tokens > accept.max_spec_tokens:
-                return observed
-            return max(observed, predictor.peak_tokens_per_s(setup, accept))
-
-        return capacity
-
-    def _canary(
-        self,
-        state: TunerState,
-        observation: Observation,
-        live: LiveTarget | None,
-        capacity: Capacity,
-        ctx: Context,
-    ) -> TunerState:
-        if ctx.advisory is not None:
-            return state
-        return self.canary.refresh(state, observation, live, capacity, ctx.now)
-
     # ---------------------------------------------------------------- carrying out
 
     def _carry_out(
@@ -297,19 +173,19 @@ class Controller:
         before: TunerState,
         live: LiveTarget | None,
         observation: Observation,
-        capacity: Capacity,
+        budget: Capacity,
         ctx: Context,
     ) -> Step:
-        self.metrics.decisions.labels(planned.decision.action.value).inc()
+        self.metrics.count(planned.decision.action)
         for notice in planned.notices:
             self.notifier.tell(notice)
         if not planned.acts or ctx.advisory is not None:
             return planned
         if planned.decision.action is Action.SWITCH:
-            state = self.canary.before_switch(before, planned.state, observation, capacity)
+            state = self.canary.before_switch(before, planned.state, observation, budget)
             check = state.verification.quality if state.verification else None
             decision = planned.decision
-            if check is not None and check.status == "skipped":
+            if check is not None and check.status is QualityStatus.SKIPPED:
                 decision = decision.noted(f"quality: {check.summary}")
             planned = replace(planned, decision=decision, state=state)
         return self._apply(planned, before, live, ctx)
@@ -332,18 +208,17 @@ class Controller:
         except ConflictError as exc:
             message = f"target changed meanwhile; re-deciding next step: {exc}"
             self.notifier.failed(ErrorKind.CONFLICT, message)
-            return Step(decision.noted("conflict: not applied"), before)
+            return Step(decision.noted("conflict: not applied"), before, ranked=planned.ranked)
         except ActuatorError as exc:
             self.notifier.tell(Notice(NoticeKind.PATCH_FAILED, f"patch failed: {exc}"))
-            failed = Step(decision.noted(f"patch failed: {exc}"), before)
+            failed = Step(decision.noted(f"patch failed: {exc}"), before, ranked=planned.ranked)
             if isinstance(exc, RestartError):
                 return self._roll_back(failed, before, str(exc), ctx)
             return failed
-        self.written = record
+        self.records.applied(record, ctx.now)
         switched = decision.action is Action.SWITCH
         kind = NoticeKind.SWITCHED if switched else NoticeKind.REVERTED
         self.notifier.tell(Notice(kind, decision.sentence))
-        self.state_saved_at = ctx.now
         return planned
 
     def _roll_back(self, failed: Step, before: TunerState, why: str, ctx: Context) -> Step:
@@ -365,32 +240,8 @@ class Controller:
         refused = restart_refused(before, failed.decision, why, ctx, self.settings.policy)
         for notice in refused.notices:
             self.notifier.tell(notice)
-        self._save(refused.state, version=None)
-        return refused
-
-    def _save_periodically(
-        self, planned: Step, live: LiveTarget | None, leader: bool, now: float
-    ) -> None:
-        """Persist what was learned now and then (a change writes its state with its patch)."""
-        actuator = self.actuator
-        if not leader or actuator is None or planned.acts:
-            return
-        due = now - self.state_saved_at >= self.settings.loop.state_save_interval_s
-        if not due or not getattr(actuator, "periodic_state", True):
-            return
-        if self._save(planned.state, version=live.version if live else None):
-            self.state_saved_at = now
-
-    def _save(self, state: TunerState, *, version: str | None) -> bool:
-        assert self.actuator is not None
-        record = state.model_dump_json()
-        try:
-            self.actuator.save_state(record, expected_version=version)
-        except ActuatorError as exc:
-            self.notifier.failed(ErrorKind.STATE, f"state not saved: {exc}")
-            return False
-        self.written = record
-        return True
+        self.records.save(refused.state, version=None)
+        return replace(refused, ranked=failed.ranked)
 
     # ------------------------------------------------------------------ telling
 
@@ -403,47 +254,25 @@ class Controller:
         ctx: Context,
     ) -> None:
         state, decision = planned.state, planned.decision
-        setup = (
-            live.setup
-            if live
-            else (observation.live_setup.setup if observation.live_setup else state.current)
-        )
-        rate = None
-        if observation.acceptance is not None and setup is not None and setup.spec_tokens:
-            accept = from_conditional(observation.acceptance.per_position)
-            rate = equivalent_rate(accept, min(setup.spec_tokens, accept.max_spec_tokens))
-        policy = self.settings.policy
+        seen = outlook(state, decision, planned.ranked, observation, ctx, self.settings.policy)
         self.metrics.update(
             Snapshot(
                 at=ctx.now,
                 observation=observation,
                 decision=decision,
                 state=state,
-                live=setup,
+                live=seen.running,
                 leader=leader,
                 paused=bool(live and live.paused),
                 rollout_stuck=planned.rollout_stuck,
                 last_usable_at=self.last_usable_at,
-                crossover=self._crossover(planned, ctx),
-                calibration=ctx.predictor(state, policy).fit.factors(),
-                quick_rule_rate=rate,
+                crossover=seen.crossover,
+                calibration=seen.calibration,
+                quick_rule_rate=seen.quick_rule_rate,
                 mode=self.settings.mode,
-                inputs=self.inputs,
+                inputs=self.inputs.table,
                 engine=ctx.engine,
             )
-        )
-
-    def _crossover(self, planned: Step, ctx: Context) -> Crossover | None:
-        """The batch at which the running setup stops (or starts) being the faster one against
-        its strongest rival of another kind: what the dashboard draws next to the batch."""
-        state, decision = planned.state, planned.decision
-        policy = self.settings.policy
-        accept = state.acceptance.estimate(ctx.now, policy.estimates.acceptance_memory_half_life_s)
-        predicted = decision.predicted_tokens_per_s
-        rivals = [Setup.parse(label) for label in sorted(predicted, key=lambda k: -predicted[k])]
-        current = state.current or decision.current
-        return ctx.predictor(state, policy).crossover(
-            current, rivals, accept or from_conditional([])
         )
 
     def _log(self, decision: Decision, observation: Observation, phases: dict[str, float]) -> None:
@@ -462,8 +291,10 @@ class Controller:
     # ----------------------------------------------------------------- the loop
 
     def alive(self) -> bool:
-        stalled = self.settings.loop.stalled_after_s
-        return self.last_step_at is None or self.clock() - self.last_step_at < stalled
+        """A step completed within `loop.stalled_after_s` (counted from the start until the
+        first one: a loop wedged in its first step is not alive either)."""
+        since = self.last_step_at if self.last_step_at is not None else self.started_at
+        return self.clock() - since < self.settings.loop.stalled_after_s
 
     def ready(self) -> tuple[bool, str]:
         if self.last_usable_at is None:
@@ -481,7 +312,7 @@ class Controller:
             try:
                 self.step()
             except Exception as exc:  # one bad step must not kill the sidecar
-                self.metrics.errors.labels(ErrorKind.STEP.value).inc()
+                self.metrics.count(ErrorKind.STEP)
                 self.logger.exception("step failed: %s", exc)
             self.stop_event.wait(max(0.0, interval - (time.monotonic() - started)))
         self.shutdown()
@@ -489,31 +320,7 @@ class Controller:
     def shutdown(self) -> None:
         leading = self.elector is not None and self.elector.is_leader
         if leading and self.actuator is not None and self.state is not None:
-            try:
-                self.actuator.save_state(self.state.model_dump_json(), expected_version=None)
-            except ActuatorError as exc:
-                self.notifier.log(f"state not flushed at shutdown: {exc}", logging.WARNING)
+            self.records.flush(self.state)
         if self.elector is not None:
             self.elector.release()
         self.notifier.log("stopped")
-
-
-_draft_model_size = cache(load_draft_model)  # a deployed draft model's config, read once
-
-
-class PhaseTimer:
-    """Times each named phase of one step (exported per phase, and logged with the step)."""
-
-    def __init__(self, metrics: TunerMetrics) -> None:
-        self.metrics = metrics
-        self.seconds: dict[str, float] = {}
-
-    @contextmanager
-    def __call__(self, phase: str) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            elapsed = time.perf_counter() - started
-            self.seconds[phase] = elapsed
-            self.metrics.phase_seconds.labels(phase).observe(elapsed)

@@ -6,14 +6,14 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
-from autotuner.actuators.flags import vllm_tokens
 from autotuner.controller import GUARD_DISABLED, Controller, Observer
-from autotuner.core.engine.args import EngineArgs, parse
+from autotuner.core.engine.args import EngineArgs
 from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import ModelSpec
 from autotuner.core.predict.hardware import datasheet, load_profile
+from autotuner.engines.vllm.args import live_args
 from autotuner.errors import ActuatorError, ArgsError
-from autotuner.settings import FlagNames, Settings
+from autotuner.settings import Settings
 from autotuner.sources.observers import PrometheusObserver, ScrapeObserver
 from autotuner.telling.exporter import TunerMetrics
 
@@ -57,7 +57,7 @@ def served_model(settings: Settings, actuator: Actuator | None) -> ModelSpec:
     """The model as the engine runs it: the settings' overrides first, else the dtypes the
     target's live command line gives (--mamba-ssm-cache-dtype, --mamba-cache-dtype, in args,
     command or an `sh -c` line), else the files."""
-    live = _live_args(actuator, settings.engine.flags)
+    live = _live_args(actuator, settings)
     return load_model(
         settings.model.id,
         weights=settings.model.weights,
@@ -66,16 +66,12 @@ def served_model(settings: Settings, actuator: Actuator | None) -> ModelSpec:
     )
 
 
-def _live_args(actuator: Actuator | None, names: FlagNames) -> EngineArgs:
+def _live_args(actuator: Actuator | None, settings: Settings) -> EngineArgs:
     if actuator is None:
         return EngineArgs()
     try:
         live = actuator.read()
-        return parse(
-            vllm_tokens(live.command, live.args, names),
-            speculative_flag=names.speculative_config,
-            mamba_ssm_flag=names.mamba_ssm_cache_dtype,
-        )
+        return live_args(live.command, live.args, settings.engine.flags)
     except (ActuatorError, ArgsError):
         return EngineArgs()  # the loop says so at its first step; the files' dtypes meanwhile
 

@@ -6,11 +6,11 @@ reads it in verification."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from autotuner.actuators.base import LiveTarget
-from autotuner.core.decide.state import QualityCheck, TunerState
+from autotuner.core.decide.readings import Capacity
+from autotuner.core.decide.state import QualityCheck, QualityStatus, TunerState
 from autotuner.core.decide.step import Notice, NoticeKind
 from autotuner.core.types import Observation, Setup
 from autotuner.telling.notifier import Notifier
@@ -18,7 +18,6 @@ from autotuner.telling.notifier import Notifier
 if TYPE_CHECKING:  # httpx is imported only where a guard is configured
     from autotuner.canary.guard import Outcome, QualityGuard
 
-Capacity = Callable[[Setup], float]  # tokens/s one engine can serve in a setup
 ERROR_BACKOFF_STEPS = 4  # a canary that failed to run is retried after this many steps
 
 
@@ -65,16 +64,16 @@ class CanaryPhase:
             return after
         previous, now = verification.previous, verification.switched_at
         if self.guard is None:
-            check = QualityCheck(status="skipped", summary=self.off)
+            check = QualityCheck(status=QualityStatus.SKIPPED, summary=self.off)
         else:
             outcome = self.guard.before(
                 before.canary_baseline, previous, observation, capacity(previous), now
             )
             self._count("before", outcome)
-            check = outcome.check or QualityCheck(status="skipped", summary="no canary")
+            check = outcome.check or QualityCheck(status=QualityStatus.SKIPPED, summary="no canary")
             if outcome.baseline is not None:
                 after = after.with_canary_baseline(outcome.baseline.to_record())
-        if check.status == "skipped":
+        if check.status is QualityStatus.SKIPPED:
             self._report(previous, verification.target, check)
         return after.checking_quality(check)
 
@@ -91,7 +90,7 @@ class CanaryPhase:
         assert verification is not None
         check = verification.quality
         ready = live is None or live.rollout.done
-        if check is None or check.status != "pending" or not ready:
+        if check is None or check.status is not QualityStatus.PENDING or not ready:
             return state
         if live is not None and live.setup != verification.target:
             return state
@@ -123,12 +122,12 @@ class CanaryPhase:
 
     def _report(self, previous: Setup, target: Setup, check: QualityCheck) -> None:
         message = f"quality canary {previous.label} -> {target.label}: {check.summary}"
-        if check.status == "failed":
+        if check.status is QualityStatus.FAILED:
             # Told when judged, before the revert is written: a revert whose patch fails (or
             # whose restart takes minutes) is still a regression the operator must see.
             notice = Notice(NoticeKind.QUALITY_REGRESSION, message)
             self.notifier.tell(notice, evidence=list(check.evidence))
-        elif check.status == "skipped":
+        elif check.status is QualityStatus.SKIPPED:
             self.notifier.tell(Notice(NoticeKind.CANARY_SKIPPED, message))
         else:
             self.notifier.log(message)
