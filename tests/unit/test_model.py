@@ -11,6 +11,18 @@ from autotuner.errors import ModelConfigError
 
 MIB = 2**20
 
+
+def stack(layers: int, hidden: int, vocab: int, heads: int, kv_heads: int) -> dict[str, Any]:
+    """The config fields every family with attention layers spells alike."""
+    return {
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "vocab_size": vocab,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+    }
+
+
 NANO: dict[str, Any] = {
     "architectures": ["NemotronHForCausalLM"],
     "model_type": "nemotron_h",
@@ -97,12 +109,8 @@ def test_nemotron_layers_block_type_equals_pattern() -> None:
 def test_qwen3_next_reader_uses_full_attention_interval() -> None:
     config = {
         "architectures": ["Qwen3NextForCausalLM"],
-        "hidden_size": 2048,
-        "vocab_size": 151936,
-        "num_hidden_layers": 48,
+        **stack(48, 2048, 151936, 16, 2),
         "full_attention_interval": 4,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 2,
         "head_dim": 256,
         "linear_num_key_heads": 16,
         "linear_num_value_heads": 32,
@@ -126,12 +134,8 @@ def test_qwen3_next_reader_uses_full_attention_interval() -> None:
 
 def test_qwen35_reader_reads_text_config_and_layer_types() -> None:
     text = {
-        "hidden_size": 1024,
-        "vocab_size": 1000,
-        "num_hidden_layers": 4,
+        **stack(4, 1024, 1000, 8, 2),
         "layer_types": ["linear_attention", "linear_attention", "full_attention", "full_attention"],
-        "num_attention_heads": 8,
-        "num_key_value_heads": 2,
         "head_dim": 128,
         "linear_num_key_heads": 4,
         "linear_num_value_heads": 8,
@@ -151,12 +155,8 @@ def test_qwen35_reader_reads_text_config_and_layer_types() -> None:
 def test_granite_and_bamba_readers() -> None:
     granite = {
         "architectures": ["GraniteMoeHybridForCausalLM"],
-        "hidden_size": 1536,
-        "vocab_size": 100352,
-        "num_hidden_layers": 4,
+        **stack(4, 1536, 100352, 12, 4),
         "layer_types": ["mamba", "attention", "mamba", "mamba"],
-        "num_attention_heads": 12,
-        "num_key_value_heads": 4,
         "mamba_n_heads": 48,
         "mamba_d_head": 64,
         "mamba_d_state": 128,
@@ -173,12 +173,8 @@ def test_granite_and_bamba_readers() -> None:
     assert spec.ssm_state_bytes == 48 * 64 * 128 * 2  # vLLM's default: the model dtype
     bamba = {
         "architectures": ["BambaForCausalLM"],
-        "hidden_size": 4096,
-        "vocab_size": 128256,
-        "num_hidden_layers": 32,
+        **stack(32, 4096, 128256, 32, 8),
         "attn_layer_indices": [9, 18, 27],
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
         "mamba_n_heads": 128,
         "mamba_d_head": 64,
         "mamba_d_state": 128,
@@ -193,11 +189,7 @@ def test_granite_and_bamba_readers() -> None:
 def test_falcon_h1_has_attention_and_mamba_in_every_layer() -> None:
     config = {
         "architectures": ["FalconH1ForCausalLM"],
-        "hidden_size": 2048,
-        "vocab_size": 65537,
-        "num_hidden_layers": 24,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 2,
+        **stack(24, 2048, 65537, 8, 2),
         "head_dim": 128,
         "mamba_n_heads": 64,
         "mamba_d_head": 64,
@@ -214,11 +206,7 @@ def test_falcon_h1_has_attention_and_mamba_in_every_layer() -> None:
 def test_jamba_is_mamba1() -> None:
     config = {
         "architectures": ["JambaForCausalLM"],
-        "hidden_size": 4096,
-        "vocab_size": 65536,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
+        **stack(32, 4096, 65536, 32, 8),
         "mamba_d_state": 16,
         "mamba_expand": 2,
         "intermediate_size": 14336,
