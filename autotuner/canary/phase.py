@@ -13,6 +13,7 @@ from autotuner.core.decide.readings import Capacity
 from autotuner.core.decide.state import QualityCheck, QualityStatus, TunerState
 from autotuner.core.decide.step import Notice, NoticeKind
 from autotuner.core.types import Observation, Setup
+from autotuner.telling.counting import CanaryRunOutcome, CanaryStage
 from autotuner.telling.notifier import Notifier
 
 if TYPE_CHECKING:  # httpx is imported only where a guard is configured
@@ -22,6 +23,8 @@ ERROR_BACKOFF_STEPS = 4  # a canary that failed to run is retried after this man
 
 
 class CanaryPhase:
+    """The guard's calls within the loop, with their back-off after a failed run."""
+
     def __init__(
         self, guard: QualityGuard | None, off: str, notifier: Notifier, interval_s: float
     ) -> None:
@@ -49,7 +52,7 @@ class CanaryPhase:
         if self.guard.fresh(state.canary_baseline, current, now):
             return state
         outcome = self.guard.baseline(current, observation, capacity(current))
-        self._count("baseline", outcome)
+        self._count(CanaryStage.BASELINE, outcome)
         if outcome.baseline is None:
             self._retry_later(outcome, now)
             return state
@@ -69,7 +72,7 @@ class CanaryPhase:
             outcome = self.guard.before(
                 before.canary_baseline, previous, observation, capacity(previous), now
             )
-            self._count("before", outcome)
+            self._count(CanaryStage.BEFORE, outcome)
             check = outcome.check or QualityCheck(status=QualityStatus.SKIPPED, summary="no canary")
             if outcome.baseline is not None:
                 after = after.with_canary_baseline(outcome.baseline.to_record())
@@ -96,7 +99,7 @@ class CanaryPhase:
             return state
         target = verification.target
         outcome = self.guard.after(check, target, observation, capacity(target), now)
-        self._count("after", outcome)
+        self._count(CanaryStage.AFTER, outcome)
         if outcome.check is None:  # not yet: saturated or not answering
             self._retry_later(outcome, now)
             return state
@@ -106,15 +109,17 @@ class CanaryPhase:
             state = state.with_canary_baseline(outcome.baseline.to_record())
         return state
 
-    def _count(self, phase: str, outcome: Outcome) -> None:
+    def _count(self, stage: CanaryStage, outcome: Outcome) -> None:
         """Count a run, or say why there was none."""
         if outcome.result == "reused":
             return
-        result = "ok" if outcome.result == "ran" else outcome.result
-        self.notifier.metrics.canary_runs.labels(phase, result).inc()
-        if outcome.result != "ran":
+        ran = outcome.result == "ran"
+        counted = CanaryRunOutcome.OK if ran else CanaryRunOutcome(outcome.result.value)
+        self.notifier.metrics.count_canary(stage, counted)
+        if not ran:
             level = logging.WARNING if outcome.result == "error" else logging.DEBUG
-            self.notifier.log(f"quality canary ({phase}) {outcome.result}: {outcome.why}", level)
+            message = f"quality canary ({stage.value}) {outcome.result}: {outcome.why}"
+            self.notifier.log(message, level)
 
     def _retry_later(self, outcome: Outcome, now: float) -> None:
         steps = ERROR_BACKOFF_STEPS if outcome.result == "error" else 1
