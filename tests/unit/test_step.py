@@ -15,6 +15,7 @@ from autotuner.core.decide.step import NoticeKind, restart_refused, step
 from autotuner.core.decide.valuation import evaluate, objective
 from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.predict.predictor import Predictor
 from autotuner.core.types import Action, BlockReason, Decision, Observation, ScheduleBand, Setup
 from autotuner.sim.truth import TruthEngine
 from tests.support.policy import H200, MODEL, policy_settings
@@ -276,3 +277,21 @@ def test_a_blocked_switch_is_told_at_the_first_decision_and_every_twentieth(
     made = step(state, window(SPEC3), context(), settings)
     assert made.decision.blocked_by is BlockReason.COOLDOWN
     assert (NoticeKind.BLOCKED in [n.kind for n in made.notices]) is told
+
+
+def test_a_decision_fits_one_calibrated_predictor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Learning reads the model's own class times; every figure after it comes from the
+    step's one calibrated Predictor (fitted once, not per candidate and scenario)."""
+    state, built = learned(), []
+    original = Context.predictor
+
+    def counted(self: Context, state: TunerState, settings: PolicySettings) -> Predictor:
+        predictor = original(self, state, settings)
+        built.append(predictor)
+        return predictor
+
+    monkeypatch.setattr(Context, "predictor", counted)
+    made = step(state, window(SPEC3), context(), OPEN)
+    assert made.decision.predicted_tokens_per_s  # every candidate was valued
+    assert len(built) == 2  # the learning's and the decision's
+    assert sum("fit" in vars(p) for p in built) == 1
