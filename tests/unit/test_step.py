@@ -1,6 +1,6 @@
-"""The decision core, pure: every rule the controller used to apply itself (drift, a stuck
-rollout, advise mode, a refused restart, the throttled blocked Event) and each blocking reason,
-as tables of (state, observation, context) -> Step."""
+"""The decision core, pure: every rule around the policy (drift, a stuck rollout, advise mode, a
+refused restart, the throttled blocked Event) and each blocking reason, as tables of (state,
+observation, context) -> Step."""
 
 from __future__ import annotations
 
