@@ -15,7 +15,6 @@ from autotuner.telling.counting import (
     CanaryRunOutcome,
     CanaryStage,
     Countable,
-    Counted,
     Increment,
     canary_increment,
     every_labelled_increment,
@@ -61,22 +60,6 @@ class TunerMetrics:
     def _move(self, increment: Increment) -> None:
         counter = self.counters[increment.counter]
         (counter.labels(*increment.labels) if increment.labels else counter).inc()
-
-    @property
-    def errors(self) -> Counter:
-        return self.counters[Counted.ERRORS]
-
-    @property
-    def unusable(self) -> Counter:
-        return self.counters[Counted.UNUSABLE]
-
-    @property
-    def decisions(self) -> Counter:
-        return self.counters[Counted.DECISIONS]
-
-    @property
-    def canary_runs(self) -> Counter:
-        return self.counters[Counted.CANARY_RUNS]
 
     def update(self, snapshot: Snapshot) -> None:
         with self.lock:
