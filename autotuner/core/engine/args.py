@@ -82,31 +82,3 @@ class EngineArgs(BaseModel):
     def given(self) -> dict[str, Any]:
         """Every value the args set, by field name."""
         return {k: v for k, v in self.model_dump(mode="json").items() if v is not None}
-
-
-# ------------------------------------------------------------- bridge (delete with the edits)
-# Until controller.py, wiring.py and cli import `parse` from autotuner.engines.vllm.args (the
-# H2 report lists the edits), the old name answers here; looked up by name so that the core
-# keeps importing nothing outside itself.
-
-
-def __getattr__(name: str) -> Any:
-    if name != "parse":
-        raise AttributeError(name)
-    from importlib import import_module
-
-    args, flags = (import_module(f"autotuner.engines.vllm.{m}") for m in ("args", "flags"))
-
-    def parse(
-        words: Any,
-        *,
-        speculative_flag: str = "--speculative-config",
-        mamba_ssm_flag: str = "--mamba-ssm-cache-dtype",
-    ) -> EngineArgs:
-        names = flags.FlagNames(
-            speculative_config=speculative_flag, mamba_ssm_cache_dtype=mamba_ssm_flag
-        )
-        parsed: EngineArgs = args.parse(words, names)
-        return parsed
-
-    return parse

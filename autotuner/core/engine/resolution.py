@@ -302,7 +302,7 @@ def _kv_cache_dtype(model: ModelSpec, live: EngineArgs, inputs: dict[str, Input]
 
 def _ssm_dtype(model: ModelSpec, live: EngineArgs, inputs: dict[str, Input]) -> None:
     """The SSM state dtype is the model's (read with the live flag when the model was loaded:
-    core/registry.py load_model)."""
+    core/model/registry.py load_model)."""
     if not model.is_hybrid:
         return
     from_args = live.mamba_ssm_cache_dtype not in (None, "auto")
@@ -340,17 +340,3 @@ def args_table(args: EngineArgs) -> dict[str, Input]:
             modelled=name != "enable_prefix_caching",
         )
     return table
-
-
-# ------------------------------------------------------------- bridge (delete with the edits)
-# Until controller.py imports `speculative_of` from autotuner.engines.vllm.args (the H2 report
-# lists the edit), the old name answers here, looked up by name (the core imports nothing
-# outside itself).
-
-
-def __getattr__(name: str) -> Any:
-    if name != "speculative_of":
-        raise AttributeError(name)
-    from importlib import import_module
-
-    return import_module("autotuner.engines.vllm.args").speculative_of
