@@ -14,6 +14,7 @@ from typing import Any
 from autotuner.core.types import Setup
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.engines.vllm.setup import (
+    CONTAINER_HINT,
     container_setup,
     container_speculative_config,
     render_container,
@@ -150,7 +151,7 @@ def checked_render(
 
 def select_container(containers: Sequence[Any], wanted: str | None, where: str) -> Any:
     """The vLLM container of a pod template: the one named, else the only one, else the only
-    one whose name says vllm."""
+    one whose name says vllm (CONTAINER_HINT)."""
     names = [str(c.get("name")) for c in containers]
     if wanted is not None:
         for container, name in zip(containers, names, strict=True):
@@ -159,7 +160,7 @@ def select_container(containers: Sequence[Any], wanted: str | None, where: str) 
         raise ActuatorError(f"{where}: no container named {wanted!r}")
     if len(containers) == 1:
         return containers[0]
-    vllm = [c for c, name in zip(containers, names, strict=True) if "vllm" in name]
+    vllm = [c for c, name in zip(containers, names, strict=True) if CONTAINER_HINT in name]
     if len(vllm) == 1:
         return vllm[0]
     raise ActuatorError(

@@ -31,6 +31,7 @@ SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 K_KEY = "num_speculative_tokens"
 ADAPTIVE_KEY = "enable_adaptive_verification"
 DEFAULT_REPLAY_WINDOW = 16
+CONTAINER_HINT = "vllm"  # among several containers, the engine's is the one named so
 
 
 def parse_setup(args: Sequence[str], names: FlagNames | None = None) -> Setup:
