@@ -88,7 +88,7 @@ def run(
     # A daemon thread: a step wedged past every deadline must not keep the process alive.
     worker = threading.Thread(target=controller.run, name="controller", daemon=True)
     worker.start()
-    stopper.wait(worker, stop_grace_s(settings), logger)
+    stopper.wait(worker, stop_grace_s(settings, controller.actuator), logger)
     server.close()
 
 

@@ -21,16 +21,19 @@ from typing import TYPE_CHECKING
 from autotuner.telling.logs import event
 
 if TYPE_CHECKING:
+    from autotuner.actuators.base import Actuator
     from autotuner.settings import Settings
 
-TARGET_TIMEOUT_S = 10.0  # open_target's per-request timeout (the target has no setting for it)
+TARGET_TIMEOUT_S = 10.0  # open_target's deadline per request, for targets that keep none
 POLL_S = 0.5  # how often the main thread looks at the worker and the signals
 
 
-def stop_grace_s(settings: Settings) -> float:
-    """The longest a stop may take: the rest of one interval (the loop's wait) and the longest
-    outside call of the step in flight."""
-    deadlines = [settings.source.timeout_s, TARGET_TIMEOUT_S]
+def stop_grace_s(settings: Settings, actuator: Actuator | None = None) -> float:
+    """The longest a stop may take: one interval and the longest outside call of the step in
+    flight (a scrape, a canary completion, a Kubernetes request or the exec target's restart
+    command, whose deadline the target keeps)."""
+    target_s = float(getattr(actuator, "timeout_s", TARGET_TIMEOUT_S))
+    deadlines = [settings.source.timeout_s, target_s]
     if settings.quality.enabled:
         deadlines.append(settings.quality.timeout_s)
     return settings.loop.interval_s + max(deadlines)

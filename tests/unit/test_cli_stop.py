@@ -7,6 +7,7 @@ import logging
 import signal
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -72,3 +73,5 @@ def test_the_grace_is_one_interval_plus_the_longest_outside_call_deadline() -> N
         None, cli_overrides(["loop.interval_s=2s", "source.timeout_s=1s", "quality.enabled=false"])
     )
     assert stop_grace_s(quiet) == 2.0 + TARGET_TIMEOUT_S
+    restart = SimpleNamespace(timeout_s=120.0)  # an exec target's restart command
+    assert stop_grace_s(quiet, restart) == 2.0 + 120.0  # type: ignore[arg-type]
