@@ -23,7 +23,7 @@ from autotuner.core.engine.drafter import (
     DraftLoader,
     deployed_drafter,
 )
-from autotuner.core.engine.workload import Workload
+from autotuner.core.engine.workload import MambaCacheMode, Workload
 from autotuner.core.model.spec import DrafterKind, ModelSpec
 from autotuner.errors import InputError
 
@@ -31,7 +31,7 @@ SAVED = "saved speculative config"  # the operator's config, kept while the tune
 SETTINGS = "settings"
 OBSERVED = "observed"
 
-MAMBA_CACHE_MODES = ("none", "all", "align")
+MAMBA_CACHE_MODES = tuple(m.value for m in MambaCacheMode)
 
 
 class Input(BaseModel):

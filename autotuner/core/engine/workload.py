@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotuner.core.model.draft import DraftModel
 from autotuner.core.model.spec import DrafterKind
 
 GIB = float(2**30)
+
+
+class MambaCacheMode(str, Enum):
+    """vLLM's --mamba-cache-mode: which SSM states it keeps for prefix caching."""
+
+    NONE = "none"
+    ALL = "all"
+    ALIGN = "align"  # keeps one state slot more per request
+
+    def __str__(self) -> str:  # the plain word in notes and tables, on every Python
+        return str(self.value)
 
 
 class Workload(BaseModel):
@@ -17,8 +30,8 @@ class Workload(BaseModel):
 
     context_tokens: float = Field(4096, ge=0, description="Mean context length per request.")
     tensor_parallel: int = Field(1, ge=1, le=64, description="GPUs one replica spans (TP).")
-    mamba_cache_mode: str = Field(
-        "none", pattern="^(none|all|align)$", description="vLLM --mamba-cache-mode."
+    mamba_cache_mode: MambaCacheMode = Field(
+        MambaCacheMode.NONE, description="vLLM --mamba-cache-mode."
     )
     gpu_memory_utilization: float = Field(0.90, gt=0, le=1, description="vLLM's setting.")
     activation_reserve_bytes: float = Field(
