@@ -7,13 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from autotuner.engines.vllm.setup import parse_setup, render
 from autotuner.actuators.kubernetes import K8sTarget, KubernetesActuator, api_client
 from autotuner.actuators.lease import LeaseElector
 from autotuner.controller import Controller
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, BlockReason, Observation, Setup
+from autotuner.engines.vllm.setup import parse_setup, render
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver

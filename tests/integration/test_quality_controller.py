@@ -14,13 +14,13 @@ import httpx
 import pytest
 
 from autotuner.actuators.base import STATE_ANNOTATION
-from autotuner.engines.vllm.setup import parse_setup
 from autotuner.actuators.kubernetes import K8sTarget, KubernetesActuator, api_client
 from autotuner.canary.guard import QualityGuard
 from autotuner.controller import Controller
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, Decision, Observation, Setup
+from autotuner.engines.vllm.setup import parse_setup
 from autotuner.errors import ActuatorError
 from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine

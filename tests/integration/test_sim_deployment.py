@@ -10,10 +10,10 @@ from pathlib import Path
 import httpx
 
 from autotuner.actuators.manifest import ManifestActuator
-from autotuner.engines.vllm.capabilities import UPSTREAM
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Setup
+from autotuner.engines.vllm.capabilities import UPSTREAM
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.truth import TruthEngine
 from tests.support.clock import Clock

@@ -1,9 +1,9 @@
 """The demo compares only setups that the model and the engine build can run."""
 
-from autotuner.engines.vllm.capabilities import REPLAY_SPEC, UPSTREAM
 from autotuner.core.model.registry import load_model
 from autotuner.core.types import Setup
 from autotuner.demo import statics_for
+from autotuner.engines.vllm.capabilities import REPLAY_SPEC, UPSTREAM
 
 HYBRID = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
 DENSE = load_model("meta-llama/Llama-3.1-70B-Instruct-FP8")

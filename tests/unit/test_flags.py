@@ -5,6 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autotuner.core.types import Setup
+from autotuner.engines.vllm.flags import FlagNames
 from autotuner.engines.vllm.setup import (
     parse_setup,
     parse_shell,
@@ -13,9 +15,7 @@ from autotuner.engines.vllm.setup import (
     shell_tokens,
     speculative_config,
 )
-from autotuner.core.types import Setup
 from autotuner.errors import ArgsError
-from autotuner.engines.vllm.flags import FlagNames
 
 MTP = '{"method":"mtp","num_speculative_tokens":3}'
 BASE = [

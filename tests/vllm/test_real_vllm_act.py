@@ -23,12 +23,12 @@ from typing import Any
 import httpx
 import pytest
 
-from autotuner.engines.vllm.setup import parse_setup
 from autotuner.actuators.targets import open_target
-from autotuner.engines.vllm.capabilities import UPSTREAM
 from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.observe.observation import build_observation, read_acceptance
 from autotuner.core.types import AcceptanceStats, Setup
+from autotuner.engines.vllm.capabilities import UPSTREAM
+from autotuner.engines.vllm.setup import parse_setup
 from autotuner.sources.vllm_metrics import window_totals
 from autotuner.sources.vllm_scrape import VllmScraper
 from tests.integration.conftest import free_port
