@@ -163,10 +163,10 @@ def needed(target: Setup, previous: Setup) -> Capability | None:
     return None
 
 
-# ------------------------------------------------------------- bridge (delete with the edits)
-# Until cli and benchmarks/decision_quality.py import the presets from
-# autotuner.engines.vllm.capabilities (the H2 report lists the edits), the old names answer
-# here, looked up by name (the core imports nothing outside itself).
+# ------------------------------------------------------------- bridge (delete with the edit)
+# Until benchmarks/decision_quality.py imports the presets from autotuner.engines.vllm
+# (the H2 report lists the edit), the old names answer here, looked up by name (the core
+# imports nothing outside itself).
 
 
 def __getattr__(name: str) -> Any:
