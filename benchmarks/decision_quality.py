@@ -30,10 +30,11 @@ from autotuner.core.decide.context import Context
 from autotuner.core.decide.settings import PolicySettings, RestartSettings
 from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.step import step
-from autotuner.core.engine.capabilities import GDN_REPLAY, REPLAY_SPEC, EngineCapabilities
+from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, Decision, Setup
+from autotuner.engines.vllm.capabilities import GDN_REPLAY, REPLAY_SPEC
 from autotuner.sim.truth import realistic_error
 from autotuner.sim.worlds import (
     DAY,

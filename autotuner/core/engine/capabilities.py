@@ -161,17 +161,3 @@ def needed(target: Setup, previous: Setup) -> Capability | None:
     if target.spec_tokens and not previous.spec_tokens:
         return Capability.SPECULATION
     return None
-
-
-# ------------------------------------------------------------- bridge (delete with the edit)
-# Until benchmarks/decision_quality.py imports the presets from autotuner.engines.vllm
-# (the H2 report lists the edit), the old names answer here, looked up by name (the core
-# imports nothing outside itself).
-
-
-def __getattr__(name: str) -> Any:
-    if name not in ("PRESETS", "UPSTREAM", "GDN_REPLAY", "REPLAY_SPEC"):
-        raise AttributeError(name)
-    from importlib import import_module
-
-    return getattr(import_module("autotuner.engines.vllm.capabilities"), name)
