@@ -318,7 +318,7 @@ class Controller:
         self.shutdown()
 
     def shutdown(self) -> None:
-        leading = self.elector is not None and self.elector.is_leader
+        leading = self.elector is None or self.elector.is_leader
         if leading and self.actuator is not None and self.state is not None:
             self.records.flush(self.state)
         if self.elector is not None:

@@ -80,7 +80,7 @@ class StateRecords:
     def save_periodically(self, state: TunerState, live: LiveTarget | None, now: float) -> None:
         """Persist what was learned now and then (a change writes its state with its patch)."""
         due = now - self.saved_at >= self.save_interval_s
-        if not due or not getattr(self.actuator, "periodic_state", True):
+        if not due or not self._keeps_learning():
             return
         if self.save(state, version=live.version if live else None):
             self.saved_at = now
@@ -97,9 +97,15 @@ class StateRecords:
         return True
 
     def flush(self, state: TunerState) -> None:
-        """Write the state whatever the version (at shutdown, while still leading)."""
+        """Write the state whatever the version (at shutdown, while still leading), where the
+        target keeps what is learned between changes (a GitOps file does not)."""
+        if not self._keeps_learning():
+            return
         assert self.actuator is not None
         try:
             self.actuator.save_state(state.model_dump_json(), expected_version=None)
         except ActuatorError as exc:
             self.notifier.log(f"state not flushed at shutdown: {exc}", logging.WARNING)
+
+    def _keeps_learning(self) -> bool:
+        return self.actuator is not None and self.actuator.periodic_state

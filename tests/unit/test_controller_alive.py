@@ -3,9 +3,14 @@ from the start until the first one (a sidecar wedged in its first scrape is rest
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 
+from autotuner.actuators.base import Actuator
+from autotuner.actuators.exec import ExecActuator
 from autotuner.controller import Controller
+from autotuner.core.decide.state import read_state
 from autotuner.core.types import Observation, Setup
 from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
@@ -22,7 +27,7 @@ def _settings() -> Settings:
     return settings
 
 
-def _controller(clock: list[float]) -> Controller:
+def _controller(clock: list[float], actuator: Actuator | None = None) -> Controller:
     def observe() -> Observation:
         return TRUTH.observation(
             now=clock[0], window_s=60, setup=SPEC3, batch=64, rates=(0.8, 0.7, 0.6)
@@ -33,7 +38,7 @@ def _controller(clock: list[float]) -> Controller:
         model=MODEL,
         hardware=H200,
         observe=observe,
-        actuator=None,
+        actuator=actuator,
         metrics=TunerMetrics(),
         logger=logging.getLogger("test"),
         clock=lambda: clock[0],
@@ -61,3 +66,18 @@ def test_each_completed_step_restarts_the_count() -> None:
     assert tuner.alive()
     clock[0] = START + 2 * stalled
     assert not tuner.alive()
+
+
+def test_shutdown_saves_what_was_learned_on_a_target_without_a_lease(tmp_path: Path) -> None:
+    """A file or exec target has no Lease: the sidecar is its only writer, so a SIGTERM writes
+    the state learned since the last periodic save."""
+    args = tmp_path / "vllm.args"
+    config = json.dumps({"method": "mtp", "num_speculative_tokens": 3})
+    args.write_text(f"--model\nm\n--speculative-config\n{config}\n")
+    actuator = ExecActuator(args, ["true"])
+    clock = [START]
+    tuner = _controller(clock, actuator)
+    tuner.step()
+    actuator.state_file.unlink(missing_ok=True)  # as if no periodic save had come yet
+    tuner.shutdown()
+    assert read_state(actuator.state_file.read_text()).state is not None
