@@ -4,6 +4,12 @@ For systemd units, docker compose or a local `vllm serve` supervised by the side
 file holds one argument per line (or, with `env_var`, a shell-quoted `VAR=...` line for an env
 file); the restart command runs with a timeout, and a non-zero exit is a failed change.
 
+A change writes two files, the state and the args. A journal written first (`*.pending.json`:
+the new args and the state before) makes the pair one change for a reader: until the new
+args are in place, `read()` reports the state as it was, so a sidecar killed between the two
+writes does not find, on restart, a state that names a setup the args never had (which it
+would take for someone else's change). The next write or state save clears the journal.
+
 The command runs in a process group of its own: at the timeout the whole group is killed, so
 a `sh -c` that left a child holding its output pipe cannot keep the sidecar waiting.
 """
@@ -71,9 +77,25 @@ class ExecActuator(Actuator):
             return shlex.split(shlex.split(line[len(prefix) :])[0]), text
         return [ln for ln in text.splitlines() if ln.strip()], text
 
+    @property
+    def journal(self) -> Path:
+        return self.args_file.with_name(f"{self.args_file.name}.pending.json")
+
+    def _state(self, args_text: str) -> str | None:
+        """The state record that goes with the args as they are (see the journal above)."""
+        state = self.state_file.read_text(encoding="utf-8") if self.state_file.exists() else None
+        try:
+            pending = json.loads(self.journal.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return state  # no journal (or a torn one, written before anything else): as is
+        if not isinstance(pending, dict) or pending.get("args") == args_text:
+            return state  # the change is whole
+        before = pending.get("state_before")
+        return before if isinstance(before, str) else None
+
     def read(self) -> LiveTarget:
         args, text = self._args()
-        state = self.state_file.read_text(encoding="utf-8") if self.state_file.exists() else None
+        state = self._state(text)
         return live_target(
             str(self.args_file),
             description=f"exec://{self.args_file}",
@@ -107,16 +129,20 @@ class ExecActuator(Actuator):
         changed = args != list(live.args)
         if dry_run:
             return ApplyResult(changed, True, live.args, tuple(args), diff, live.version)
-        if state is not None:
-            atomic_write(self.state_file, state)
         if not changed:
+            if state is not None:
+                self.save_state(state, expected_version=None)
             return ApplyResult(False, False, live.args, tuple(args), "", live.version)
         text = (
             f"{self.env_var}={shlex.quote(shlex.join(args))}\n"
             if self.env_var
             else "".join(f"{a}\n" for a in args)
         )
+        atomic_write(self.journal, json.dumps({"args": text, "state_before": live.state}))
+        if state is not None:
+            atomic_write(self.state_file, state)
         atomic_write(self.args_file, text)
+        self.journal.unlink(missing_ok=True)
         self._restart()
         version = hashlib.sha256(text.encode()).hexdigest()[:16]
         return ApplyResult(True, False, live.args, tuple(args), diff, version)
@@ -150,6 +176,7 @@ class ExecActuator(Actuator):
 
     def save_state(self, state: str, *, expected_version: str | None) -> str | None:
         atomic_write(self.state_file, state)
+        self.journal.unlink(missing_ok=True)  # the state now goes with the args as they are
         return self.read().version
 
     def event(self, reason: str, message: str, *, warning: bool = False) -> None:

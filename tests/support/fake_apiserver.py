@@ -93,7 +93,8 @@ class FakeApiServer:
         self.delay_s = 0.0
         self.fail_next: list[int] = []  # status codes to answer with, in order
         self.retry_after: str | None = None  # the Retry-After header of an injected failure
-        # Called with (method, path) before each request is served: another writer's change.
+        # Called with (method, path and query) before each request is served: another writer's
+        # change, or a request held in flight.
         self.interfere: Callable[[str, str], None] | None = None
         self.version = 1000
         self.lock = threading.Lock()
@@ -203,7 +204,7 @@ class FakeApiServer:
                 content_type = self.headers.get("Content-Type", "")
                 server.requests.append((method, path, content_type))
                 if server.interfere is not None:
-                    server.interfere(method, path)
+                    server.interfere(method, self.path)
                 if server.delay_s:
                     time.sleep(server.delay_s)
                 if server.fail_next:
