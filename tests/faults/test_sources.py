@@ -81,12 +81,12 @@ def test_vllm_metrics_hanging_mid_body_ends_at_the_deadline(
     server: FaultServer, record: Record
 ) -> None:
     # Bytes for most of the deadline, then silence: a deadline per read would wait it again.
-    server.route("/metrics", trickle(METRICS, 0.1, then_hang_after=17), answer(METRICS))
+    server.route("/metrics", trickle(METRICS, 0.1, then_hang_after=19), answer(METRICS))
     outcome, elapsed = scrape(server)
     bounded(outcome, elapsed)
     assert reason_of(outcome) is UnusableReason.TIMEOUT
     assert not isinstance(scrape(server)[0], Exception | StillRunning)
-    record("vLLM /metrics: 1.7 s of bytes, then silence", "window unusable: timeout", elapsed)
+    record("vLLM /metrics: 1.9 s of bytes, then silence", "window unusable: timeout", elapsed)
 
 
 def test_vllm_metrics_reset_mid_body_is_server_down(server: FaultServer, record: Record) -> None:
@@ -183,11 +183,11 @@ def test_prometheus_hanging_mid_body_ends_at_the_deadline(
     server: FaultServer, record: Record
 ) -> None:
     body = '{"status":"success","data":{"resultType":"vector","result":[]}}'
-    server.route("/api/v1/query", trickle(body, 0.1, then_hang_after=17))
+    server.route("/api/v1/query", trickle(body, 0.1, then_hang_after=19))
     outcome, elapsed = query(server)
     bounded(outcome, elapsed)
     assert reason_of(outcome) is UnusableReason.TIMEOUT
-    record("Prometheus: 1.7 s of bytes, then silence", "window unusable: timeout", elapsed)
+    record("Prometheus: 1.9 s of bytes, then silence", "window unusable: timeout", elapsed)
 
 
 def test_prometheus_reset_mid_body_is_server_down(server: FaultServer, record: Record) -> None:
@@ -270,8 +270,8 @@ def test_canary_completion_trickling_ends_at_the_deadline(
 def test_canary_completion_hanging_mid_body_ends_at_the_deadline(
     server: FaultServer, record: Record
 ) -> None:
-    server.route("/v1/completions", trickle(REPLY, 0.1, then_hang_after=17), answer(REPLY))
+    server.route("/v1/completions", trickle(REPLY, 0.1, then_hang_after=19), answer(REPLY))
     outcome, elapsed = canary(server)
     bounded(outcome, elapsed)
     assert isinstance(outcome, CanaryError)
-    record("canary /v1/completions: 1.7 s of bytes, then silence", "canary failed", elapsed)
+    record("canary /v1/completions: 1.9 s of bytes, then silence", "canary failed", elapsed)
