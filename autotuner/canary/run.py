@@ -188,12 +188,14 @@ def run_canary(
     seed: int = 0,
     setup: str | None = None,
     timeout_s: float = 60.0,
+    run_deadline_s: float | None = None,
     priority: int | None = None,
     client: httpx.Client | None = None,
 ) -> CanaryRun:
     """Send each prompt once, one at a time (the canary must stay a small cost), greedy;
-    each completion's whole answer within `timeout_s`. `priority` (vLLM's, higher = later) is
-    sent only when given: servers without priority scheduling reject any value but 0."""
+    each completion's whole answer within `timeout_s`, all of them within `run_deadline_s`
+    when given. `priority` (vLLM's, higher = later) is sent only when given: servers without
+    priority scheduling reject any value but 0."""
     if not prompts:
         raise InputError("the canary set is empty")
     if max_tokens < 1:
@@ -205,6 +207,7 @@ def run_canary(
     outputs: list[str] = []
     tokens = 0
     served_model = model or ""
+    run = Deadline(run_deadline_s if run_deadline_s is not None else timeout_s * len(prompts))
     try:
         for prompt in prompts:
             body: dict[str, Any] = {
@@ -217,7 +220,9 @@ def run_canary(
                 body["model"] = served_model
             if priority is not None:
                 body["priority"] = priority
-            text, used, replied_model = _complete(http, url, body, timeout_s)
+            if run.expired:
+                raise CanaryError(f"{url}: the canary run passed its {run.seconds:g}s deadline")
+            text, used, replied_model = _complete(http, url, body, run.cap(timeout_s))
             outputs.append(text)
             tokens += used
             served_model = served_model or replied_model
