@@ -79,7 +79,8 @@ class ActuatorError(AutotunerError):
 
 
 class ConflictError(ActuatorError):
-    """The target changed since it was read (HTTP 409): re-read and re-decide, never retry."""
+    """The target changed since it was read in what the step decided on, or the race was lost
+    every time (HTTP 409): re-decide next step."""
 
 
 class RestartError(ActuatorError):

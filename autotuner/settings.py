@@ -85,7 +85,9 @@ class QualitySettings(Group):
         description="vLLM request priority for canary requests (higher = later); only for "
         "servers run with --scheduling-policy priority, which others reject: unset by default.",
     )
-    timeout_s: float = Field(30.0, gt=0, description="HTTP timeout per canary request, seconds.")
+    timeout_s: float = Field(
+        30.0, gt=0, description="Deadline of each canary completion (the whole answer), seconds."
+    )
     budget_share: float = Field(
         0.01,
         gt=0,
@@ -126,7 +128,9 @@ class SourceSettings(Group):
     scrape_interval_s: float = Field(
         15.0, gt=0, description="Prometheus's scrape interval (the range-query step), seconds."
     )
-    timeout_s: float = Field(5.0, gt=0, description="HTTP timeout per request, seconds.")
+    timeout_s: float = Field(
+        5.0, gt=0, description="Deadline of each scrape or Prometheus query (the whole answer), s."
+    )
     max_bytes: int = Field(16 * 2**20, gt=0, description="Largest /metrics body accepted.")
 
 
@@ -199,6 +203,15 @@ class TargetSettings(Group):
     paused: bool = Field(False, description="Stop all patching (as the paused annotation does).")
     rollout_deadline_s: float = Field(
         900.0, gt=0, description="A rollout not done by then is stuck: revert, seconds."
+    )
+    request_timeout_s: float = Field(
+        10.0, gt=0, description="Deadline of each Kubernetes request, seconds."
+    )
+    call_deadline_s: float = Field(
+        30.0,
+        gt=0,
+        description="Deadline of one Kubernetes call (a read, an apply, a state save), its "
+        "retries of 429, 5xx and conflicts included, seconds.",
     )
     allow_low_precision_replay: bool = Field(
         False,

@@ -83,7 +83,8 @@ def _own_workload(settings: Settings) -> str:
         return ""
     from autotuner.actuators.kubernetes import api_client, discover_target
 
-    return str(discover_target(api_client(settings.target.kube_server), namespace, pod))
+    client = api_client(settings.target.kube_server, timeout_s=settings.target.request_timeout_s)
+    return str(discover_target(client, namespace, pod))
 
 
 def _actuator(settings: Settings, uri: str, identity: str) -> Actuator:
@@ -96,6 +97,8 @@ def _actuator(settings: Settings, uri: str, identity: str) -> Actuator:
         allow_surge=settings.target.allow_surge,
         allow_low_precision_replay=settings.target.allow_low_precision_replay,
         identity=identity,
+        timeout_s=settings.target.request_timeout_s,
+        deadline_s=settings.target.call_deadline_s,
     )
 
 
@@ -105,7 +108,7 @@ def _elector(settings: Settings, uri: str, identity: str) -> LeaseElector:
 
     target, parsed = settings.target, K8sTarget.parse(uri)
     return LeaseElector(
-        api_client(target.kube_server),
+        api_client(target.kube_server, timeout_s=target.request_timeout_s),
         namespace=parsed.namespace,
         name=target.lease_name or f"spec-autotuner-{parsed.name}",
         identity=identity,

@@ -23,6 +23,7 @@ from autotuner.errors import ActuatorError, ArgsError, ConflictError
 
 STATE_ANNOTATION = "spec-autotuner.io/state"
 PAUSE_ANNOTATION = "spec-autotuner.io/paused"
+LOCAL_CALL_S = 10.0  # a target on the local disk: a read and a rename
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,12 @@ class Actuator(ABC):
     names: FlagNames
     allow_low_precision_replay: bool
     periodic_state: bool = True  # the learned state is written between changes too
+
+    @property
+    def longest_call_s(self) -> float:
+        """The longest one call to this target may take (its deadline, retries included): how
+        long a stop may wait for a step in flight."""
+        return LOCAL_CALL_S
 
     @abstractmethod
     def read(self) -> LiveTarget:

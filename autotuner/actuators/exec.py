@@ -78,6 +78,10 @@ class ExecActuator(Actuator):
         return [ln for ln in text.splitlines() if ln.strip()], text
 
     @property
+    def longest_call_s(self) -> float:
+        return self.timeout_s  # the restart command's
+
+    @property
     def journal(self) -> Path:
         return self.args_file.with_name(f"{self.args_file.name}.pending.json")
 

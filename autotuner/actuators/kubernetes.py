@@ -237,6 +237,10 @@ class KubernetesActuator(Actuator):
     def where(self) -> str:
         return str(self.target)
 
+    @property
+    def longest_call_s(self) -> float:
+        return self.deadline_s
+
     def apply(
         self,
         setup: Setup,

@@ -20,6 +20,7 @@ def open_target(
     allow_low_precision_replay: bool = False,
     identity: str = "spec-autotuner",
     timeout_s: float = 10.0,
+    deadline_s: float | None = None,
 ) -> Actuator:
     # Each kind imports its own dependencies: the Kubernetes client alone is ~20 MB of RSS.
     if uri.startswith("k8s://"):
@@ -33,6 +34,7 @@ def open_target(
             allow_low_precision_replay=allow_low_precision_replay,
             identity=identity,
             timeout_s=timeout_s,
+            deadline_s=deadline_s,
         )
     parts = urlsplit(uri)
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}

@@ -32,7 +32,9 @@ def observe(
         str, typer.Option(help="Prometheus's scrape interval (range-query step).")
     ] = "15s",
     min_drafts: Annotated[float, typer.Option(help="Drafts needed to trust acceptance.")] = 200,
-    timeout: Annotated[str, typer.Option(help="HTTP timeout per request.")] = "5s",
+    timeout: Annotated[
+        str, typer.Option(help="Deadline of each scrape or query (the whole answer).")
+    ] = "5s",
     target: Annotated[
         str | None,
         typer.Option(

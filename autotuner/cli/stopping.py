@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from autotuner.actuators.base import Actuator
     from autotuner.settings import Settings
 
-TARGET_TIMEOUT_S = 10.0  # open_target's deadline per request, for targets that keep none
 POLL_S = 0.5  # how often the main thread looks at the worker and the signals
 
 
@@ -32,7 +31,7 @@ def stop_grace_s(settings: Settings, actuator: Actuator | None = None) -> float:
     """The longest a stop may take: one interval and the longest outside call of the step in
     flight (a scrape, a canary completion, a Kubernetes request or the exec target's restart
     command, whose deadline the target keeps)."""
-    target_s = float(getattr(actuator, "timeout_s", TARGET_TIMEOUT_S))
+    target_s = actuator.longest_call_s if actuator is not None else 0.0
     deadlines = [settings.source.timeout_s, target_s]
     if settings.quality.enabled:
         deadlines.append(settings.quality.timeout_s)

@@ -7,11 +7,12 @@ import logging
 import signal
 import threading
 import time
-from types import SimpleNamespace
+from pathlib import Path
 
 import pytest
 
-from autotuner.cli.stopping import TARGET_TIMEOUT_S, Stopper, stop_grace_s
+from autotuner.actuators.exec import ExecActuator
+from autotuner.cli.stopping import Stopper, stop_grace_s
 from autotuner.settings import cli_overrides, load_settings
 
 
@@ -72,6 +73,6 @@ def test_the_grace_is_one_interval_plus_the_longest_outside_call_deadline() -> N
     quiet, _ = load_settings(
         None, cli_overrides(["loop.interval_s=2s", "source.timeout_s=1s", "quality.enabled=false"])
     )
-    assert stop_grace_s(quiet) == 2.0 + TARGET_TIMEOUT_S
-    restart = SimpleNamespace(timeout_s=120.0)  # an exec target's restart command
-    assert stop_grace_s(quiet, restart) == 2.0 + 120.0  # type: ignore[arg-type]
+    assert stop_grace_s(quiet) == 2.0 + 1.0  # no target: the scrape is the longest call
+    restart = ExecActuator(Path("vllm.args"), ["true"], timeout_s=120.0)  # its restart command
+    assert stop_grace_s(quiet, restart) == 2.0 + 120.0

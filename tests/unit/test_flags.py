@@ -6,13 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autotuner.core.types import Setup
+from autotuner.engines.commandline import shell_tokens
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.engines.vllm.setup import (
     parse_setup,
     parse_shell,
     render,
     render_shell,
-    shell_tokens,
     speculative_config,
 )
 from autotuner.errors import ArgsError
