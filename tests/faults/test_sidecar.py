@@ -78,6 +78,25 @@ def test_a_first_step_wedged_fails_the_liveness_probe(record: Record) -> None:
     )
 
 
+def terminate_when(
+    config: Path, begun: threading.Event, what: str, exit_within_s: float
+) -> tuple[int, bytes, float]:
+    """Run the sidecar on `config`, send it SIGTERM once `begun` is set (within 60 s: the
+    sidecar never did `what` otherwise) and wait for it to exit: its exit code, what it
+    printed and the seconds from the signal to the exit. Killed if it outlives the test."""
+    process = sidecar_process(config, subprocess.PIPE)
+    try:
+        wait_for(begun.is_set, 60, f"the sidecar never {what}")
+        process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        out, _ = process.communicate(timeout=exit_within_s)
+        return process.returncode, out, time.monotonic() - signalled
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def settings_file(folder: Path, url: str, kube: str, port: int) -> Path:
     path = folder / "autotuner.yaml"
     path.write_text(f"""\
@@ -118,20 +137,12 @@ def test_sigterm_during_a_patch_exits_cleanly(tmp_path: Path, record: Record) ->
         server.put("Deployment", deployment(args=args))
         server.interfere = hold_the_patch
         config = settings_file(tmp_path, engine.url, server.url, free_port())
-        process = sidecar_process(config, subprocess.PIPE)
         try:
-            wait_for(in_flight.is_set, 60, "the sidecar never patched")
-            process.send_signal(signal.SIGTERM)
-            signalled = time.monotonic()
-            out, _ = process.communicate(timeout=60)
-            stopped_s = time.monotonic() - signalled
+            code, out, stopped_s = terminate_when(config, in_flight, "patched", 60)
         finally:
             held.set()
-            if process.poll() is None:
-                process.kill()
-                process.wait()
         live = server.get("Deployment", "llm", "vllm")
-    assert process.returncode == 0, out.decode()[-2000:]
+    assert code == 0, out.decode()[-2000:]
     assert stopped_s < 0.25 + 10 + 10  # one interval, the longest deadline, a slow machine
     main = live["spec"]["template"]["spec"]["containers"][0]
     assert parse_setup(main["args"]) != Setup(spec_tokens=3)  # the patch in flight completed
@@ -174,18 +185,8 @@ loop: {{interval_s: 1s, window_s: 2s}}
 exporter: {{host: 127.0.0.1, port: {free_port()}}}
 quality: {{enabled: false}}
 """)
-        process = sidecar_process(config, subprocess.PIPE)
-        try:
-            wait_for(started.is_set, 60, "the sidecar never scraped")
-            process.send_signal(signal.SIGTERM)
-            signalled = time.monotonic()
-            out, _ = process.communicate(timeout=30)
-            stopped_s = time.monotonic() - signalled
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    assert process.returncode == 0, out.decode()[-2000:]
+        code, out, stopped_s = terminate_when(config, started, "scraped", 30)
+    assert code == 0, out.decode()[-2000:]
     assert stopped_s < 1 + 2 + 10  # one interval, the scrape's deadline, a slow machine
     record(
         "SIGTERM while /metrics trickles (advise mode)",

@@ -10,7 +10,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -21,6 +22,7 @@ from autotuner.sources.prometheus_api import PrometheusSource
 from autotuner.sources.vllm_scrape import VllmScraper
 from tests.faults.conftest import Record
 from tests.faults.loopback import (
+    Behaviour,
     FaultServer,
     Request,
     StillRunning,
@@ -65,46 +67,6 @@ def bounded(outcome: Any, elapsed: float) -> None:
 def scrape(server: FaultServer) -> tuple[Any, float]:
     scraper = VllmScraper([f"{server.url}/metrics"], timeout_s=DEADLINE_S)
     return timed(scraper.scrape, GIVE_UP_S)
-
-
-def test_vllm_metrics_trickling_ends_at_the_deadline(server: FaultServer, record: Record) -> None:
-    server.route("/metrics", trickle(METRICS, 0.05), answer(METRICS))
-    outcome, elapsed = scrape(server)
-    bounded(outcome, elapsed)
-    assert reason_of(outcome) is UnusableReason.TIMEOUT
-    again, _ = scrape(server)
-    assert not isinstance(again, Exception | StillRunning)  # the next scrape is whole
-    record("vLLM /metrics: 200, then one byte per 50 ms", "window unusable: timeout", elapsed)
-
-
-def test_vllm_metrics_hanging_mid_body_ends_at_the_deadline(
-    server: FaultServer, record: Record
-) -> None:
-    # Bytes for most of the deadline, then silence: a deadline per read would wait it again.
-    server.route("/metrics", trickle(METRICS, 0.1, then_hang_after=19), answer(METRICS))
-    outcome, elapsed = scrape(server)
-    bounded(outcome, elapsed)
-    assert reason_of(outcome) is UnusableReason.TIMEOUT
-    assert not isinstance(scrape(server)[0], Exception | StillRunning)
-    record("vLLM /metrics: 1.9 s of bytes, then silence", "window unusable: timeout", elapsed)
-
-
-def test_vllm_metrics_reset_mid_body_is_server_down(server: FaultServer, record: Record) -> None:
-    server.route("/metrics", reset_mid_body(METRICS), answer(METRICS))
-    outcome, elapsed = scrape(server)
-    bounded(outcome, elapsed)
-    assert reason_of(outcome) is UnusableReason.SERVER_DOWN
-    assert not isinstance(scrape(server)[0], Exception | StillRunning)
-    record("vLLM /metrics: TCP reset mid-body", "window unusable: server_down", elapsed)
-
-
-def test_vllm_metrics_oversized_is_refused(server: FaultServer, record: Record) -> None:
-    server.route("/metrics", endless(64 * 2**20), answer(METRICS))
-    outcome, elapsed = scrape(server)
-    bounded(outcome, elapsed)
-    assert reason_of(outcome) is UnusableReason.TOO_LARGE
-    assert not isinstance(scrape(server)[0], Exception | StillRunning)
-    record("vLLM /metrics: a 64 MiB body", "window unusable: too_large (16 MiB cap)", elapsed)
 
 
 # --------------------------------------------------------------------------- Prometheus
@@ -171,42 +133,6 @@ def test_the_loopback_prometheus_gives_a_usable_window(server: FaultServer) -> N
     assert observation.usable, observation.detail
 
 
-def test_prometheus_trickling_ends_at_the_deadline(server: FaultServer, record: Record) -> None:
-    server.route("/api/v1/query", trickle('{"status":"success","data":{"result":[', 0.05))
-    outcome, elapsed = query(server)
-    bounded(outcome, elapsed)
-    assert reason_of(outcome) is UnusableReason.TIMEOUT
-    record("Prometheus: 200, then one byte per 50 ms", "window unusable: timeout", elapsed)
-
-
-def test_prometheus_hanging_mid_body_ends_at_the_deadline(
-    server: FaultServer, record: Record
-) -> None:
-    body = '{"status":"success","data":{"resultType":"vector","result":[]}}'
-    server.route("/api/v1/query", trickle(body, 0.1, then_hang_after=19))
-    outcome, elapsed = query(server)
-    bounded(outcome, elapsed)
-    assert reason_of(outcome) is UnusableReason.TIMEOUT
-    record("Prometheus: 1.9 s of bytes, then silence", "window unusable: timeout", elapsed)
-
-
-def test_prometheus_reset_mid_body_is_server_down(server: FaultServer, record: Record) -> None:
-    body = '{"status":"success","data":{"resultType":"vector","result":[]}}'
-    server.route("/api/v1/query", reset_mid_body(body))
-    outcome, elapsed = query(server)
-    bounded(outcome, elapsed)
-    assert reason_of(outcome) is UnusableReason.SERVER_DOWN
-    record("Prometheus: TCP reset mid-body", "window unusable: server_down", elapsed)
-
-
-def test_prometheus_oversized_is_refused(server: FaultServer, record: Record) -> None:
-    server.route("/api/v1/query", endless(64 * 2**20))
-    outcome, elapsed = query(server)
-    bounded(outcome, elapsed)
-    assert reason_of(outcome) is UnusableReason.TOO_LARGE
-    record("Prometheus: a 64 MiB answer", "window unusable: too_large (16 MiB cap)", elapsed)
-
-
 def test_prometheus_partial_answers_are_refused(server: FaultServer, record: Record) -> None:
     partial = prometheus(warnings=["partial response: store 2 of 3 unreachable"])
     server.route("/api/v1/query", partial)
@@ -245,6 +171,84 @@ def test_prometheus_429_with_retry_after_is_waited_out(server: FaultServer, reco
     )
 
 
+# --------------------------------------------------------------------------- a body's faults
+
+
+class Endpoint(NamedTuple):
+    """Where the sidecar reads a window: its name in docs/faults.md's table, the path a fault
+    is served on, a body it answers with, its answer once the fault is gone, and the read."""
+
+    name: str
+    path: str
+    body: str
+    healthy: Behaviour
+    read: Callable[[FaultServer], tuple[Any, float]]
+
+
+EMPTY_VECTOR = '{"status":"success","data":{"resultType":"vector","result":[]}}'
+ENDPOINTS = [
+    pytest.param(
+        Endpoint("vLLM /metrics", "/metrics", METRICS, answer(METRICS), scrape), id="vllm"
+    ),
+    pytest.param(
+        Endpoint("Prometheus", "/api/v1/query", EMPTY_VECTOR, prometheus(), query), id="prometheus"
+    ),
+]
+# How the body is sent, the reason the window gets, and the fault and what the sidecar did in
+# docs/faults.md's words.
+FAULTS = [
+    pytest.param(
+        lambda body: trickle(body, 0.05),
+        UnusableReason.TIMEOUT,
+        "200, then one byte per 50 ms",
+        "window unusable: timeout",
+        id="trickling",
+    ),
+    # Bytes for most of the deadline, then silence: a deadline per read would wait it again.
+    pytest.param(
+        lambda body: trickle(body, 0.1, then_hang_after=19),
+        UnusableReason.TIMEOUT,
+        "1.9 s of bytes, then silence",
+        "window unusable: timeout",
+        id="hanging-mid-body",
+    ),
+    pytest.param(
+        reset_mid_body,
+        UnusableReason.SERVER_DOWN,
+        "TCP reset mid-body",
+        "window unusable: server_down",
+        id="reset-mid-body",
+    ),
+    pytest.param(
+        lambda body: endless(64 * 2**20),
+        UnusableReason.TOO_LARGE,
+        "a 64 MiB body",
+        "window unusable: too_large (16 MiB cap)",
+        id="oversized",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fault", "reason", "what", "did"), FAULTS)
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+def test_a_fault_ends_by_the_deadline_and_costs_one_window(
+    server: FaultServer,
+    record: Record,
+    endpoint: Endpoint,
+    fault: Callable[[str], Behaviour],
+    reason: UnusableReason,
+    what: str,
+    did: str,
+) -> None:
+    server.route(endpoint.path, fault(endpoint.body), endpoint.healthy)
+    outcome, elapsed = endpoint.read(server)
+    bounded(outcome, elapsed)
+    assert reason_of(outcome) is reason
+    again, _ = endpoint.read(server)
+    assert not isinstance(again, Exception | StillRunning), again  # the next read is whole
+    record(f"{endpoint.name}: {what}", did, elapsed)
+
+
 # --------------------------------------------------------------------------- the canary
 
 
@@ -256,22 +260,29 @@ def canary(server: FaultServer) -> tuple[Any, float]:
 REPLY = '{"choices":[{"text":" 42"}],"usage":{"completion_tokens":2},"model":"m"}'
 
 
-def test_canary_completion_trickling_ends_at_the_deadline(
-    server: FaultServer, record: Record
+@pytest.mark.parametrize(
+    ("fault", "what", "did"),
+    [
+        pytest.param(
+            trickle(REPLY, 0.05),
+            "one byte per 50 ms",
+            "canary failed (CanaryError)",
+            id="trickling",
+        ),
+        pytest.param(
+            trickle(REPLY, 0.1, then_hang_after=19),
+            "1.9 s of bytes, then silence",
+            "canary failed",
+            id="hanging-mid-body",
+        ),
+    ],
+)
+def test_a_canary_completion_fault_ends_by_the_deadline(
+    server: FaultServer, record: Record, fault: Behaviour, what: str, did: str
 ) -> None:
-    server.route("/v1/completions", trickle(REPLY, 0.05), answer(REPLY))
+    server.route("/v1/completions", fault, answer(REPLY))
     outcome, elapsed = canary(server)
     bounded(outcome, elapsed)
     assert isinstance(outcome, CanaryError)
-    assert not isinstance(canary(server)[0], Exception | StillRunning)
-    record("canary /v1/completions: one byte per 50 ms", "canary failed (CanaryError)", elapsed)
-
-
-def test_canary_completion_hanging_mid_body_ends_at_the_deadline(
-    server: FaultServer, record: Record
-) -> None:
-    server.route("/v1/completions", trickle(REPLY, 0.1, then_hang_after=19), answer(REPLY))
-    outcome, elapsed = canary(server)
-    bounded(outcome, elapsed)
-    assert isinstance(outcome, CanaryError)
-    record("canary /v1/completions: 1.9 s of bytes, then silence", "canary failed", elapsed)
+    assert not isinstance(canary(server)[0], Exception | StillRunning)  # the next run answers
+    record(f"canary /v1/completions: {what}", did, elapsed)
