@@ -209,6 +209,10 @@ class Prediction(Value):
     bytes: dict[str, float] = {}
     time_s: dict[str, float] = {}
     flops: dict[str, float] = {}
+    # A setup without the prefix caching the live engine had: the share of each GPU second
+    # its recomputed prefill takes, and the prompt tokens it prefills again per second.
+    prefill_share: float = 0.0
+    recomputed_prompt_tokens_per_s: float = 0.0
 
 
 class BatchStats(Value):
@@ -284,7 +288,13 @@ class Observation(Value):
     generation_tokens_per_s: float | None = None
     prompt_tokens_per_s: float | None = None
     mean_context_tokens: float | None = None
+    mean_prompt_tokens: float | None = None  # per finished request (vLLM's prompt histogram)
+    mean_generation_tokens: float | None = None  # per finished request
     mean_iteration_tokens: float | None = None
+    # Share of the looked-up prompt tokens the prefix cache served (vLLM counts tokens, not
+    # requests); None where the engine does not export the counters or looked nothing up.
+    prefix_cache_hit_rate: float | None = None
+    prefix_cache_queried_tokens: float | None = None  # the window's looked-up tokens behind it
     waiting_mean: float | None = None
     kv_cache_usage_mean: float | None = None
     preemptions: float | None = None

@@ -69,6 +69,7 @@ class SimSetup:
     mamba_cache_mode: str = "none"
     schedule: tuple[ScheduleBand, ...] = ()
     proposed_lengths: tuple[float, ...] = ()
+    prefix_caching: bool = True  # off: vLLM looks nothing up (its counters stay still)
 
     @classmethod
     def of(
@@ -77,6 +78,7 @@ class SimSetup:
         acceptance: Sequence[float],
         *,
         proposed_lengths: Sequence[float] = (),
+        prefix_caching: bool = True,
         **options: str,
     ) -> SimSetup:
         return cls(
@@ -86,6 +88,7 @@ class SimSetup:
             replay_window=setup.replay_window or 16,
             schedule=setup.schedule,
             proposed_lengths=tuple(proposed_lengths),
+            prefix_caching=prefix_caching,
             **options,
         )
 
@@ -146,6 +149,8 @@ class EngineCounters:
     accepted_per_position: list[float] = field(default_factory=list)
     generation_tokens: float = 0.0
     prompt_tokens: float = 0.0
+    prefix_cache_queries: float = 0.0
+    prefix_cache_hits: float = 0.0
     preemptions: float = 0.0
     finished: float = 0.0
     itl_sum: float = 0.0
@@ -175,6 +180,7 @@ class SimulatedVllm:
         model_name: str = "sim-model",
         prompt_tokens: float = 512,
         output_tokens: float = 256,
+        prefix_hit_rate: float = 0.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.setup = setup or SimSetup()
@@ -185,6 +191,7 @@ class SimulatedVllm:
         self.model_name = model_name
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
+        self.prefix_hit_rate = prefix_hit_rate  # share of prompt tokens the cache serves
         self.clock = clock
         self.engine_count = engines
         self.now = clock()
@@ -244,6 +251,7 @@ class SimulatedVllm:
             finished = generated / self.output_tokens
             engine.finished += finished
             engine.prompt_tokens += finished * self.prompt_tokens
+            self._count_prefix_cache(engine, finished * self.prompt_tokens)
             engine.prompt_length_sum += finished * self.prompt_tokens
             engine.generation_length_sum += finished * self.output_tokens
             engine.itl_sum += request_steps * step
@@ -263,6 +271,13 @@ class SimulatedVllm:
         engine.draft_tokens += request_steps * drafting.draft_tokens
         for i, value in enumerate(drafting.accepted):
             engine.accepted_per_position[i] += request_steps * value
+
+    def _count_prefix_cache(self, engine: EngineCounters, prompt_tokens: float) -> None:
+        """vLLM counts the prompt tokens it looks up and those it finds, only while prefix
+        caching is on (the counters are exported either way)."""
+        if self.setup.prefix_caching:
+            engine.prefix_cache_queries += prompt_tokens
+            engine.prefix_cache_hits += prompt_tokens * self.prefix_hit_rate
 
     def record_step(self, running: float, waiting: float, step_s: float) -> None:
         """Count one engine step that served `running` requests (the completions engine's
@@ -288,6 +303,8 @@ class SimulatedVllm:
                 ("vllm:num_preemptions", engine.preemptions),
                 ("vllm:prompt_tokens", engine.prompt_tokens),
                 ("vllm:generation_tokens", engine.generation_tokens),
+                ("vllm:prefix_cache_queries", engine.prefix_cache_queries),
+                ("vllm:prefix_cache_hits", engine.prefix_cache_hits),
             ]
             if self.setup.spec_tokens:
                 counters += [
@@ -366,7 +383,7 @@ class SimulatedVllm:
             "mamba_ssm_cache_dtype": self.setup.mamba_ssm_cache_dtype,
             "use_replayssm": str(self.setup.replay),
             "replayssm_buffer_len": str(self.setup.replay_window),
-            "enable_prefix_caching": "True",
+            "enable_prefix_caching": str(self.setup.prefix_caching),
             "num_gpu_blocks": "16384",
         }
 
@@ -396,6 +413,8 @@ HELP = {  # vLLM's own help strings
     "vllm:num_preemptions": "Cumulative number of preemption.",
     "vllm:prompt_tokens": "Number of prefill tokens processed.",
     "vllm:generation_tokens": "Number of generation tokens processed.",
+    "vllm:prefix_cache_queries": "Prefix cache queries, in terms of number of queried tokens.",
+    "vllm:prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
     "vllm:spec_decode_num_drafts": "Number of spec decoding drafts.",
     "vllm:spec_decode_num_draft_tokens": "Number of draft tokens.",
     "vllm:spec_decode_num_accepted_tokens": "Number of accepted tokens.",

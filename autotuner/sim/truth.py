@@ -16,6 +16,7 @@ from autotuner.core.observe.observation import Ratio, WindowTotals, build_observ
 from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import HardwareProfile
+from autotuner.core.predict.prefill import keeps_prefix_caching, prefill_cost
 from autotuner.core.types import Observation, Setup
 
 StepError = Callable[[Setup, float], float]
@@ -62,6 +63,9 @@ class TruthEngine:
     hardware: HardwareProfile
     workload: Workload = field(default_factory=Workload)
     error: StepError = no_error
+    # Whether the world's engine keeps prefix caching under a setup; one without it prefills
+    # the workload's prefix-cache hits again (core/predict/prefill.py).
+    prefix_caching: Callable[[Setup], bool] = keeps_prefix_caching
 
     def step_time(self, setup: Setup, batch: float, rates: Sequence[float]) -> float:
         k = int(setup.spec_tokens_at([max(round(batch), 1)])[0])
@@ -80,7 +84,19 @@ class TruthEngine:
         size = max(round(batch), 1)
         accept = from_conditional(list(rates)[: setup.spec_tokens])
         curve = predict(self.model, self.hardware, setup, [size], accept, self.workload)
-        return float(curve.tokens_per_s[0]) / self.error(setup, batch)
+        return self._served(setup, float(curve.tokens_per_s[0]) / self.error(setup, batch))
+
+    def _served(self, setup: Setup, decode_tokens_per_s: float) -> float:
+        """What is served at a true decode rate, after the setup's recomputed prefill."""
+        cost = prefill_cost(
+            self.model,
+            self.hardware,
+            self.workload,
+            prefix_caching=self.prefix_caching(setup),
+        )
+        if cost is None:
+            return decode_tokens_per_s
+        return float(cost.tokens_per_s(np.array([decode_tokens_per_s]))[0])
 
     def observation(
         self,
@@ -114,6 +130,10 @@ class TruthEngine:
         running = min(mean, max(capacity, 1))
         steps = window_s / step
         request_steps = running * steps * engines
+        decode = running * tau / step
+        kept = self._served(setup, decode) / decode  # 1.0 exactly without recomputed prefill
+        prompt = self.workload.prompt_tokens or 1024.0
+        generated = self.workload.generation_tokens or 512.0
         totals = WindowTotals(
             start=now - window_s,
             end=now,
@@ -121,11 +141,11 @@ class TruthEngine:
             series=engines,
             batch_samples=[min(s, running) for s in samples] * engines,
             waiting_samples=[max(s - running, 0.0) for s in samples] * engines,
-            generation_tokens_per_s=engines * running * tau / step,
+            generation_tokens_per_s=engines * running * tau / step * kept,
             step_time=Ratio(request_steps * step, request_steps),
-            time_per_output_token=Ratio(step / tau, 1.0),
-            prompt_length=Ratio(1024.0, 1.0),
-            generation_length=Ratio(512.0, 1.0),
+            time_per_output_token=Ratio(step / tau / kept, 1.0),
+            prompt_length=Ratio(prompt, 1.0),
+            generation_length=Ratio(generated, 1.0),
             cache_config={
                 "use_replayssm": str(bool(setup.replay_window)),
                 "replayssm_buffer_len": str(setup.replay_window or 16),
@@ -133,6 +153,12 @@ class TruthEngine:
                 "mamba_cache_mode": "none",
             },
         )
+        if self.workload.prefix_hit_rate is not None:
+            # vLLM looks prompts up (and counts) only while prefix caching is on.
+            looked_up = engines * decode * kept * window_s / generated * prompt
+            looked_up *= float(self.prefix_caching(setup))
+            totals.prefix_cache_queries = looked_up
+            totals.prefix_cache_hits = looked_up * self.workload.prefix_hit_rate
         if setup.spec_tokens:
             totals.speculation = True
             drafts = request_steps if k else 0.0

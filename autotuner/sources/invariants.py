@@ -26,7 +26,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from autotuner.core.observe.observation import WindowTotals
-from autotuner.engines.vllm.metrics import COUNTERS, GAUGES, HISTOGRAMS, PER_POSITION
+from autotuner.engines.vllm.metrics import (
+    COUNTERS,
+    GAUGES,
+    HISTOGRAMS,
+    PER_POSITION,
+    PREFIX_CACHE,
+)
 from autotuner.errors import SourceError, UnusableReason
 from autotuner.sources.promtext import Exposition, LabelKey
 
@@ -46,6 +52,7 @@ def check_scrape(url: str, exposition: Exposition) -> None:
     SourceError(EMPTY_RESULT) when vLLM counters come without the running-requests gauge."""
     _counters(url, exposition)
     _ordered(url, exposition)
+    _prefix_cache(url, exposition)
     _per_position(url, exposition)
     _histograms(url, exposition)
     _gauges(url, exposition)
@@ -55,6 +62,13 @@ def check_scrape(url: str, exposition: Exposition) -> None:
 def check_totals(where: str, totals: WindowTotals) -> None:
     """Raise SourceError(INVALID_VALUE) when a window's counter totals contradict each other
     (the same order as each scrape's counters)."""
+    queries, hits = totals.prefix_cache_queries, totals.prefix_cache_hits
+    if queries is not None and hits is not None and hits > queries * (1 + _SLACK) + _SLACK:
+        raise _invalid(
+            where,
+            f"{PREFIX_CACHE['prefix_cache_hits'][0]} rose by {hits:g} in the window, more than "
+            f"{PREFIX_CACHE['prefix_cache_queries'][0]} ({queries:g})",
+        )
     if not totals.speculation:
         return
     values = {"drafts": totals.drafts, "draft_tokens": totals.draft_tokens}
@@ -93,6 +107,8 @@ def _invalid(url: str, why: str) -> SourceError:
 
 def _counter_names() -> Iterable[str]:
     yield from COUNTERS.values()
+    for prefix_spellings in PREFIX_CACHE.values():
+        yield from prefix_spellings
     yield PER_POSITION
     for spellings in HISTOGRAMS.values():
         for base in spellings:
@@ -194,6 +210,24 @@ def _per_position(url: str, exposition: Exposition) -> None:
                     url,
                     f"{series(PER_POSITION, labels)} = {after:g} exceeds the position before it "
                     f"({before:g}): acceptance is prefix-only",
+                )
+
+
+def _prefix_cache(url: str, exposition: Exposition) -> None:
+    """A prefix-cache hit is a queried token found: hits never exceed queries, per engine
+    (each spelling pair on its own)."""
+    pairs = zip(
+        PREFIX_CACHE["prefix_cache_hits"], PREFIX_CACHE["prefix_cache_queries"], strict=True
+    )
+    for hits_name, queries_name in pairs:
+        bounds = exposition.get(queries_name, {})
+        for labels, value in exposition.get(hits_name, {}).items():
+            bound = bounds.get(labels)
+            if bound is not None and value > bound:
+                raise _invalid(
+                    url,
+                    f"{series(hits_name, labels)} = {value:g} exceeds "
+                    f"{series(queries_name, labels)} = {bound:g}",
                 )
 
 

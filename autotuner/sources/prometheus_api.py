@@ -23,7 +23,13 @@ from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.observe.observation import Ratio, WindowTotals, build_observation, unusable
 from autotuner.core.types import Observation
 from autotuner.deadline import Cut, Deadline, read_body, retry_after_s
-from autotuner.engines.vllm.metrics import COUNTERS, GAUGES, HISTOGRAMS, PER_POSITION
+from autotuner.engines.vllm.metrics import (
+    COUNTERS,
+    GAUGES,
+    HISTOGRAMS,
+    PER_POSITION,
+    PREFIX_CACHE,
+)
 from autotuner.errors import SourceError, UnusableReason
 from autotuner.sources.invariants import check_totals
 
@@ -183,6 +189,13 @@ class PrometheusSource:
             rate.format(self.series(COUNTERS["prompt_tokens"])), now
         )
         totals.preemptions = increase(COUNTERS["preemptions"])
+        totals.prefix_cache_queries = self._first_increase(
+            PREFIX_CACHE["prefix_cache_queries"], w, now
+        )
+        if totals.prefix_cache_queries is not None:
+            totals.prefix_cache_hits = self._first_increase(
+                PREFIX_CACHE["prefix_cache_hits"], w, now
+            )
         for name, spellings in HISTOGRAMS.items():
             for base in spellings:
                 count = increase(f"{base}_count")
@@ -202,6 +215,14 @@ class PrometheusSource:
                 if k not in ("__name__", "engine", "model_name", "instance", "job")
             }
         return totals
+
+    def _first_increase(self, spellings: tuple[str, ...], window: str, now: float) -> float | None:
+        """The window's increase of the first spelling the server has (None: none)."""
+        for name in spellings:
+            value = self.scalar(f"increase({self.series(name)}[{window}])", now)
+            if value is not None:
+                return value
+        return None
 
     def observe(self, window_s: float, *, limits: ObservationLimits | None = None) -> Observation:
         """The window's Observation; all its queries within `deadline_s`."""

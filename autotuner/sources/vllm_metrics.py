@@ -13,6 +13,7 @@ from autotuner.engines.vllm.metrics import (
     GAUGES,
     HISTOGRAMS,
     PER_POSITION,
+    PREFIX_CACHE,
     RESET_MARKERS,
 )
 from autotuner.errors import SourceError, UnusableReason
@@ -22,6 +23,8 @@ from autotuner.sources.promtext import Exposition, LabelKey
 def wanted_names() -> frozenset[str]:
     """Every series name a scrape keeps (the rest of the exposition is skipped unread)."""
     names = set(COUNTERS.values()) | {PER_POSITION, CACHE_CONFIG, *RESET_MARKERS}
+    for prefix_spellings in PREFIX_CACHE.values():
+        names.update(prefix_spellings)
     for spellings in HISTOGRAMS.values():
         names.update(f"{base}_{part}" for base in spellings for part in ("sum", "count", "bucket"))
     for spellings in GAUGES.values():
@@ -71,6 +74,11 @@ def engine_samples(endpoint: str, exposition: Exposition) -> dict[SeriesKey, Eng
 
     for field_name, metric in COUNTERS.items():
         for labels, value in each(metric):
+            target = sample_for(labels)
+            target.counters[field_name] = target.counters.get(field_name, 0.0) + value
+    for field_name, prefix_spellings in PREFIX_CACHE.items():
+        name = next((n for n in prefix_spellings if n in exposition), None)
+        for labels, value in each(name) if name else ():
             target = sample_for(labels)
             target.counters[field_name] = target.counters.get(field_name, 0.0) + value
     for labels, value in each(PER_POSITION):
@@ -150,6 +158,7 @@ def window_totals(snapshots: Sequence[Snapshot]) -> WindowTotals:
                 rates[name] = rates.get(name, 0.0) + delta[name] / (t1 - t0)
         if "preemptions" in delta:
             totals.preemptions = (totals.preemptions or 0.0) + delta["preemptions"]
+        _add_prefix_cache(totals, delta)
         _add_histograms(ratios, first, last)
         if last.cache_config and not totals.cache_config:
             totals.cache_config = dict(last.cache_config)
@@ -204,6 +213,18 @@ def _add_speculation(
     for position, value in last.per_position.items():
         before = first.per_position.get(position, 0.0)
         per_position[position] = per_position.get(position, 0.0) + value - before
+
+
+def _add_prefix_cache(totals: WindowTotals, delta: dict[str, float]) -> None:
+    """The prompt tokens looked up in the prefix cache and those found, where the engine
+    counts them (None where no engine does)."""
+    if "prefix_cache_queries" in delta:
+        totals.prefix_cache_queries = (totals.prefix_cache_queries or 0.0) + delta[
+            "prefix_cache_queries"
+        ]
+        totals.prefix_cache_hits = (totals.prefix_cache_hits or 0.0) + delta.get(
+            "prefix_cache_hits", 0.0
+        )
 
 
 def _add_histograms(ratios: dict[str, Ratio], first: EngineSample, last: EngineSample) -> None:

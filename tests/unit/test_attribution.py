@@ -148,7 +148,7 @@ def test_status_lists_what_the_calibration_learned_and_what_was_explored() -> No
     import time
 
     from autotuner.cli.render.status import state_lines as _state_lines
-    from autotuner.core.decide.state import Exploration, TunerState
+    from autotuner.core.decide.state import SCHEMA_VERSION, Exploration, TunerState
 
     # Evidence stamped now, so status (which fits at the wall clock) sees it fresh.
     now = time.time()
@@ -163,7 +163,7 @@ def test_status_lists_what_the_calibration_learned_and_what_was_explored() -> No
         Exploration(SetupKind.REPLAY, 4), now + 3600
     )
     lines = _state_lines(state.model_dump_json())
-    assert lines[0] == "state: schema 3"
+    assert lines[0] == f"state: schema {SCHEMA_VERSION}"
     assert "explored: replay in batch band 4" in lines
     learned = [line for line in lines if line.startswith("calibration: spec ")]
     assert learned

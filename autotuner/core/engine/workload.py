@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autotuner.core.model.draft import DraftModel
 from autotuner.core.model.spec import DrafterKind
@@ -67,3 +67,31 @@ class Workload(BaseModel):
         "of the same request in the verify pass (0 = independent routing). Consecutive tokens "
         "of one sequence route alike; 0.5 is an assumption, not a measurement.",
     )
+    prefix_hit_rate: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Share of the prompt tokens the live engine's prefix cache served "
+        "(vllm:prefix_cache_hits_total over vllm:prefix_cache_queries_total); None: unknown, "
+        "and a setup that turns prefix caching off is not charged for it.",
+    )
+    prompt_tokens: float | None = Field(
+        None, gt=0, description="Mean prompt length per request (needed with the hit rate)."
+    )
+    generation_tokens: float | None = Field(
+        None,
+        gt=0,
+        description="Mean tokens generated per request (needed with the hit rate): requests "
+        "finish, and their prompts are prefilled, once per this many output tokens.",
+    )
+
+    @model_validator(mode="after")
+    def _prefix_cache_inputs(self) -> Workload:
+        if self.prefix_hit_rate is not None and (
+            self.prompt_tokens is None or self.generation_tokens is None
+        ):
+            raise ValueError(
+                "prefix_hit_rate needs prompt_tokens and generation_tokens (the tokens a hit "
+                "saves per request, and how many output tokens a request lasts)"
+            )
+        return self

@@ -53,6 +53,8 @@ class WindowTotals:
     prompt_length: Ratio = field(default_factory=Ratio)
     generation_length: Ratio = field(default_factory=Ratio)
     preemptions: float | None = None
+    prefix_cache_queries: float | None = None  # prompt tokens looked up (None: not exported)
+    prefix_cache_hits: float | None = None  # of them, found cached
     waiting_samples: list[float] = field(default_factory=list)
     kv_usage_samples: list[float] = field(default_factory=list)
     cache_config: Mapping[str, str] = field(default_factory=dict)
@@ -239,12 +241,28 @@ def build_observation(
         generation_tokens_per_s=totals.generation_tokens_per_s,
         prompt_tokens_per_s=totals.prompt_tokens_per_s,
         mean_context_tokens=context,
+        mean_prompt_tokens=prompt,
+        mean_generation_tokens=generated,
+        prefix_cache_hit_rate=prefix_hit_rate(totals),
+        prefix_cache_queried_tokens=totals.prefix_cache_queries,
         mean_iteration_tokens=totals.iteration_tokens.mean,
         waiting_mean=_mean(totals.waiting_samples),
         kv_cache_usage_mean=_mean(totals.kv_usage_samples),
         preemptions=totals.preemptions,
         live_setup=live_setup(totals),
     )
+
+
+def prefix_hit_rate(totals: WindowTotals) -> float | None:
+    """Hits over queries in the window: None without the counters, without a query, or with a
+    value that is not a count (never NaN); at most 1 (Prometheus's `increase()` extrapolates
+    each series on its own, so the two may cross by a rounding)."""
+    queries, hits = totals.prefix_cache_queries, totals.prefix_cache_hits
+    if queries is None or hits is None or not math.isfinite(queries) or not math.isfinite(hits):
+        return None
+    if queries <= 0 or hits < 0:
+        return None
+    return min(hits / queries, 1.0)
 
 
 def _unusable_because(

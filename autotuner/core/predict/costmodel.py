@@ -12,7 +12,7 @@ online attribution fits on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -30,6 +30,7 @@ from autotuner.core.predict.drafting import (
     has_draft_passes,
 )
 from autotuner.core.predict.hardware import HardwareProfile
+from autotuner.core.predict.prefill import PrefillCost, keeps_prefix_caching, prefill_cost
 from autotuner.core.predict.roofline import (
     Array,
     experts_touched,
@@ -64,7 +65,11 @@ class KernelClass(str, Enum):
 
 @dataclass(frozen=True)
 class SetupCurve:
-    """One setup predicted over an array of batch sizes; every field is an array over batch."""
+    """One setup predicted over an array of batch sizes; every field is an array over batch.
+
+    `step_time_s` is the decode step; with `prefill` (the setup turns off the prefix caching the
+    live engine had), `tokens_per_s` and `time_per_output_token_s` also pay the recomputed
+    prefill (core/predict/prefill.py)."""
 
     setup: Setup
     batch: npt.NDArray[np.int64]
@@ -79,10 +84,32 @@ class SetupCurve:
     bytes: dict[str, Array] = field(default_factory=dict)
     time_s: dict[str, Array] = field(default_factory=dict)
     flops: dict[str, Array] = field(default_factory=dict)
+    prefill: PrefillCost | None = None
 
     @property
     def feasible(self) -> npt.NDArray[np.bool_]:
         return self.batch <= self.max_batch
+
+    @property
+    def decode_tokens_per_s(self) -> Array:
+        """What decoding alone would serve (`tokens_per_s` before the recomputed prefill)."""
+        if self.prefill is None:
+            return self.tokens_per_s
+        return self.prefill.decode_tokens_per_s(self.tokens_per_s)
+
+    @property
+    def prefill_share(self) -> Array:
+        """Share of each GPU second spent on recomputed prefill (0 with prefix caching)."""
+        if self.prefill is None:
+            return np.zeros_like(self.tokens_per_s)
+        return self.prefill.share(self.tokens_per_s)
+
+    @property
+    def recomputed_tokens_per_s(self) -> Array:
+        """Prompt tokens prefilled again each second (0 with prefix caching)."""
+        if self.prefill is None:
+            return np.zeros_like(self.tokens_per_s)
+        return self.prefill.recomputed_tokens_per_s(self.tokens_per_s)
 
     def at(self, index: int) -> Prediction:
         feasible = bool(self.feasible[index])
@@ -100,6 +127,8 @@ class SetupCurve:
             bytes={k: float(v[index]) for k, v in self.bytes.items()},
             time_s={k: float(v[index]) for k, v in self.time_s.items()},
             flops={k: float(v[index]) for k, v in self.flops.items()},
+            prefill_share=float(self.prefill_share[index]),
+            recomputed_prompt_tokens_per_s=float(self.recomputed_tokens_per_s[index]),
         )
 
     def predictions(self) -> list[Prediction]:
@@ -113,8 +142,12 @@ def predict(
     batch: npt.ArrayLike,
     acceptance: AcceptanceEstimate,
     workload: Workload | None = None,
+    *,
+    prefix_caching: bool = True,
 ) -> SetupCurve:
-    """Predict one setup at every batch size in `batch` (integers >= 1)."""
+    """Predict one setup at every batch size in `batch` (integers >= 1). `prefix_caching`:
+    whether the engine keeps prefix caching under this setup (the engine's rules say; off, the
+    workload's prefix-cache hits are prefilled again)."""
     workload = workload or Workload()
     sizes = np.asarray(batch, dtype=np.int64).ravel()
     if sizes.size == 0 or sizes.min() < 1:
@@ -158,6 +191,11 @@ def predict(
     )
     step = sum(parts["time"].values(), np.zeros(len(sizes)))
     tokens = np.where(capacity > 0, effective * taus / step, 0.0)
+    per_token = step / taus
+    prefill = prefill_cost(model, hardware, workload, prefix_caching=prefix_caching)
+    if prefill is not None:
+        per_token = per_token * (1.0 + tokens * prefill.seconds_per_output_token)
+        tokens = prefill.tokens_per_s(tokens)
     return SetupCurve(
         setup=setup,
         batch=sizes,
@@ -166,12 +204,13 @@ def predict(
         tau=taus,
         step_time_s=step,
         tokens_per_s=tokens,
-        time_per_output_token_s=step / taus,
+        time_per_output_token_s=per_token,
         max_batch=capacity,
         infeasible_reason=reason,
         bytes=parts["bytes"],
         time_s=parts["time"],
         flops=parts["flops"],
+        prefill=prefill,
     )
 
 
@@ -182,8 +221,16 @@ def predict_all(
     batch: npt.ArrayLike,
     acceptance: AcceptanceEstimate,
     workload: Workload | None = None,
+    *,
+    prefix_caching: Callable[[Setup], bool] = keeps_prefix_caching,
 ) -> dict[str, SetupCurve]:
-    return {s.label: predict(model, hardware, s, batch, acceptance, workload) for s in setups}
+    """`prefix_caching(setup)`: whether the engine keeps prefix caching under that setup."""
+    return {
+        s.label: predict(
+            model, hardware, s, batch, acceptance, workload, prefix_caching=prefix_caching(s)
+        )
+        for s in setups
+    }
 
 
 def _adaptive_verified(

@@ -4,7 +4,7 @@ all ask the same Predictor, so they cannot disagree within one step."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -19,6 +19,7 @@ from autotuner.core.predict.capacity import max_batch as capacity
 from autotuner.core.predict.comparisons import Crossover, flips
 from autotuner.core.predict.costmodel import SetupCurve, predict
 from autotuner.core.predict.hardware import HardwareProfile
+from autotuner.core.predict.prefill import PrefillCost, keeps_prefix_caching, prefill_cost
 from autotuner.core.types import PLAIN, Setup
 
 Array = npt.NDArray[np.float64]
@@ -34,6 +35,9 @@ class Predictor:
     now: float
     calibration_half_life_s: float
     calibration_bounds: tuple[float, float] = (0.5, 2.0)
+    # Whether the engine keeps prefix caching under a setup (the build's rules: the caller's
+    # input); a setup without it pays the workload's prefix-cache hits in recomputed prefill.
+    prefix_caching: Callable[[Setup], bool] = keeps_prefix_caching
 
     @cached_property
     def fit(self) -> Fit:
@@ -48,7 +52,22 @@ class Predictor:
         accept: AcceptanceEstimate,
     ) -> SetupCurve:
         """The cost model alone (what calibration compares the measurement with)."""
-        return predict(self.model, self.hardware, setup, batches, accept, self.workload)
+        return predict(
+            self.model,
+            self.hardware,
+            setup,
+            batches,
+            accept,
+            self.workload,
+            prefix_caching=self.prefix_caching(setup),
+        )
+
+    def prefill_cost(self, setup: Setup) -> PrefillCost | None:
+        """What `setup` pays in recomputed prefill (None: it keeps prefix caching, or the hit
+        rate is unknown or zero): its `share(tokens_per_s)` is the part of each second lost."""
+        return prefill_cost(
+            self.model, self.hardware, self.workload, prefix_caching=self.prefix_caching(setup)
+        )
 
     def class_times(
         self, setup: Setup, batch: int, accept: AcceptanceEstimate
@@ -69,7 +88,9 @@ class Predictor:
         accept: AcceptanceEstimate,
     ) -> tuple[Array, Array]:
         """Calibrated tokens/s and step time per batch: each kernel class's time scaled by
-        what was learned about it (shared terms, and the terms the setup's family adds)."""
+        what was learned about it (shared terms, and the terms the setup's family adds), and
+        the recomputed prefill of a setup without prefix caching taken from the calibrated
+        decode rate (the step stays the decode step)."""
         raw = self.model_curve(setup, batches, accept)
         plain = self._plain(raw.effective_batch)
         # The model's step is the sum of its class times, so the fitted sum is the step.
@@ -84,7 +105,8 @@ class Predictor:
                 for i, b in enumerate(raw.effective_batch)
             ]
         )
-        return raw.tokens_per_s * raw.step_time_s / step, step
+        decode = raw.decode_tokens_per_s * raw.step_time_s / step
+        return (decode if raw.prefill is None else raw.prefill.tokens_per_s(decode)), step
 
     def sigma(self, setup: Setup, batch: float, running: Setup | None = None) -> float:
         """Log-space uncertainty of the calibrated prediction of `setup` at `batch` (wider

@@ -11,6 +11,15 @@ COUNTERS = {
     "prompt_tokens": "vllm:prompt_tokens_total",
     "preemptions": "vllm:num_preemptions_total",
 }
+# Prefix-cache token counters (the prompt tokens looked up, and those found cached); each entry
+# lists the spellings, newest first (VLLM.md renames: `gpu_prefix_cache_*` before).
+PREFIX_CACHE = {
+    "prefix_cache_queries": (
+        "vllm:prefix_cache_queries_total",
+        "vllm:gpu_prefix_cache_queries_total",
+    ),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+}
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 # Histograms read as sum/count; each entry lists the spellings, newest first (VLLM.md renames).
 HISTOGRAMS = {
