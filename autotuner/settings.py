@@ -23,12 +23,14 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, Setting
 from pydantic_settings.exceptions import SettingsError
 
 from autotuner.core.decide.settings import PolicySettings
+from autotuner.core.engine.builds import BuildInForce
 from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.group import Group
 from autotuner.core.model.spec import DrafterKind
 from autotuner.core.observe.limits import ObservationLimits
 from autotuner.durations import parse_duration
-from autotuner.engines.vllm.capabilities import PRESETS, UPSTREAM
+from autotuner.engines.vllm.builds import AUTO, check_declared
+from autotuner.engines.vllm.capabilities import FOLLOW_BUILD, PRESETS
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import InputError
 
@@ -166,11 +168,23 @@ class EngineSettings(Group):
     """What the running vLLM build accepts (VLLM.md) and how its flags are spelled."""
 
     capabilities: Annotated[EngineCapabilities, NoDecode] = Field(
-        default=UPSTREAM,
-        description="What the build accepts: a preset (upstream: replay or speculation, not "
-        "both; replay-spec: both), or fields changed from the preset `name` names.",
+        default=FOLLOW_BUILD,
+        description="What the build accepts: `build` (the capability table's row for the "
+        "build the engine runs), or a preset that overrides the table (upstream: replay or "
+        "speculation, not both; gdn-replay: with Gated DeltaNet kernels; replay-spec: both), "
+        "or fields changed from the preset `name` names.",
+    )
+    build: str = Field(
+        AUTO,
+        description="The vLLM version the engine runs (e.g. 0.33.0, 0.32.0-cpu), over what is "
+        "read; `auto`: the image tag, else GET /version, else the table's default version.",
     )
     flags: FlagNames = Field(default_factory=FlagNames, description="Managed flag names.")
+
+    @field_validator("build")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        return check_declared(value)
 
     @field_validator("capabilities", mode="before")
     @classmethod
@@ -180,7 +194,7 @@ class EngineSettings(Group):
         if isinstance(value, str):
             value = {"name": value}
         if isinstance(value, Mapping):
-            name = str(value.get("name", UPSTREAM.name))
+            name = str(value.get("name", FOLLOW_BUILD.name))
             if name not in PRESETS:
                 raise ValueError(f"unknown engine preset {name!r}; known: {', '.join(PRESETS)}")
             return {**PRESETS[name].model_dump(), **value}
@@ -384,6 +398,9 @@ def describe(settings: Settings, sources: Mapping[str, str]) -> list[tuple[str, 
         for name, info in type(model).model_fields.items():
             value = getattr(model, name)
             path = f"{prefix}{name}"
+            if isinstance(value, BuildInForce):
+                rows.append((path, value.describe(), "engine", info.description or ""))
+                continue
             if isinstance(value, BaseModel):
                 walk(value, f"{path}.", unset)
                 continue

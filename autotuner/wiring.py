@@ -39,9 +39,13 @@ def build_controller(
     uri = target.uri or _own_workload(settings)
     actuator = _actuator(settings, uri, identity) if uri else None
     quality, quality_off = quality_guard(settings)
+    model = served_model(settings, actuator)
+    if actuator is not None:  # the companion flags each setup needs on the target's build
+        actuator.engine = settings.engine.capabilities.serving(model)
+        actuator.declared_build = settings.engine.build
     return Controller(
         settings=settings,
-        model=served_model(settings, actuator),
+        model=model,
         hardware=hardware,
         observe=observe,
         actuator=actuator,

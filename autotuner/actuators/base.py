@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import tempfile
 from abc import ABC, abstractmethod
@@ -11,7 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotuner.core.engine.builds import BuildInForce, Companion
+from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.types import Setup
+from autotuner.engines.vllm.builds import AUTO, build_in_force
+from autotuner.engines.vllm.companions import Saved, saved_record
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.engines.vllm.setup import (
     CONTAINER_HINT,
@@ -23,6 +28,8 @@ from autotuner.errors import ActuatorError, ArgsError, ConflictError
 
 STATE_ANNOTATION = "spec-autotuner.io/state"
 PAUSE_ANNOTATION = "spec-autotuner.io/paused"
+# The operator's own tokens for the companion flags a setup made the tuner change (JSON).
+OPERATOR_ANNOTATION = "spec-autotuner.io/operator-args"
 LOCAL_CALL_S = 10.0  # a target on the local disk: a read and a rename
 
 
@@ -46,6 +53,8 @@ class LiveTarget:
     paused: bool
     version: str | None  # resourceVersion (Kubernetes) or a content hash
     rollout: RolloutStatus
+    image: str | None = None  # the engine container's image (its tag names the build)
+    operator_args: Saved | None = None  # the operator's companion tokens, kept while changed
 
 
 @dataclass(frozen=True)
@@ -80,13 +89,19 @@ def live_target(
     version: str | None,
     rollout: RolloutStatus,
     state: str | None = None,
+    image: str | None = None,
+    operator_args: str | None = None,
 ) -> LiveTarget:
     """What every actuator reports, read from a command line and its annotations."""
     try:
         setup = container_setup(command, args, names)
         drafter = container_speculative_config(command, args, names)
+        record = annotations.get(OPERATOR_ANNOTATION, operator_args)
+        saved = saved_record(json.loads(record)) if record else None
     except ArgsError as exc:
         raise ActuatorError(f"{where}: {exc}") from None
+    except ValueError as exc:
+        raise ActuatorError(f"{where}: {OPERATOR_ANNOTATION} is not JSON ({exc})") from None
     paused = str(annotations.get(PAUSE_ANNOTATION, "")).lower() in ("true", "1", "yes")
     return LiveTarget(
         description=description,
@@ -98,7 +113,17 @@ def live_target(
         paused=paused,
         version=version,
         rollout=rollout,
+        image=image,
+        operator_args=saved,
     )
+
+
+def record_text(record: Saved | None) -> str | None:
+    """The operator's companion record as it is stored on the target (None: none kept)."""
+    return json.dumps(record, separators=(",", ":"), sort_keys=True) if record else None
+
+
+Rendered = tuple[list[str], list[str], Saved | None]
 
 
 def rendered(
@@ -109,8 +134,10 @@ def rendered(
     names: FlagNames,
     saved_speculative_config: dict[str, Any] | None,
     allow_low_precision_replay: bool,
-) -> tuple[list[str], list[str]]:
-    """The (command, args) that configure `setup`, or an ActuatorError naming `where`."""
+    companions: tuple[Companion, ...] = (),
+) -> Rendered:
+    """The (command, args) that configure `setup` with the companions it needs, and the
+    operator's companion record to keep, or an ActuatorError naming `where`."""
     try:
         return render_container(
             live.command,
@@ -119,6 +146,8 @@ def rendered(
             names=names,
             saved_speculative_config=saved_speculative_config or live.speculative_config,
             allow_low_precision_replay=allow_low_precision_replay,
+            companions=companions,
+            saved_companions=live.operator_args,
         )
     except ArgsError as exc:
         raise ActuatorError(f"{where}: {exc}") from None
@@ -133,7 +162,8 @@ def checked_render(
     names: FlagNames,
     saved_speculative_config: dict[str, Any] | None,
     allow_low_precision_replay: bool,
-) -> tuple[list[str], list[str]]:
+    companions: tuple[Companion, ...] = (),
+) -> Rendered:
     """Every apply's preamble: the target must be as it was read (else ConflictError, nothing
     written), then the (command, args) that configure `setup`."""
     if expected_version is not None and live.version != expected_version:
@@ -147,6 +177,7 @@ def checked_render(
         names=names,
         saved_speculative_config=saved_speculative_config,
         allow_low_precision_replay=allow_low_precision_replay,
+        companions=companions,
     )
 
 
@@ -177,6 +208,20 @@ class Actuator(ABC):
     names: FlagNames
     allow_low_precision_replay: bool
     periodic_state: bool = True  # the learned state is written between changes too
+    # The served model's capabilities (set by whoever knows the model: the wiring, `apply`):
+    # which companion flags a setup needs on the build the target's image names.
+    engine: EngineCapabilities | None = None
+    declared_build: str = AUTO  # engine.build: a version that overrides the image tag
+
+    def build_of(self, live: LiveTarget) -> BuildInForce:
+        """The build the target runs: the declared version, else its image's tag."""
+        return build_in_force(self.declared_build, image=live.image)
+
+    def companions(self, live: LiveTarget, setup: Setup) -> tuple[Companion, ...]:
+        """What the build needs besides `setup`'s own flags (none without a known model)."""
+        if self.engine is None:
+            return ()
+        return self.engine.running_on(self.build_of(live)).companions(setup)
 
     @property
     def longest_call_s(self) -> float:
@@ -215,9 +260,10 @@ class Actuator(ABC):
         *,
         state: str | None,
         dry_run: bool,
+        operator_args: Saved | None = None,
     ) -> ApplyResult:
-        """Write the rendered command and args (and the state record), or only say what would
-        change (dry run)."""
+        """Write the rendered command and args (and the state record and the operator's
+        companion record), or only say what would change (dry run)."""
 
     def apply(
         self,
@@ -229,7 +275,7 @@ class Actuator(ABC):
         dry_run: bool = False,
     ) -> ApplyResult:
         live, read = self._read_for_apply()
-        command, args = checked_render(
+        command, args, record = checked_render(
             self.where,
             live,
             setup,
@@ -237,8 +283,11 @@ class Actuator(ABC):
             names=self.names,
             saved_speculative_config=saved_speculative_config,
             allow_low_precision_replay=self.allow_low_precision_replay,
+            companions=self.companions(live, setup),
         )
-        return self._write(live, read, command, args, state=state, dry_run=dry_run)
+        return self._write(
+            live, read, command, args, state=state, dry_run=dry_run, operator_args=record
+        )
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -33,7 +33,9 @@ from autotuner.actuators.base import (
     args_diff,
     atomic_write,
     live_target,
+    record_text,
 )
+from autotuner.engines.vllm.companions import Saved
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import ActuatorError, RestartError
 
@@ -82,6 +84,11 @@ class ExecActuator(Actuator):
         return self.timeout_s  # the restart command's
 
     @property
+    def operator_file(self) -> Path:
+        """The operator's companion tokens, kept while a setup changes them."""
+        return self.args_file.with_name(f"{self.args_file.name}.operator.json")
+
+    @property
     def journal(self) -> Path:
         return self.args_file.with_name(f"{self.args_file.name}.pending.json")
 
@@ -110,7 +117,16 @@ class ExecActuator(Actuator):
             state=state,
             version=hashlib.sha256(text.encode()).hexdigest()[:16],
             rollout=RolloutStatus(True, None, "restart command returned"),
+            operator_args=self._operator_args(),
         )
+
+    def _operator_args(self) -> str | None:
+        try:
+            return self.operator_file.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ActuatorError(f"{self.operator_file}: cannot read ({exc.strerror})") from None
 
     @property
     def where(self) -> str:
@@ -128,6 +144,7 @@ class ExecActuator(Actuator):
         *,
         state: str | None,
         dry_run: bool,
+        operator_args: Saved | None = None,
     ) -> ApplyResult:
         diff = args_diff(live.args, args, str(self.args_file))
         changed = args != list(live.args)
@@ -145,6 +162,12 @@ class ExecActuator(Actuator):
         atomic_write(self.journal, json.dumps({"args": text, "state_before": live.state}))
         if state is not None:
             atomic_write(self.state_file, state)
+        if operator_args != live.operator_args:
+            record = record_text(operator_args)
+            if record is None:
+                self.operator_file.unlink(missing_ok=True)
+            else:
+                atomic_write(self.operator_file, record)
         atomic_write(self.args_file, text)
         self.journal.unlink(missing_ok=True)
         self._restart()

@@ -26,6 +26,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from autotuner.actuators.base import (
+    OPERATOR_ANNOTATION,
     STATE_ANNOTATION,
     Actuator,
     ApplyResult,
@@ -33,11 +34,13 @@ from autotuner.actuators.base import (
     RolloutStatus,
     args_diff,
     live_target,
+    record_text,
     rendered,
     select_container,
 )
 from autotuner.core.types import Setup
 from autotuner.deadline import Deadline, backoff_s
+from autotuner.engines.vllm.companions import Saved
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import ActuatorError, ConflictError, ForbiddenError, InputError
 
@@ -202,6 +205,7 @@ class KubernetesActuator(Actuator):
             names=self.names,
             version=raw["metadata"].get("resourceVersion"),
             rollout=_rollout(raw),
+            image=container.get("image"),
         )
         if live.version is not None:
             self._seen[live.version] = live
@@ -257,20 +261,29 @@ class KubernetesActuator(Actuator):
         try:
             for attempt in range(self.conflict_attempts):
                 live, read = self._read_for_apply()
-                command, args = rendered(
+                command, args, record = rendered(
                     self.where,
                     live,
                     setup,
                     names=self.names,
                     saved_speculative_config=saved_speculative_config,
                     allow_low_precision_replay=self.allow_low_precision_replay,
+                    companions=self.companions(live, setup),
                 )
                 if attempt and _written(live, command, args, state):
                     return _landed(seen or live, live, self.where)  # an earlier try landed
                 if expected_version is not None and live.version != expected_version:
                     _same_inputs(seen, live, self.where)
                 try:
-                    return self._write(live, read, command, args, state=state, dry_run=dry_run)
+                    return self._write(
+                        live,
+                        read,
+                        command,
+                        args,
+                        state=state,
+                        dry_run=dry_run,
+                        operator_args=record,
+                    )
                 except ConflictError:
                     last = attempt + 1 == self.conflict_attempts
                     if last or not self._call.sleep(backoff_s(attempt)):
@@ -292,6 +305,7 @@ class KubernetesActuator(Actuator):
         *,
         state: str | None,
         dry_run: bool,
+        operator_args: Saved | None = None,
     ) -> ApplyResult:
         risk = self.surge_risk(read)
         if risk and not self.allow_surge:
@@ -314,8 +328,13 @@ class KubernetesActuator(Actuator):
                 }
             },
         }
+        annotations: dict[str, str | None] = {}
         if state is not None:
-            body["metadata"]["annotations"] = {STATE_ANNOTATION: state}
+            annotations[STATE_ANNOTATION] = state
+        if operator_args != live.operator_args:  # null removes it (strategic merge patch)
+            annotations[OPERATOR_ANNOTATION] = record_text(operator_args)
+        if annotations:
+            body["metadata"]["annotations"] = annotations
         self._patch(body, dry_run=True)  # the server validates first, changes nothing
         if dry_run:
             return ApplyResult(after != before, True, before, after, diff, live.version)

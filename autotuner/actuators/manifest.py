@@ -19,6 +19,7 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.util import load_yaml_guess_indent
 
 from autotuner.actuators.base import (
+    OPERATOR_ANNOTATION,
     STATE_ANNOTATION,
     Actuator,
     ApplyResult,
@@ -26,8 +27,10 @@ from autotuner.actuators.base import (
     RolloutStatus,
     atomic_write,
     live_target,
+    record_text,
     select_container,
 )
+from autotuner.engines.vllm.companions import Saved
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import ActuatorError
 
@@ -115,6 +118,7 @@ class ManifestActuator(Actuator):
             names=self.names,
             version=hashlib.sha256(text.encode()).hexdigest()[:16],
             rollout=RolloutStatus(True, None, "a manifest has no rollout; GitOps applies it"),
+            image=str(container["image"]) if container.get("image") else None,
         )
 
     @property
@@ -134,6 +138,7 @@ class ManifestActuator(Actuator):
         *,
         state: str | None,
         dry_run: bool,
+        operator_args: Saved | None = None,
     ) -> ApplyResult:
         text, documents = read
         workload = self._workload(documents)
@@ -142,7 +147,9 @@ class ManifestActuator(Actuator):
             if key in container or values:
                 _edit_sequence(container, key, values)
         if state is not None:
-            _annotate(workload, state)
+            _annotate(workload, STATE_ANNOTATION, state)
+        if operator_args != live.operator_args:
+            _annotate(workload, OPERATOR_ANNOTATION, record_text(operator_args))
         buffer = io.StringIO()
         self.yaml.dump_all(documents, buffer)
         new_text = buffer.getvalue()
@@ -187,11 +194,15 @@ def _edit_sequence(container: CommentedMap, key: str, values: list[str]) -> None
             existing.insert(i1 + offset, value)
 
 
-def _annotate(workload: CommentedMap, state: str) -> None:
-    """The state record as the workload's annotation (the map made when missing)."""
+def _annotate(workload: CommentedMap, key: str, value: str | None) -> None:
+    """One of the workload's annotations set (the map made when missing), or removed (None)."""
     metadata = workload.setdefault("metadata", CommentedMap())
     annotations = metadata.get("annotations")
+    if value is None:
+        if annotations is not None:
+            annotations.pop(key, None)
+        return
     if annotations is None:
         annotations = CommentedMap()
         metadata["annotations"] = annotations
-    annotations[STATE_ANNOTATION] = state
+    annotations[key] = value

@@ -18,7 +18,10 @@ from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.costmodel import predict
 from autotuner.core.types import Setup
-from autotuner.engines.vllm.capabilities import REPLAY_SPEC
+from autotuner.engines.vllm.builds import build_in_force
+from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
+from autotuner.engines.vllm.companions import missing, spelled
+from autotuner.engines.vllm.setup import vllm_tokens
 from autotuner.errors import ActuatorError
 from autotuner.sim.clock import EngineClock
 from autotuner.sim.completions import CompletionsEngine
@@ -58,7 +61,7 @@ class SimulatedDeployment:
             clock, watch = engine_clock, False
         self.manifest = ManifestActuator(manifest)
         self.truth = truth
-        self.engine = engine or REPLAY_SPEC
+        self.engine = engine or FOLLOW_BUILD
         self.acceptance = tuple(acceptance)
         self.restart_gap_s = restart_gap_s
         self.poll_s = poll_s
@@ -87,6 +90,8 @@ class SimulatedDeployment:
         self.server = SimServer(self.sim, completions=self.completions, generate=generate)
         self.clock = clock
         self.history.append((clock(), setup.label))
+        first = self.manifest.read()
+        self.args = vllm_tokens(first.command, first.args)  # the engine's args, last look
         self.current = self.sim.setup.setup  # what the manifest asked for last (run or refused)
         self.wanted: Setup | None = None  # restarting towards this
         self.up_at = math.inf  # when the restart towards `wanted` ends, on gap_clock
@@ -118,12 +123,25 @@ class SimulatedDeployment:
         )
         return float(curve.max_batch)
 
-    def refusal(self, setup: Setup) -> str | None:
-        """Why this engine would not come up with `setup` (None: it runs it). A model without
-        recurrent state has no replay; the engine build accepts what its capabilities say."""
+    def refusal(self, setup: Setup, args: Sequence[str] = ()) -> str | None:
+        """Why this engine would not come up with `setup` and `args` (None: it runs it). A
+        model without recurrent state has no replay; the engine build accepts what its
+        capabilities say: under the `build` preset, the capability table's row for the build
+        the manifest's image names, companion flags included, as vLLM checks them at start."""
         if setup.replay_window and not self.truth.model.is_hybrid:
             return f"{self.truth.model.name} has no recurrent state: no --use-replayssm"
-        return self.engine.refusal(setup)
+        engine = self.engine.serving(self.truth.model)
+        if engine.follows_build:
+            engine = engine.running_on(build_in_force(image=self.manifest.read().image))
+        refused = engine.refusal(setup)
+        row = engine.row
+        if refused is not None or row is None or not engine.follows_build:
+            return refused
+        absent = missing(args, engine.companions(setup))
+        if absent:
+            needs = ", ".join(spelled(c) for c in absent)
+            return f"{row.name}: {setup.kind.value} needs {needs} ({row.source})"
+        return None
 
     def served(self) -> float:
         """Tokens generated so far, across restarts, counted up to this moment."""
@@ -148,10 +166,11 @@ class SimulatedDeployment:
             text = self.manifest.path.read_text(encoding="utf-8")
             if text == self.seen:
                 return  # unchanged since the last look (parsing it costs more than a step)
-            wanted = self.manifest.read().setup
+            live = self.manifest.read()
         except (OSError, ActuatorError):
             return  # mid-write; look again
-        self.seen = text
+        self.seen, wanted = text, live.setup
+        self.args = vllm_tokens(live.command, live.args)
         if wanted == self.current:
             return
         with self.server.lock:
@@ -161,7 +180,7 @@ class SimulatedDeployment:
 
     def _come_up(self, wanted: Setup) -> None:
         self.current, self.wanted, self.up_at = wanted, None, math.inf
-        refused = self.refusal(wanted)
+        refused = self.refusal(wanted, self.args)
         if refused is not None:
             self.history.append((self.clock(), f"refused {wanted.label}: {refused}"))
             return
@@ -217,7 +236,7 @@ spec:
     spec:
       containers:
         - name: vllm
-          image: vllm/vllm-openai:v0.20.0
+          image: vllm/vllm-openai:v0.33.0
           args:
             - --model
             - {model_id}{speculation}

@@ -13,7 +13,7 @@ from autotuner.actuators.manifest import ManifestActuator
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Setup
-from autotuner.engines.vllm.capabilities import UPSTREAM
+from autotuner.engines.vllm.capabilities import FOLLOW_BUILD, UPSTREAM
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.truth import TruthEngine
 from tests.support.clock import Clock
@@ -47,8 +47,13 @@ def deployment(
     )
 
 
-def switch(dep: SimulatedDeployment, setup: Setup) -> None:
-    ManifestActuator(dep.manifest.path).apply(
+def switch(dep: SimulatedDeployment, setup: Setup, *, companions: bool = True) -> None:
+    """Write `setup` as the tuner does (with the companion flags the build needs for the
+    served model), or with its own flags alone (`companions` False)."""
+    actuator = ManifestActuator(dep.manifest.path)
+    if companions:
+        actuator.engine = FOLLOW_BUILD.serving(dep.truth.model)
+    actuator.apply(
         setup, state=None, expected_version=None, saved_speculative_config={"method": "mtp"}
     )
 
@@ -92,3 +97,22 @@ def test_the_engine_build_refuses_what_it_lacks(tmp_path: Path) -> None:
     with deployment(tmp_path, HYBRID, Clock(), engine=UPSTREAM) as dep:
         assert dep.refusal(Setup(spec_tokens=2, replay_window=16)) is not None
         assert dep.refusal(Setup(replay_window=16)) is None
+
+
+def test_vllm_0_33_exits_at_start_without_the_companion_flags(tmp_path: Path) -> None:
+    """On the demo's image (vLLM 0.33) replay needs FlashInfer and prefix caching off: written
+    bare it never comes up (vLLM exits at start); with its companions it does."""
+    with deployment(tmp_path, HYBRID, Clock()) as dep:
+        switch(dep, Setup(spec_tokens=3, replay_window=16), companions=False)
+        wait_until(lambda: any("refused" in h for _, h in dep.history), "the refusal")
+        refused = next(h for _, h in dep.history if "refused" in h)
+        assert "--mamba-backend flashinfer" in refused
+        assert "--no-enable-prefix-caching" in refused
+        assert dep.restarts == 0
+        assert not dep.server.up
+        switch(dep, Setup(spec_tokens=2, replay_window=8))
+        wait_until(lambda: dep.restarts == 1, "the restart with the companions")
+        assert dep.sim.setup.setup == Setup(spec_tokens=2, replay_window=8)
+        switch(dep, Setup(spec_tokens=3, replay_window=32))  # L > 16 on FlashInfer
+        wait_until(lambda: sum("refused" in h for _, h in dep.history) == 2, "the refusal")
+        assert "<= 16" in dep.history[-1][1]

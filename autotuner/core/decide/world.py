@@ -101,10 +101,12 @@ def engine_now(
     target: TargetView | None,
     now: float,
 ) -> EngineCapabilities:
-    """The configured capabilities for this model, narrowed by what the engine's metrics show
+    """The configured capabilities on the build read from the engine (its capability table
+    row, under the `build` preset) for this model, narrowed by what the engine's metrics show
     and what it refused lately, widened by what the running setup proves."""
     return (
-        capabilities.serving(resolved.model)
+        capabilities.running_on(resolved.build)
+        .serving(resolved.model)
         .shown_by(observation.live_setup)
         .without(k for k, r in state.refused.items() if r.until > now)
         .proven_by(target.setup if target else None)

@@ -16,8 +16,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from autotuner.core.engine.builds import BuildInForce, BuildRow, Companion
 from autotuner.core.model.spec import ModelSpec, SsmKind
 from autotuner.core.types import LiveSetup, Setup, SetupKind
+
+BUILD = "build"  # the preset whose replay rules are the capability table's row in force
 
 
 class Capability(str, Enum):
@@ -67,6 +70,33 @@ class EngineCapabilities(BaseModel):
         "confidence favour, K being the ceiling.",
     )
     max_spec_tokens: int = Field(8, ge=0, le=16, description="Largest K the drafter allows.")
+    build: BuildInForce | None = Field(
+        None,
+        description="The capability table's rows of the build the engine runs, and where that "
+        "came from (not a setting: read from the engine). Under the `build` preset its row "
+        "decides replay; under another preset the preset does, and the row only says which "
+        "companion flags a setup needs.",
+    )
+    served_architecture: str | None = Field(
+        None, description="The served model's architecture, set from the model (not a setting)."
+    )
+
+    @property
+    def follows_build(self) -> bool:
+        """Replay is what the table's row says (no preset declared in settings)."""
+        return self.name == BUILD and self.build is not None
+
+    @property
+    def row(self) -> BuildRow | None:
+        """The table's row for the served model's SSM family (None: not known)."""
+        if self.build is None or self.served_family is None:
+            return None
+        return self.build.row(self.served_family.value)
+
+    def companions(self, setup: Setup) -> tuple[Companion, ...]:
+        """What the build needs besides the setup's own flags to start with it."""
+        row = self.row
+        return row.companions(setup) if row is not None else ()
 
     @field_validator("replay_families", mode="before")
     @classmethod
@@ -89,7 +119,24 @@ class EngineCapabilities(BaseModel):
             )
         if setup.replay_window and not self.replay:
             return f"{self.name}: this build has no --use-replayssm"
-        if setup.replay_window and self.served_family not in (None, *self.replay_families):
+        if kind is SetupKind.REPLAY_SPEC and not self.replay_with_speculation:
+            return f"{self.name}: --use-replayssm does not support speculative decoding"
+        replay = self._replay_refusal(setup) if setup.replay_window else None
+        if replay is not None:
+            return replay
+        if setup.schedule and not self.spec_schedule:
+            return f"{self.name}: no num_speculative_tokens_per_batch_size"
+        if setup.adaptive and not self.adaptive_verification:
+            return f"{self.name}: no enable_adaptive_verification (PR #47808)"
+        return None
+
+    def _replay_refusal(self, setup: Setup) -> str | None:
+        """The row's rule a replay setup breaks (under the `build` preset), else the preset's
+        families."""
+        if self.follows_build:
+            row = self.row
+            return row.refusal(setup, self.served_architecture) if row is not None else None
+        if self.served_family not in (None, *self.replay_families):
             assert self.served_family is not None
             families = ", ".join(f.value for f in self.replay_families)
             return (
@@ -97,12 +144,6 @@ class EngineCapabilities(BaseModel):
                 f"here, not {self.served_family.value} (a build with them: engine.capabilities."
                 "replay_families)"
             )
-        if kind is SetupKind.REPLAY_SPEC and not self.replay_with_speculation:
-            return f"{self.name}: --use-replayssm does not support speculative decoding"
-        if setup.schedule and not self.spec_schedule:
-            return f"{self.name}: no num_speculative_tokens_per_batch_size"
-        if setup.adaptive and not self.adaptive_verification:
-            return f"{self.name}: no enable_adaptive_verification (PR #47808)"
         return None
 
     def accepts(self, setup: Setup) -> bool:
@@ -110,7 +151,16 @@ class EngineCapabilities(BaseModel):
 
     def serving(self, model: ModelSpec) -> EngineCapabilities:
         """These capabilities for this model (its SSM family decides what replay means)."""
-        return self.model_copy(update={"served_family": model.ssm.kind if model.ssm else None})
+        return self.model_copy(
+            update={
+                "served_family": model.ssm.kind if model.ssm else None,
+                "served_architecture": model.architecture,
+            }
+        )
+
+    def running_on(self, build: BuildInForce | None) -> EngineCapabilities:
+        """These capabilities on the build read from the engine (None: keep the one held)."""
+        return self if build is None else self.model_copy(update={"build": build})
 
     def shown_by(self, live: LiveSetup | None) -> EngineCapabilities:
         """Narrowed by what the engine's own metrics say: a `vllm:cache_config_info` without a

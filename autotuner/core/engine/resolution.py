@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
+from autotuner.core.engine.builds import BuildInForce
 from autotuner.core.engine.drafter import (
     DEFAULT,
     LIVE,
@@ -66,6 +67,7 @@ class Resolved:
     model: ModelSpec
     drafter: Drafter
     inputs: dict[str, Input]
+    build: BuildInForce | None = None  # the engine build read (None: not read)
 
     def table(self) -> dict[str, dict[str, Any]]:
         """The inputs as plain JSON (for /decision, status and predict --json)."""

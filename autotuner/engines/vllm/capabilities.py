@@ -1,10 +1,21 @@
-"""What each vLLM build accepts: the presets an operator names in `engine.capabilities`."""
+"""What each vLLM build accepts: the presets an operator names in `engine.capabilities`.
+
+`build` (the default) follows the capability table (builds.yaml): the row of the build the
+engine runs decides replay, with the table's default version until the engine's is read. The
+others are declarations that override the table (a fork with other kernels)."""
 
 from __future__ import annotations
 
-from autotuner.core.engine.capabilities import EngineCapabilities
+from autotuner.core.engine.capabilities import BUILD, EngineCapabilities
 from autotuner.core.model.spec import SsmKind
+from autotuner.engines.vllm.builds import build_in_force
 
+FOLLOW_BUILD = EngineCapabilities(
+    name=BUILD,
+    replay_with_speculation=True,
+    replay_families=(SsmKind.MAMBA2,),
+    build=build_in_force(),
+)
 UPSTREAM = EngineCapabilities(name="upstream")
 # Upstream plus the Gated DeltaNet ReplaySSM kernels (PR #48792): replay or speculation, not
 # both; for a Mamba-2 model the same as upstream.
@@ -17,4 +28,4 @@ REPLAY_SPEC = EngineCapabilities(
     replay_with_speculation=True,
     replay_families=(SsmKind.MAMBA2, SsmKind.GATED_DELTANET),
 )
-PRESETS = {c.name: c for c in (UPSTREAM, GDN_REPLAY, REPLAY_SPEC)}
+PRESETS = {c.name: c for c in (FOLLOW_BUILD, UPSTREAM, GDN_REPLAY, REPLAY_SPEC)}

@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from autotuner.core.engine.builds import Companion
 from autotuner.core.types import ScheduleBand, Setup
 from autotuner.engines.commandline import (
     Flag,
@@ -24,6 +25,7 @@ from autotuner.engines.commandline import (
     shell_tokens,
 )
 from autotuner.engines.vllm.args import speculative
+from autotuner.engines.vllm.companions import Saved, render_companions
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import ArgsError
 
@@ -157,6 +159,24 @@ def _render_replay(args: list[str], setup: Setup, names: FlagNames) -> list[str]
     return set_value(out, length, names.replayssm_buffer_len, str(setup.replay_window))
 
 
+def render_with_companions(
+    args: Sequence[str],
+    setup: Setup,
+    *,
+    companions: Sequence[Companion] = (),
+    saved_companions: Saved | None = None,
+    **options: Any,
+) -> tuple[list[str], Saved | None]:
+    """`render`, with the companion flags the build needs for `setup` written and those it no
+    longer needs put back as the operator had them (`saved_companions`); the record of the
+    operator's tokens to keep on the target. Args that already configure `setup` are kept
+    as they are."""
+    names = options.get("names") or FlagNames()
+    if setup == parse_setup(args, names):
+        return list(args), saved_companions
+    return render_companions(render(args, setup, **options), companions, saved_companions)
+
+
 def render_shell(line: str, setup: Setup, **options: Any) -> str:
     """Edit a plain vLLM command line: managed tokens are rewritten in place, the rest of the
     string (spacing, quoting, other flags) keeps its bytes."""
@@ -190,9 +210,16 @@ def container_speculative_config(
 
 def render_container(
     command: Sequence[str], args: Sequence[str], setup: Setup, **options: Any
-) -> tuple[list[str], list[str]]:
-    """New (command, args) for `setup`; the list without vLLM flags is returned unchanged."""
+) -> tuple[list[str], list[str], Saved | None]:
+    """New (command, args) for `setup` with its companion flags (see render_with_companions),
+    and the record of the operator's companion tokens to keep; the list without vLLM flags is
+    returned unchanged."""
     names = options.get("names") or FlagNames()
-    return edit_container(
-        command, args, names.managed, lambda words: render(words, setup, **options)
-    )
+    kept: list[Saved | None] = [options.get("saved_companions")]
+
+    def edit(words: list[str]) -> list[str]:
+        out, kept[0] = render_with_companions(words, setup, **options)
+        return out
+
+    new_command, new_args = edit_container(command, args, names.managed, edit)
+    return new_command, new_args, kept[0]
