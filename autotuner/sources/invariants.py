@@ -8,7 +8,7 @@ scrape is checked as it is read, by class of invariant rather than by case:
   more than"): a draft holds at least one token (vLLM counts a draft only when it proposed
   one), so draft tokens are never fewer than drafts; accepted tokens never above draft tokens;
   accepted counts per draft position never rising with position nor above the number of drafts
-  (acceptance is prefix-only);
+  (acceptance is prefix-only); prefix-cache hits never above the queried tokens;
 * histograms are cumulative (buckets never fall as `le` rises), their `_count` equals their
   `+Inf` bucket and their sums are never negative;
 * gauges lie in their range (`RANGES`: a 0..1 ratio at 1.7 is refused);

@@ -23,7 +23,13 @@ RUNNING = "vllm:num_requests_running"
 
 def test_prometheus_agrees_with_the_direct_scrape(start_prometheus: StartPrometheus) -> None:
     setup = SimSetup(spec_tokens=3, acceptance=(0.85, 0.6, 0.4))
-    sim = SimulatedVllm(setup=setup, load=lambda t: 24, step_time=lambda b, s: 0.025, engines=2)
+    sim = SimulatedVllm(
+        setup=setup,
+        load=lambda t: 24,
+        step_time=lambda b, s: 0.025,
+        engines=2,
+        prefix_hit_rate=0.6,
+    )
     with SimServer(sim) as server:
         prometheus = start_prometheus([server.url.removeprefix("http://")], "200ms")
         wait_for_samples(prometheus, RUNNING, 10)
@@ -58,6 +64,9 @@ def test_prometheus_agrees_with_the_direct_scrape(start_prometheus: StartPrometh
     assert theirs.live_setup == ours.live_setup
     assert theirs.live_setup is not None
     assert theirs.live_setup.setup.label == "spec:3"
+    # The prefix-cache hit rate: a ratio of two increase()s, each extrapolated alike.
+    assert ours.prefix_cache_hit_rate == pytest.approx(0.6, abs=1e-6)
+    assert theirs.prefix_cache_hit_rate == pytest.approx(0.6, abs=0.02)
 
 
 def test_prometheus_failure_modes_are_named(start_prometheus: StartPrometheus) -> None:

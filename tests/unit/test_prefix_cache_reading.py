@@ -13,7 +13,11 @@ import pytest
 from autotuner.core.engine.workload import Workload
 from autotuner.core.model.registry import load_model
 from autotuner.core.observe.limits import ObservationLimits
-from autotuner.core.observe.observation import WindowTotals, prefix_hit_rate
+from autotuner.core.observe.observation import (
+    WindowTotals,
+    prefix_cache_reading,
+    prefix_hit_rate,
+)
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Observation, Setup
 from autotuner.errors import SourceError, UnusableReason
@@ -70,6 +74,15 @@ def test_the_scrape_reads_the_simulated_hit_rate_and_lengths() -> None:
     assert obs.mean_generation_tokens == pytest.approx(512)
     # 2 engines x 16 requests x 50 steps/s for 8 s, one request per 512 tokens, 4096 looked up.
     assert obs.prefix_cache_queried_tokens == pytest.approx(2 * 16 * 50 * 8 / 512 * 4096)
+    reading = prefix_cache_reading(obs)
+    assert reading is not None
+    workload = Workload(
+        prefix_hit_rate=reading.hit_rate,
+        prompt_tokens=reading.prompt_tokens,
+        generation_tokens=reading.generation_tokens,
+    )
+    assert workload.prefix_hit_rate == pytest.approx(0.6)
+    assert workload.prompt_tokens == pytest.approx(4096)
 
 
 def test_no_lookups_no_hit_rate() -> None:
@@ -82,6 +95,7 @@ def test_no_lookups_no_hit_rate() -> None:
     assert obs.usable, obs.detail
     assert "vllm:prefix_cache_queries_total" in sim.render().decode()
     assert obs.prefix_cache_hit_rate is None
+    assert prefix_cache_reading(obs) is None
 
 
 def test_the_hit_rate_is_read_after_the_last_restart_only() -> None:

@@ -265,6 +265,32 @@ def prefix_hit_rate(totals: WindowTotals) -> float | None:
     return min(hits / queries, 1.0)
 
 
+@dataclass(frozen=True)
+class PrefixCacheReading:
+    """What a usable window says about prefix caching: the Workload's `prefix_hit_rate`,
+    `prompt_tokens` and `generation_tokens`, and the looked-up tokens behind the rate."""
+
+    hit_rate: float
+    prompt_tokens: float
+    generation_tokens: float
+    looked_up_tokens: float
+
+
+def prefix_cache_reading(observation: Observation) -> PrefixCacheReading | None:
+    """The window's prefix-cache inputs, or None when it lacks any of them (unusable, no
+    lookups, no finished request): then nothing is charged for turning prefix caching off."""
+    rate, prompt = observation.prefix_cache_hit_rate, observation.mean_prompt_tokens
+    generated = observation.mean_generation_tokens
+    if not observation.usable or rate is None or not prompt or not generated:
+        return None
+    return PrefixCacheReading(
+        hit_rate=rate,
+        prompt_tokens=prompt,
+        generation_tokens=generated,
+        looked_up_tokens=observation.prefix_cache_queried_tokens or 0.0,
+    )
+
+
 def _unusable_because(
     totals: WindowTotals, now: float, limits: ObservationLimits
 ) -> tuple[UnusableReason, str] | None:
