@@ -77,7 +77,10 @@ class TruthEngine:
             from_conditional(list(rates)[: max(setup.spec_tokens, k)] or []),
             self.workload,
         )
-        return float(curve.step_time_s[0]) * self.error(setup, batch)
+        step = float(curve.step_time_s[0]) * self.error(setup, batch)
+        # A step as vLLM times it: with the recomputed prefill it carries (see observation).
+        decode = float(curve.effective_batch[0] * curve.tau[0]) / step
+        return step / self._kept(setup, decode)
 
     def tokens_per_s(self, setup: Setup, batch: float, rates: Sequence[float]) -> float:
         """What one engine really serves at this batch (queueing past capacity)."""
@@ -85,6 +88,12 @@ class TruthEngine:
         accept = from_conditional(list(rates)[: setup.spec_tokens])
         curve = predict(self.model, self.hardware, setup, [size], accept, self.workload)
         return self._served(setup, float(curve.tokens_per_s[0]) / self.error(setup, batch))
+
+    def _kept(self, setup: Setup, decode_tokens_per_s: float) -> float:
+        """The share of each second left to decoding (1.0 exactly with prefix caching)."""
+        if decode_tokens_per_s <= 0:
+            return 1.0
+        return self._served(setup, decode_tokens_per_s) / decode_tokens_per_s
 
     def _served(self, setup: Setup, decode_tokens_per_s: float) -> float:
         """What is served at a true decode rate, after the setup's recomputed prefill."""
@@ -128,10 +137,12 @@ class TruthEngine:
         step = float(curve.step_time_s[0]) * self.error(setup, mean)  # = self.step_time(...)
         capacity = curve.max_batch
         running = min(mean, max(capacity, 1))
+        decode = running * tau / step
+        # The recomputed prefill of a setup without prefix caching rides in the decode steps
+        # (chunked prefill): each step vLLM times is longer by it (exactly as long without).
+        step = step / self._kept(setup, decode)
         steps = window_s / step
         request_steps = running * steps * engines
-        decode = running * tau / step
-        kept = self._served(setup, decode) / decode  # 1.0 exactly without recomputed prefill
         prompt = self.workload.prompt_tokens or 1024.0
         generated = self.workload.generation_tokens or 512.0
         totals = WindowTotals(
@@ -141,9 +152,9 @@ class TruthEngine:
             series=engines,
             batch_samples=[min(s, running) for s in samples] * engines,
             waiting_samples=[max(s - running, 0.0) for s in samples] * engines,
-            generation_tokens_per_s=engines * running * tau / step * kept,
+            generation_tokens_per_s=engines * running * tau / step,
             step_time=Ratio(request_steps * step, request_steps),
-            time_per_output_token=Ratio(step / tau / kept, 1.0),
+            time_per_output_token=Ratio(step / tau, 1.0),
             prompt_length=Ratio(prompt, 1.0),
             generation_length=Ratio(generated, 1.0),
             cache_config={
@@ -155,7 +166,7 @@ class TruthEngine:
         )
         if self.workload.prefix_hit_rate is not None:
             # vLLM looks prompts up (and counts) only while prefix caching is on.
-            looked_up = engines * decode * kept * window_s / generated * prompt
+            looked_up = engines * running * tau / step * window_s / generated * prompt
             looked_up *= float(self.prefix_caching(setup))
             totals.prefix_cache_queries = looked_up
             totals.prefix_cache_hits = looked_up * self.workload.prefix_hit_rate

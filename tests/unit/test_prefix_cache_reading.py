@@ -19,6 +19,7 @@ from autotuner.core.observe.observation import (
     prefix_hit_rate,
 )
 from autotuner.core.predict.hardware import datasheet
+from autotuner.core.predict.prefill import prefill_cost
 from autotuner.core.types import Observation, Setup
 from autotuner.errors import SourceError, UnusableReason
 from autotuner.sim.engine import SimSetup, SimulatedVllm
@@ -222,4 +223,16 @@ def test_the_truth_engine_counts_what_its_workload_hits() -> None:
     assert lost.prefix_cache_hit_rate is None  # vLLM looks nothing up without the cache
     assert lost.generation_tokens_per_s == pytest.approx(truth.tokens_per_s(replay_spec, 64, rates))
     blind = TruthEngine(model, gpu, workload)  # the same engine, told nothing turns it off
+    # vLLM times steps that carry the recomputed prefill; calibration takes it out again.
+    plain_step = blind.step_time(replay_spec, 64, rates)
+    assert truth.step_time(replay_spec, 64, rates) == pytest.approx(lost.step_time_s)
+    assert lost.step_time_s is not None
+    assert lost.step_time_s > plain_step
+    cost = prefill_cost(model, gpu, workload, prefix_caching=False)
+    assert cost is not None
+    tau = 1 + 0.8 + 0.8 * 0.7 + 0.8 * 0.7 * 0.6
+    assert cost.decode_step_s(lost.step_time_s, 64 * tau) == pytest.approx(plain_step)
+    assert truth.step_time(Setup.parse("spec:3"), 64, rates) == blind.step_time(
+        Setup.parse("spec:3"), 64, rates
+    )
     assert (lost.generation_tokens_per_s or 0.0) < blind.tokens_per_s(replay_spec, 64, rates)

@@ -69,6 +69,13 @@ class PrefillCost:
     def recomputed_tokens_per_s(self, tokens_per_s: Array) -> Array:
         return tokens_per_s * self.recomputed_per_output_token
 
+    def decode_step_s(self, measured_step_s: float, tokens_per_step: float) -> float:
+        """The decode part of a step vLLM timed (its inter-token latency): the recomputed
+        prefill rides in the same steps (chunked prefill), `tokens_per_step` x r x c of it.
+        What calibration compares with the model's decode step while the live setup runs
+        without prefix caching, so that the prefill is not charged twice."""
+        return measured_step_s - tokens_per_step * self.seconds_per_output_token
+
 
 def prefill_cost(
     model: ModelSpec, hardware: HardwareProfile, workload: Workload, *, prefix_caching: bool
