@@ -129,6 +129,11 @@ def test_the_predictor_charges_the_setups_the_caller_names() -> None:
         MODEL, H200, SETUPS, GRID, ACCEPT, HITS, prefix_caching=without_replay_spec
     )
     assert [c.prefill is not None for c in curves.values()] == [False, False, False, True]
+    cost = curves["replay+spec:3:16"].prefill
+    assert cost is not None
+    sentence = cost.weighed("replay+spec:3:16", 2000.0)
+    share = 2000.0 * 0.6 * 4096 / 512 * cost.seconds_per_token
+    assert f"loses {share:.0%} to recomputed prefill at hit rate 60%" in sentence
     at = curves["replay+spec:3:16"].at(4)
     assert 0 < at.prefill_share < 1
     assert at.recomputed_prompt_tokens_per_s == pytest.approx(at.tokens_per_s * 0.6 * 4096 / 512)

@@ -69,6 +69,17 @@ class PrefillCost:
     def recomputed_tokens_per_s(self, tokens_per_s: Array) -> Array:
         return tokens_per_s * self.recomputed_per_output_token
 
+    def weighed(self, label: str, tokens_per_s: float) -> str:
+        """What was weighed, for a decision's notes: the share `label` loses at its served
+        rate, and why."""
+        share = float(self.share(np.array([tokens_per_s]))[0])
+        recomputed = float(self.recomputed_tokens_per_s(np.array([tokens_per_s]))[0])
+        return (
+            f"weighed: {label} without prefix caching loses {share:.0%} to recomputed prefill "
+            f"at hit rate {self.hit_rate:.0%} ({recomputed:,.0f} prompt tokens/s of "
+            f"{self.prompt_tokens:,.0f}-token prompts, {self.seconds_per_token * 1e6:.1f} us each)"
+        )
+
     def decode_step_s(self, measured_step_s: float, tokens_per_step: float) -> float:
         """The decode part of a step vLLM timed (its inter-token latency): the recomputed
         prefill rides in the same steps (chunked prefill), `tokens_per_step` x r x c of it.
