@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -20,10 +20,17 @@ from autotuner.cli.render.status import render_status
 from autotuner.core.engine.args import SpeculativeConfig
 from autotuner.core.engine.drafter import DEFAULT, LIVE
 from autotuner.core.engine.resolution import args_table
-from autotuner.core.model.registry import load_draft_model
-from autotuner.core.model.spec import DrafterKind
-from autotuner.engines.vllm.args import live_args
-from autotuner.errors import AutotunerError
+from autotuner.core.model.registry import load_draft_model, load_model
+from autotuner.core.model.spec import DrafterKind, ModelSpec
+from autotuner.core.types import Setup
+from autotuner.engines.vllm.args import live_args, served_model_id
+from autotuner.engines.vllm.builds import AUTO, build_in_force, check_declared
+from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
+from autotuner.engines.vllm.setup import vllm_tokens
+from autotuner.errors import AutotunerError, InputError
+
+if TYPE_CHECKING:
+    from autotuner.actuators.base import Actuator
 
 
 def apply(
@@ -42,10 +49,22 @@ def apply(
     allow_low_precision_replay: Annotated[
         bool, typer.Option(help="Allow replay with a non-fp32 SSM state (it drifts).")
     ] = False,
-    force: Annotated[bool, typer.Option(help="Apply even to a paused target.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(help="Apply even to a paused target, or a setup the engine build refuses."),
+    ] = False,
+    model: Annotated[
+        str | None,
+        typer.Option(help="The served model (default: the --model in the target's args)."),
+    ] = None,
+    engine_version: Annotated[
+        str | None,
+        typer.Option(help="The vLLM version the target runs (default: its image tag)."),
+    ] = None,
 ) -> None:
-    """Write a setup into the vLLM deployment's args (only the managed flags change),
-    recorded in the tuner's state on the target, with an Event."""
+    """Write a setup into the vLLM deployment's args (only the managed flags, and the
+    companion flags the engine build needs for it, change), recorded in the tuner's state on
+    the target, with an Event. A setup the build refuses is refused, naming the rule."""
     from autotuner.actuators.manual import apply_by_hand
     from autotuner.actuators.targets import open_target
     from autotuner.core.types import Setup
@@ -58,6 +77,7 @@ def apply(
             allow_surge=allow_surge,
             allow_low_precision_replay=allow_low_precision_replay,
         )
+        _check_build(actuator, wanted, model, engine_version, force=force)
         change = apply_by_hand(actuator, wanted, dry_run=dry_run, force=force)
     live, result = change.live, change.result
     if not result.changed:
@@ -68,6 +88,43 @@ def apply(
     print(f"{live.description}: {verb} {live.setup.label} -> {wanted.label}", flush=True)
     if change.event_error:
         print(f"autotuner: warning: event not posted: {change.event_error}", file=sys.stderr)
+
+
+def _check_build(
+    actuator: Actuator, wanted: Setup, model: str | None, version: str | None, *, force: bool
+) -> None:
+    """Set the served model and build on the actuator (so it writes the companion flags), and
+    refuse a setup the build refuses (InputError naming the rule) unless forced."""
+    live = actuator.read()
+    actuator.declared_build = check_declared(version) if version else AUTO
+    served = model or served_model_id(vllm_tokens(live.command, live.args, actuator.names))
+    spec = _loaded(served)
+    if spec is not None:
+        actuator.engine = FOLLOW_BUILD.serving(spec)
+    if force or not wanted.replay_window:
+        return
+    build = actuator.build_of(live)
+    if spec is None:
+        raise InputError(
+            f"the served model is not known ({served or 'no --model in the args'}): the "
+            f"{build.describe()} rules for replay cannot be checked; nothing changed (--model "
+            "names it, --force writes it anyway)"
+        )
+    refusal = FOLLOW_BUILD.running_on(build).serving(spec).refusal(wanted)
+    if refusal is not None:
+        raise InputError(
+            f"refused by the engine build ({build.describe()}): {refusal}; nothing changed "
+            "(--force writes it anyway)"
+        )
+
+
+def _loaded(model_id: str | None) -> ModelSpec | None:
+    if not model_id:
+        return None
+    try:
+        return load_model(model_id)
+    except AutotunerError:
+        return None
 
 
 def status(
@@ -101,6 +158,7 @@ def status(
             name: i.model_dump(mode="json") for name, i in args_table(engine_args).items()
         },
         "drafter": _status_drafter(engine_args.speculative),
+        "build": _status_build(live.image, settings.engine.build),
         "paused": live.paused,
         "rollout": {
             "done": live.rollout.done,
@@ -153,6 +211,18 @@ def _status_drafter(spec: SpeculativeConfig | None) -> dict[str, Any]:
         )
     )
     return described
+
+
+def _status_build(image: str | None, declared: str) -> dict[str, Any]:
+    """The capability table's rows in force for the target's image (or the declared build)."""
+    build = build_in_force(declared, image=image)
+    return {
+        "description": build.describe(),
+        "version": build.version,
+        "origin": build.origin.value,
+        "known": build.known,
+        "rows": [row.name for row in build.rows],
+    }
 
 
 def _lease_holder(target: str, kube_server: str | None, lease: str) -> str | None:

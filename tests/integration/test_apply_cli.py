@@ -31,7 +31,7 @@ def test_apply_and_status_against_kubernetes() -> None:
         assert dry.exit_code == 0, dry.output
         assert "would change spec:3 -> spec:3@1-64:3,65-512:0" in dry.stdout
         assert [r for r in server.requests if r[0] == "PATCH"][-1][1].endswith("/vllm")
-        real = runner.invoke(app, ["apply", "--setup", "replay:16", *target])
+        real = runner.invoke(app, ["apply", "--setup", "replay:16", "--force", *target])
         assert real.exit_code == 0, real.output
         shown = runner.invoke(app, ["status", "--json", *target])
         assert json.loads(shown.stdout)["setup"] == "replay:16"
@@ -106,7 +106,7 @@ def test_speculation_off_and_on_by_hand_restores_the_drafter(
 def test_a_manual_apply_on_kubernetes_posts_an_event_and_is_no_drift(tmp_path: Path) -> None:
     with fake_apiserver() as server:
         target, _ = k8s_target(tmp_path, server)
-        result = runner.invoke(app, ["apply", "--setup", "replay:16", *target])
+        result = runner.invoke(app, ["apply", "--setup", "replay:16", "--force", *target])
         assert result.exit_code == 0, result.output
         (posted,) = server.events
         assert posted["reason"] == "ManualApply"

@@ -30,6 +30,12 @@ def render_status(
         f"  drafter: {escape(drafter['description'])}"
         + (f" [dim]({escape(drafter['note'])})[/]" if drafter["note"] else "")
     )
+    build = report.get("build")
+    if build:
+        console.print(
+            f"  engine build: {escape(build['description'])}; rows: "
+            + escape(", ".join(build["rows"]))
+        )
     rollout = report["rollout"]
     console.print(
         f"  rollout: {'done' if rollout['done'] else 'in progress'} "

@@ -94,6 +94,17 @@ def parse(args: Sequence[str], flags: FlagNames | None = None) -> EngineArgs:
     )
 
 
+def served_model_id(args: Sequence[str]) -> str | None:
+    """The model a vLLM command line serves: `--model X`, else the word after `serve`."""
+    hit = find_any(args, "--model")
+    if hit is not None and hit[1].value:
+        return hit[1].value
+    for i, word in enumerate(args[:-1]):
+        if word == "serve" and not args[i + 1].startswith("-"):
+            return args[i + 1]
+    return None
+
+
 def live_args(
     command: Sequence[str], args: Sequence[str], flags: FlagNames | None = None
 ) -> EngineArgs:

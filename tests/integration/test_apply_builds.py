@@ -1,0 +1,107 @@
+"""`autotuner apply` on a GitOps manifest of Nemotron-3-Super on vllm/vllm-openai:v0.33.0: each
+setup is written so that vLLM 0.33 starts with it (its companion flags), what 0.33 refuses is
+refused naming the rule (nothing changed) unless --force, and leaving a setup puts the
+operator's container back byte for byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autotuner.actuators.manifest import ManifestActuator
+from autotuner.cli.main import app
+from autotuner.engines.vllm.setup import vllm_tokens
+from tests.unit.test_build_rules import vllm_starts
+
+runner = CliRunner()
+NEMOTRON = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
+
+
+def manifest(model: str) -> str:
+    return f"""\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: vllm  # the operator's comment
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.33.0
+          args:
+            - --model
+            - {model}
+            - --speculative-config
+            - '{{"method":"mtp","num_speculative_tokens":3}}'
+            - --enable-prefix-caching
+            - --max-num-seqs
+            - "1024"
+"""
+
+
+def apply(path: Path, setup: str, *extra: str) -> tuple[int, str]:
+    result = runner.invoke(app, ["apply", "--setup", setup, "--target", f"file://{path}", *extra])
+    return result.exit_code, result.output
+
+
+def container_args(path: Path) -> list[str]:
+    live = ManifestActuator(path).read()
+    return vllm_tokens(live.command, live.args)
+
+
+@pytest.mark.parametrize("setup", ["replay+spec:3:16", "replay+spec:2:8", "replay:16"])
+def test_what_0_33_starts_with_is_written_whole(tmp_path: Path, setup: str) -> None:
+    path = tmp_path / "vllm.yaml"
+    path.write_text(manifest(NEMOTRON))
+    assert not vllm_starts(
+        [*container_args(path), "--use-replayssm"], "NemotronHForCausalLM", (0, 33)
+    )
+    code, output = apply(path, setup)
+    assert code == 0, output
+    args = container_args(path)
+    assert vllm_starts(args, "NemotronHForCausalLM", (0, 33)), args
+    assert "--no-enable-prefix-caching" in args
+    assert "--enable-prefix-caching" not in args  # edited in place, not contradicted
+
+
+@pytest.mark.parametrize(
+    ("model", "setup", "rule"),
+    [
+        (NEMOTRON, "replay+spec:4:4", "1 + num_speculative_tokens"),
+        (NEMOTRON, "replay+spec:3:32", "<= 16"),
+        ("Qwen/Qwen3.5-122B-A10B", "replay:16", "is not supported for architecture"),
+    ],
+)
+def test_what_0_33_refuses_is_refused_naming_the_rule(
+    tmp_path: Path, model: str, setup: str, rule: str
+) -> None:
+    path = tmp_path / "vllm.yaml"
+    path.write_text(manifest(model))
+    before = path.read_bytes()
+    code, output = apply(path, setup)
+    assert code == 2  # refused as bad input
+    assert rule in output
+    assert "vllm/config/vllm.py:" in output
+    assert path.read_bytes() == before  # nothing changed
+    forced, output = apply(path, setup, "--force")
+    assert forced == 0, output
+    assert path.read_bytes() != before
+
+
+def test_a_round_trip_leaves_the_operators_container_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "vllm.yaml"
+    path.write_text(manifest(NEMOTRON))
+    code, _ = apply(path, "spec:2")
+    assert code == 0
+    spec_text = path.read_text()
+    code, output = apply(path, "replay+spec:2:8")
+    assert code == 0, output
+    assert "--mamba-backend" in path.read_text()
+    code, output = apply(path, "spec:2")
+    assert code == 0, output
+    container = spec_text.split("containers:")[1].split("\n  ")[0]
+    assert path.read_text().split("containers:")[1].split("\n  ")[0] == container
+    assert "operator-args" not in path.read_text()  # nothing kept once put back

