@@ -12,8 +12,8 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import closing, suppress
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -176,13 +176,9 @@ def _read_request(sock: socket.socket) -> Request:
     return Request(method, parts.path, query, body)
 
 
-@contextmanager
-def fault_server() -> Iterator[FaultServer]:
-    server = FaultServer()
-    try:
-        yield server
-    finally:
-        server.close()
+def fault_server() -> closing[FaultServer]:
+    """A FaultServer on a free port, closed when the `with` block ends."""
+    return closing(FaultServer())
 
 
 def timed(call: Callable[[], Any], limit_s: float) -> tuple[Any, float]:

@@ -15,8 +15,8 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import closing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -45,13 +45,7 @@ def strategic_merge(target: Any, patch: Any) -> Any:
     """Strategic merge as Kubernetes does it for the fields we patch: maps merge, `null`
     deletes, lists of objects with a `name` merge by name, other lists are replaced."""
     if isinstance(patch, dict) and isinstance(target, dict):
-        merged = dict(target)
-        for key, value in patch.items():
-            if value is None:
-                merged.pop(key, None)
-            else:
-                merged[key] = strategic_merge(target.get(key), value)
-        return merged
+        return _merge_maps(target, patch, strategic_merge)
     if (
         isinstance(patch, list)
         and isinstance(target, list)
@@ -73,12 +67,18 @@ def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
-    merged = dict(target) if isinstance(target, dict) else {}
+    return _merge_maps(target if isinstance(target, dict) else {}, patch, merge_patch)
+
+
+def _merge_maps(target: Obj, patch: Obj, merge: Callable[[Any, Any], Any]) -> Obj:
+    """The two patches agree on maps: key by key, `null` deletes, any other value is merged
+    (by the patch's own rules) into what was there."""
+    merged = dict(target)
     for key, value in patch.items():
         if value is None:
             merged.pop(key, None)
         else:
-            merged[key] = merge_patch(merged.get(key), value)
+            merged[key] = merge(merged.get(key), value)
     return merged
 
 
@@ -334,13 +334,9 @@ class FakeApiServer:
         return Handler
 
 
-@contextmanager
-def fake_apiserver() -> Iterator[FakeApiServer]:
-    server = FakeApiServer()
-    try:
-        yield server
-    finally:
-        server.close()
+def fake_apiserver() -> closing[FakeApiServer]:
+    """A FakeApiServer on a free port, closed when the `with` block ends."""
+    return closing(FakeApiServer())
 
 
 def deployment(
