@@ -4,7 +4,8 @@ hardware, the acceptance and the engine's command line."""
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -21,12 +22,15 @@ from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.engine.drafter import DECLARED, DEFAULT
 from autotuner.core.engine.resolution import Fallback, resolve
 from autotuner.core.model.registry import load_draft_model, load_model
-from autotuner.core.model.spec import DrafterKind
+from autotuner.core.model.spec import DrafterKind, ModelSpec
 from autotuner.core.predict import acceptance as acc
 from autotuner.core.predict.acceptance import AcceptanceEstimate
 from autotuner.core.predict.report import build_report
+from autotuner.core.types import Setup
 from autotuner.engines.vllm.args import parse as parse_engine_args
+from autotuner.engines.vllm.builds import AUTO, build_in_force
 from autotuner.engines.vllm.capabilities import PRESETS
+from autotuner.engines.vllm.companions import spelled
 from autotuner.errors import InputError
 
 
@@ -101,10 +105,18 @@ def predict(
     engine: Annotated[
         str,
         typer.Option(
-            help="What the vLLM build accepts: upstream (replay or speculation, not "
-            "both) or replay-spec. Winners are chosen among what it accepts."
+            help="What the vLLM build accepts: build (the capability table's row for "
+            "--engine-version), or a preset that overrides it: upstream (replay or speculation, "
+            "not both), gdn-replay, replay-spec. Winners are chosen among what it accepts."
         ),
-    ] = "upstream",
+    ] = "build",
+    engine_version: Annotated[
+        str | None,
+        typer.Option(
+            help="The vLLM version (e.g. 0.33, 0.32.0, 0.32.0-cpu) whose capability table row "
+            "applies; default: the table's default version."
+        ),
+    ] = None,
     adaptive_verification: Annotated[
         bool,
         typer.Option(
@@ -145,11 +157,14 @@ def predict(
             batches=batches,
             spec_tokens=ks,
             windows=windows,
-            engine=_predicted_engine(engine, adaptive_verification, live),
+            engine=_predicted_engine(engine, adaptive_verification, live).running_on(
+                build_in_force(engine_version or AUTO, declared_by="--engine-version")
+            ),
             drafter=resolved.drafter,
             acceptance_measured=acceptance is not None or rates is not None,
             inputs=resolved.table(),
         )
+        report["flags"] = _winners_flags(report, engine_flags(report, resolved.model))
     if as_json:
         print(json.dumps(report, indent=2))
     else:
@@ -196,6 +211,31 @@ def _predicted_engine(
     if adaptive_verification or (speculative and speculative.enable_adaptive_verification):
         return PRESETS[preset].model_copy(update={"adaptive_verification": True})
     return PRESETS[preset]
+
+
+def engine_flags(report: dict[str, Any], model: ModelSpec) -> Callable[[Setup], list[str]]:
+    """A setup's flags on the predicted build: its own and the companions it needs there."""
+    engine = EngineCapabilities.model_validate(report["engine"]).serving(model)
+
+    def flags(setup: Setup) -> list[str]:
+        own = []
+        if setup.spec_tokens:
+            own.append(
+                f"--speculative-config '{{..., \"num_speculative_tokens\": {setup.spec_tokens}}}'"
+            )
+        if setup.replay_window:
+            own.append(f"--use-replayssm --replayssm-buffer-len {setup.replay_window}")
+        return own + [spelled(c) for c in engine.companions(setup)]
+
+    return flags
+
+
+def _winners_flags(
+    report: dict[str, Any], flags: Callable[[Setup], list[str]]
+) -> dict[str, list[str]]:
+    """Each winning setup's flags (what `apply` writes for it on this build)."""
+    winners = dict.fromkeys(row["setup"] for row in report["best"])
+    return {label: flags(Setup.parse(label)) for label in winners}
 
 
 def _vllm_args(text: str | None) -> EngineArgs | None:

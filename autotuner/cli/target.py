@@ -96,7 +96,7 @@ def _check_build(
     """Set the served model and build on the actuator (so it writes the companion flags), and
     refuse a setup the build refuses (InputError naming the rule) unless forced."""
     live = actuator.read()
-    actuator.declared_build = check_declared(version) if version else AUTO
+    actuator.declared_build = check_declared(version) if version else AUTO  # over the tag
     served = model or served_model_id(vllm_tokens(live.command, live.args, actuator.names))
     spec = _loaded(served)
     if spec is not None:

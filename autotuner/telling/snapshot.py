@@ -49,7 +49,10 @@ def decision_document(snapshot: Snapshot) -> dict[str, Any]:
         "crossover": _crossover_document(snapshot.crossover),
         "calibration": [f._asdict() for f in snapshot.calibration],
         "inputs": snapshot.inputs,
-        "engine": snapshot.engine.model_dump(mode="json") if snapshot.engine else None,
+        "engine": snapshot.engine.model_dump(mode="json", exclude={"build"})
+        if snapshot.engine
+        else None,
+        "build": build_document(snapshot.engine),
         "state": {
             "current": snapshot.state.current.label if snapshot.state.current else None,
             "verification": snapshot.state.verification.model_dump(mode="json")
@@ -63,6 +66,24 @@ def decision_document(snapshot: Snapshot) -> dict[str, Any]:
             else None,
             "refused": {k: r.model_dump(mode="json") for k, r in snapshot.state.refused.items()},
         },
+    }
+
+
+def build_document(engine: EngineCapabilities | None) -> dict[str, Any] | None:
+    """The capability table's row in force: which build, where that came from, which row for
+    the served model, and whether it decides (the `build` preset) or a preset overrides it."""
+    if engine is None or engine.build is None:
+        return None
+    build, row = engine.build, engine.row
+    return {
+        "description": build.describe(),
+        "version": build.version,
+        "origin": build.origin.value,
+        "detail": build.detail,
+        "known": build.known,
+        "row": row.model_dump(mode="json") if row is not None else None,
+        "decides": engine.follows_build,
+        "override": None if engine.follows_build else f"engine.capabilities: {engine.name}",
     }
 
 

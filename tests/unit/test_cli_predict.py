@@ -4,6 +4,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autotuner.cli.main import app
+from autotuner.core.types import Setup, SetupKind
 
 runner = CliRunner()
 
@@ -68,7 +69,7 @@ def test_bad_arguments_exit_2_with_one_line(args: list[str]) -> None:
 
 def test_winners_are_only_setups_the_engine_accepts() -> None:
     args = ["predict", "--batch", "8,256", "--spec-tokens", "1..3", "--json"]
-    upstream = json.loads(runner.invoke(app, args).stdout)
+    upstream = json.loads(runner.invoke(app, [*args, "--engine", "upstream"]).stdout)
     both = json.loads(runner.invoke(app, [*args, "--engine", "replay-spec"]).stdout)
     assert all("+" not in row["setup"] for row in upstream["best"])
     assert any("+" in row["setup"] for row in both["best"])
@@ -114,3 +115,32 @@ def test_weights_override_is_used_and_said() -> None:
     assert any("given as an override" in note for note in after["notes"])
     bad = runner.invoke(app, ["predict", "--model", model, "--weights", "fp7"])
     assert bad.exit_code == 2
+
+
+def test_vllm_0_33_ranks_replay_spec_at_large_batch_with_its_companion_flags() -> None:
+    """The default model (Nemotron-3-Super NVFP4) on one H200 and vLLM 0.33's row: replay+spec
+    wins at large batch, within L <= 16, and is printed with the flags 0.33 needs for it."""
+    args = ["predict", "--gpu", "H200", "--batch", "8,256,512", "--engine-version", "0.33"]
+    report = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    large = [row for row in report["best"] if row["batch"] >= 256]
+    assert all(Setup.parse(row["setup"]).kind is SetupKind.REPLAY_SPEC for row in large)
+    assert all(Setup.parse(row["setup"]).replay_window <= 16 for row in report["best"])
+    assert report["build"]["row"] == "vllm >=0.33.0,<0.34 mamba2"
+    winner = large[0]["setup"]
+    assert "--mamba-backend flashinfer" in report["flags"][winner]
+    assert "--no-enable-prefix-caching" in report["flags"][winner]
+    text = runner.invoke(app, args, env={"COLUMNS": "300"}).stdout
+    assert "--no-enable-prefix-caching" in text
+    assert "vLLM 0.33 from settings (--engine-version: 0.33)" in text
+
+
+def test_qwen3_5_on_vllm_0_33_gets_no_replay_and_says_why() -> None:
+    args = ["predict", "--model", "Qwen/Qwen3.5-122B-A10B", "--gpu", "H200", "--tp", "4"]
+    result = runner.invoke(app, [*args, "--engine-version", "0.33"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "is not supported for architecture" in result.stdout
+    assert "vllm/config/vllm.py:3475-3479" in result.stdout
+    report = json.loads(runner.invoke(app, [*args, "--engine-version", "0.33", "--json"]).stdout)
+    assert all(Setup.parse(row["setup"]).replay_window == 0 for row in report["best"])
+    forked = json.loads(runner.invoke(app, [*args, "--engine", "gdn-replay", "--json"]).stdout)
+    assert any(Setup.parse(row["setup"]).replay_window for row in forked["best"])

@@ -132,3 +132,22 @@ def test_a_running_adaptive_verification_shows_the_build_has_it(tmp_path: Path) 
     assert isinstance(plain_engine, dict)
     assert plain_engine["adaptive_verification"] is False
     assert not any(label.endswith("@adaptive") for label in plain.predicted_tokens_per_s)
+
+
+def test_decision_says_which_build_row_is_in_force_and_where_it_came_from(
+    tmp_path: Path,
+) -> None:
+    _, declared = step(tmp_path, [], "engine.build=0.32.0")
+    build = declared["build"]
+    assert isinstance(build, dict)
+    assert build["origin"] == "settings"
+    assert build["version"] == "0.32.0"
+    assert build["decides"] is True
+    assert build["row"] is None  # an attention-only model: no SSM family row applies
+    _, unread = step(tmp_path, [])  # an exec target has no image; nothing answers /version
+    assert isinstance(unread["build"], dict)
+    assert unread["build"]["origin"] == "default"
+    _, overridden = step(tmp_path, [], "engine.capabilities=gdn-replay")
+    assert isinstance(overridden["build"], dict)
+    assert overridden["build"]["decides"] is False
+    assert overridden["build"]["override"] == "engine.capabilities: gdn-replay"

@@ -17,6 +17,10 @@ def render_report(report: dict[str, Any], *, detail: bool, console: Console | No
     _print_model_and_inputs(report, console)
     rates = ", ".join(f"{p:.2f}" for p in report["acceptance"]["conditional"])
     console.print(f"  acceptance per position: {rates}; engine: {report['engine']['name']}")
+    build = report.get("build")
+    if build:
+        row = f"; row: {build['row']} ({build['source']})" if build["row"] else ""
+        console.print(f"  engine build: {escape(build['description'])}{escape(row)}")
     rows = _by_batch(report)
     console.print(_winners_table(report, rows))
     _print_report_notes(report, console)
@@ -109,6 +113,10 @@ def _print_report_notes(report: dict[str, Any], console: Console) -> None:
         )
     for note in report["notes"]:
         console.print(f"[dim]note: {note}[/]")
+    if report.get("flags"):
+        console.print("Flags each winner is written with on this build (`autotuner apply`):")
+    for label, flags in (report.get("flags") or {}).items():
+        console.print(f"  {label}: {escape(' '.join(flags) or '(none of the managed flags)')}")
 
 
 def _print_adaptive(report: dict[str, Any], console: Console) -> None:

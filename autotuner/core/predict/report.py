@@ -116,6 +116,7 @@ def build_report(
         },
         "acceptance": {"conditional": list(acceptance.conditional)},
         "engine": engine.model_dump(mode="json"),
+        "build": _build(engine),
         "capacity": {label: curve.max_batch for label, curve in asked.items()},
         "predictions": [_row(p, engine) for curve in asked.values() for p in curve.predictions()],
         "best": _best_rows({s.label: asked[s.label] for s in runnable}),
@@ -125,6 +126,19 @@ def build_report(
         ],
         "versus_plain": versus_plain,
         "quick_rule": [quick_rule(acceptance, k) for k in spec_tokens],
+    }
+
+
+def _build(engine: EngineCapabilities) -> dict[str, Any] | None:
+    """The capability table's row in force for this model, and where the build came from."""
+    if engine.build is None:
+        return None
+    row = engine.row
+    return {
+        "description": engine.build.describe(),
+        "row": row.name if row is not None else None,
+        "source": row.source if row is not None else None,
+        "decides": engine.follows_build,
     }
 
 

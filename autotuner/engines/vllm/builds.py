@@ -91,12 +91,17 @@ def rows_for(version: str | None, origin: Origin, detail: str = "") -> BuildInFo
 
 
 def build_in_force(
-    declared: str = AUTO, *, image: str | None = None, reported: str | None = None
+    declared: str = AUTO,
+    *,
+    image: str | None = None,
+    reported: str | None = None,
+    declared_by: str = "engine.build",
 ) -> BuildInForce:
-    """The build the engine runs, by precedence: the settings' declared version > the image
-    tag > `GET /version` (`reported`) > the table's default version."""
+    """The build the engine runs, by precedence: the settings' declared version (`declared_by`
+    names the setting or option) > the image tag > `GET /version` (`reported`) > the table's
+    default version."""
     if declared != AUTO:
-        return rows_for(declared, Origin.SETTINGS, f"engine.build: {declared}")
+        return rows_for(declared, Origin.SETTINGS, f"{declared_by}: {declared}")
     tagged = image_version(image)
     if tagged is not None:
         return rows_for(tagged, Origin.IMAGE_TAG, image or "")
