@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from autotuner.actuators.base import LiveTarget
 from autotuner.core.decide.readings import Capacity
-from autotuner.core.decide.state import QualityCheck, QualityStatus, TunerState
+from autotuner.core.decide.state import QualityCheck, QualityStatus, TunerState, Verification
 from autotuner.core.decide.step import Notice, NoticeKind
 from autotuner.core.types import Observation, Setup
 from autotuner.telling.counting import CanaryRunOutcome, CanaryStage
@@ -44,7 +44,7 @@ class CanaryPhase:
         if self.guard is None or now < self.retry_at:
             return state
         if state.verification is not None:
-            return self._after(state, observation, live, capacity, now)
+            return self._after(state, state.verification, observation, live, capacity, now)
         serving = live.setup if live is not None else None
         current = state.current or serving
         if current is None or (serving is not None and serving != current):
@@ -83,14 +83,14 @@ class CanaryPhase:
     def _after(
         self,
         state: TunerState,
+        verification: Verification,
         observation: Observation,
         live: LiveTarget | None,
         capacity: Capacity,
         now: float,
     ) -> TunerState:
+        """The run after the switch `verification` follows, once the new setup serves."""
         assert self.guard is not None
-        verification = state.verification
-        assert verification is not None
         check = verification.quality
         ready = live is None or live.rollout.done
         if check is None or check.status is not QualityStatus.PENDING or not ready:
