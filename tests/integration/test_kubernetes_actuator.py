@@ -331,3 +331,28 @@ def test_lease_errors_mean_not_leader(server: FakeApiServer) -> None:
     assert not elector.try_acquire_or_renew()
     assert elector.last_error is not None
     assert "403" in elector.last_error
+
+
+def test_companion_flags_and_the_operators_record_round_trip(server: FakeApiServer) -> None:
+    """On vLLM 0.33 (declared) replay+spec brings its companion flags, the operator's record
+    rides in an annotation of the same patch, and leaving removes both."""
+    from autotuner.actuators.base import OPERATOR_ANNOTATION
+    from autotuner.core.model.registry import load_model
+    from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
+
+    tuner = actuator(server)
+    tuner.engine = FOLLOW_BUILD.serving(load_model(ARGS[1]))
+    tuner.declared_build = "0.33.0"
+    tuner.apply(Setup(spec_tokens=3, replay_window=16), state=None, expected_version=None)
+    args = containers(server)[0]["args"]
+    assert isinstance(args, list)
+    assert args[-3:] == ["--mamba-backend", "flashinfer", "--no-enable-prefix-caching"]
+    annotations = server.get("Deployment", "llm", "vllm")["metadata"]["annotations"]
+    assert json.loads(annotations[OPERATOR_ANNOTATION]) == {
+        "mamba_backend_flashinfer": None,
+        "prefix_caching_off": None,
+    }
+    tuner.apply(Setup(spec_tokens=3), state=None, expected_version=None)
+    assert containers(server)[0]["args"] == ARGS
+    annotations = server.get("Deployment", "llm", "vllm")["metadata"].get("annotations") or {}
+    assert OPERATOR_ANNOTATION not in annotations

@@ -185,3 +185,32 @@ def test_exec_failure_and_timeout_are_failed_changes(tmp_path: Path) -> None:
     slow = ExecActuator(args, restart_script(tmp_path, sleep=5), timeout_s=0.5)
     with pytest.raises(ActuatorError, match="timed out"):
         slow.apply(Setup(replay_window=16), state=None, expected_version=None)
+
+
+def test_exec_keeps_the_operators_companion_flags_and_puts_them_back(tmp_path: Path) -> None:
+    """replay+spec on vLLM 0.33 (no image: the table's default version) changes the
+    operator's backend; the record of what they had lives beside the args until spec:3 puts
+    it back, and then goes."""
+    from autotuner.core.model.registry import load_model
+    from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
+
+    args = tmp_path / "vllm.args"
+    operator = (
+        "--model\nm\n--mamba-backend\ntriton\n"
+        '--speculative-config\n{"method":"mtp","num_speculative_tokens":3}\n'
+    )
+    args.write_text(operator)
+    actuator = ExecActuator(args, restart_script(tmp_path))
+    actuator.engine = FOLLOW_BUILD.serving(load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B"))
+    actuator.apply(Setup(spec_tokens=3, replay_window=16), state=None, expected_version=None)
+    written = args.read_text().splitlines()
+    assert written[2:4] == ["--mamba-backend", "flashinfer"]  # in place
+    assert written[-1] == "--no-enable-prefix-caching"
+    assert actuator.read().operator_args == {
+        "mamba_backend_flashinfer": ["--mamba-backend", "triton"],
+        "prefix_caching_off": None,
+    }
+    actuator.apply(Setup(spec_tokens=3), state=None, expected_version=None)
+    assert args.read_text() == operator
+    assert actuator.read().operator_args is None
+    assert not actuator.operator_file.exists()
