@@ -67,6 +67,14 @@ def guard(server: Server, settings: QualitySettings = SETTINGS) -> QualityGuard:
     return QualityGuard(settings, "http://replica:8000", client=client)
 
 
+def switching(server: Server) -> tuple[QualityGuard, QualityCheck]:
+    """A guard on `server` and the check its run opened as a switch away from SPEC began."""
+    g = guard(server)
+    before = g.before(None, SPEC, observed(), 5000.0, now=100.0)
+    assert before.check is not None
+    return g, before.check
+
+
 @pytest.mark.parametrize(
     ("observation", "capacity", "why"),
     [
@@ -130,11 +138,9 @@ def test_a_fresh_baseline_is_used_without_asking_the_server() -> None:
 
 def test_changed_answers_fail_with_evidence() -> None:
     server = Server()
-    g = guard(server)
-    before = g.before(None, SPEC, observed(), 5000.0, now=100.0)
-    assert before.check is not None
+    g, check = switching(server)
     server.broken = {p.prompt for p in g.prompts[:6]}
-    after = g.after(before.check, REPLAY, observed(), 5000.0, now=200.0)
+    after = g.after(check, REPLAY, observed(), 5000.0, now=200.0)
     assert after.check is not None
     assert after.check.status == "failed"
     assert after.check.summary.startswith("worse: 6/12 outputs identical")
@@ -147,21 +153,19 @@ def test_changed_answers_fail_with_evidence() -> None:
 
 def test_a_saturated_or_down_server_is_retried_then_skipped_at_the_deadline() -> None:
     server = Server()
-    g = guard(server)
-    before = g.before(None, SPEC, observed(), 5000.0, now=100.0)
-    assert before.check is not None
-    waiting = g.after(before.check, REPLAY, observed(waiting=5), 5000.0, now=200.0)
+    g, check = switching(server)
+    waiting = g.after(check, REPLAY, observed(waiting=5), 5000.0, now=200.0)
     assert waiting.check is None
     assert waiting.result == "skipped"
     assert waiting.why is not None
     assert "saturated" in waiting.why
     server.down = True
-    down = g.after(before.check, REPLAY, observed(), 5000.0, now=300.0)
+    down = g.after(check, REPLAY, observed(), 5000.0, now=300.0)
     assert down.check is None
     assert down.result == "error"
     assert down.why is not None
     assert "HTTP 503" in down.why
-    late = g.after(before.check, REPLAY, observed(), 5000.0, now=100.0 + 601)
+    late = g.after(check, REPLAY, observed(), 5000.0, now=100.0 + 601)
     assert late.check is not None
     assert late.check.status == "skipped"
     assert "within 10m: " in late.check.summary
@@ -181,10 +185,9 @@ def test_no_canary_before_a_switch_on_a_saturated_server_says_so() -> None:
 
 def test_a_changed_canary_set_skips_instead_of_comparing_different_prompts() -> None:
     server = Server()
-    before = guard(server).before(None, SPEC, observed(), 5000.0, now=100.0)
-    assert before.check is not None
+    _, check = switching(server)
     other = guard(server, SETTINGS.model_copy(update={"max_tokens": 9}))
-    after = other.after(before.check, REPLAY, observed(), 5000.0, now=200.0)
+    after = other.after(check, REPLAY, observed(), 5000.0, now=200.0)
     assert after.check is not None
     assert after.check.status == "skipped"
     assert "canary set or its request settings changed" in after.check.summary
@@ -211,11 +214,9 @@ def test_priority_is_sent_only_when_set() -> None:
 def test_another_served_model_is_not_compared() -> None:
     # The operator rolled out another model meanwhile: not the switch's doing, not comparable.
     server = Server()
-    g = guard(server)
-    before = g.before(None, SPEC, observed(), 5000.0, now=100.0)
-    assert before.check is not None
+    g, check = switching(server)
     server.name, server.broken = "m-v2", {p.prompt for p in g.prompts}
-    after = g.after(before.check, REPLAY, observed(), 5000.0, now=200.0)
+    after = g.after(check, REPLAY, observed(), 5000.0, now=200.0)
     assert after.check is not None
     assert after.check.status == "skipped"
     assert "the served model changed (m -> m-v2)" in after.check.summary
