@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[2] / "autotuner"
 CORE_MAY_IMPORT = ("autotuner.core", "autotuner.errors", "autotuner.durations")
 
@@ -95,18 +97,52 @@ def test_the_core_imports_nothing_outside_itself_but_errors_and_durations() -> N
     assert outside == set()
 
 
-def test_settings_load_no_io_code() -> None:
-    """The settings tree composes the core's groups: importing it loads no HTTP client, no
-    Kubernetes client and none of our adapters."""
+def _loaded_by(modules: tuple[str, ...]) -> list[str]:
+    """Our modules and the HTTP and Kubernetes clients' that importing `modules` loads in a
+    fresh interpreter."""
     code = (
-        "import sys, autotuner.settings; "
+        f"import sys, {', '.join(modules)}; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('autotuner', 'httpx', "
         "'kubernetes')))"
     )
     loaded = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
-    names = ast.literal_eval(loaded)
-    assert "autotuner.settings" in names
-    adapters = ("autotuner.sources", "autotuner.actuators", "autotuner.canary", "autotuner.telling")
-    assert [n for n in names if n.startswith(("httpx", "kubernetes", *adapters))] == []
+    names: list[str] = ast.literal_eval(loaded)
+    return names
+
+
+CLIENTS = ("httpx", "kubernetes")
+ENGINE = tuple(f"autotuner.engines.vllm.{m}" for m in ("args", "setup", "metrics", "capabilities"))
+
+
+# Settings compose the core's groups, and settings, the core and the adapters all read the
+# engine's modules: importing either loads no HTTP or Kubernetes client and none of the
+# adapters.
+@pytest.mark.parametrize(
+    ("modules", "forbidden"),
+    [
+        pytest.param(
+            ("autotuner.settings",),
+            (
+                *CLIENTS,
+                "autotuner.sources",
+                "autotuner.actuators",
+                "autotuner.canary",
+                "autotuner.telling",
+            ),
+            id="settings",
+        ),
+        pytest.param(
+            ENGINE,
+            (*CLIENTS, "autotuner.sources", "autotuner.actuators", "autotuner.cli"),
+            id="engine",
+        ),
+    ],
+)
+def test_what_the_adapters_read_loads_no_io_code(
+    modules: tuple[str, ...], forbidden: tuple[str, ...]
+) -> None:
+    loaded = _loaded_by(modules)
+    assert set(modules) <= set(loaded)
+    assert [m for m in loaded if m.startswith(forbidden)] == []
