@@ -105,3 +105,20 @@ def test_a_round_trip_leaves_the_operators_container_as_it_was(tmp_path: Path) -
     container = spec_text.split("containers:")[1].split("\n  ")[0]
     assert path.read_text().split("containers:")[1].split("\n  ")[0] == container
     assert "operator-args" not in path.read_text()  # nothing kept once put back
+
+
+def test_status_says_which_build_rows_are_in_force(tmp_path: Path) -> None:
+    import json
+
+    path = tmp_path / "vllm.yaml"
+    path.write_text(manifest(NEMOTRON))
+    result = runner.invoke(app, ["status", "--target", f"file://{path}", "--json"])
+    assert result.exit_code == 0, result.output
+    build = json.loads(result.stdout)["build"]
+    assert build["origin"] == "image tag"
+    assert build["version"] == "0.33.0"
+    assert "vllm >=0.33.0,<0.34 mamba2" in build["rows"]
+    declared = runner.invoke(
+        app, ["status", "--target", f"file://{path}", "--json", "--set", "engine.build=0.32.0"]
+    )
+    assert json.loads(declared.stdout)["build"]["origin"] == "settings"
