@@ -18,7 +18,7 @@ from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.costmodel import predict
 from autotuner.core.types import Setup
-from autotuner.engines.vllm.builds import build_in_force
+from autotuner.engines.vllm.builds import build_in_force, image_version, table
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.engines.vllm.companions import missing, spelled
 from autotuner.engines.vllm.setup import vllm_tokens
@@ -67,7 +67,8 @@ class SimulatedDeployment:
         self.poll_s = poll_s
         self.restarts = 0
         self.history: list[tuple[float, str]] = []
-        setup = self.manifest.read().setup
+        first = self.manifest.read()
+        setup = first.setup
         # Without a load trace the load is the requests the engine really serves, and its
         # steps count the metrics.
         self.completions = CompletionsEngine(
@@ -87,10 +88,14 @@ class SimulatedDeployment:
             model_name=truth.model.name,
             clock=clock,
         )
-        self.server = SimServer(self.sim, completions=self.completions, generate=generate)
+        self.server = SimServer(
+            self.sim,
+            completions=self.completions,
+            generate=generate,
+            version=image_version(first.image) or table()[0],  # as the image's vLLM answers
+        )
         self.clock = clock
         self.history.append((clock(), setup.label))
-        first = self.manifest.read()
         self.args = vllm_tokens(first.command, first.args)  # the engine's args, last look
         self.current = self.sim.setup.setup  # what the manifest asked for last (run or refused)
         self.wanted: Setup | None = None  # restarting towards this

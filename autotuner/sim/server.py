@@ -37,10 +37,13 @@ class SimServer:
         completions: CompletionsEngine | None = None,
         generate: Callable[[str, int], str] | None = None,
         on_request: Callable[[], None] | None = None,
+        version: str = "0.33.0",
     ) -> None:
         """`on_request`: called (on the server's thread) before each request is answered,
-        e.g. a deployment looking at its manifest."""
+        e.g. a deployment looking at its manifest. `version`: what `GET /version` answers
+        (the vLLM whose start-up rules the simulated engine follows)."""
         self.sim = sim
+        self.version = version
         self.on_request = on_request
         self.completions = completions
         self.generate = generate or greedy_text
@@ -117,7 +120,7 @@ class SimServer:
         if method == "GET" and path == "/health":
             return 200, b"", "text/plain"
         if method == "GET" and path == "/version":
-            return 200, b'{"version": "sim"}', "application/json"
+            return 200, json.dumps({"version": self.version}).encode(), "application/json"
         if completion and self.completions is not None:
             try:
                 request = json.loads(body or b"{}")

@@ -27,12 +27,15 @@ from collections.abc import Sequence
 
 import pytest
 
+from autotuner.core.engine.builds import Origin
 from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import ModelSpec
 from autotuner.core.types import Setup
-from autotuner.engines.vllm.builds import build_in_force, table
+from autotuner.engines.vllm.builds import build_in_force, image_version, table
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.engines.vllm.setup import render_with_companions
+from autotuner.errors import InputError
+from autotuner.settings import cli_overrides, load_settings
 
 NEMOTRON = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
 QWEN35 = load_model("Qwen/Qwen3.5-122B-A10B")
@@ -161,3 +164,39 @@ def test_the_operators_own_flags_are_put_back_in_place() -> None:
     back, kept = render_with_companions(on, spec, companions=(), saved_companions=saved)
     assert back == operator
     assert kept is None
+
+
+@pytest.mark.parametrize(
+    ("image", "version"),
+    [
+        ("vllm/vllm-openai:v0.33.0", "0.33.0"),
+        ("registry.local:5000/vllm/vllm-openai:v0.32.1-cu129", "0.32.1"),
+        ("vllm/vllm-openai:latest", None),
+        ("vllm/vllm-openai@sha256:abc", None),
+        ("vllm/vllm-openai", None),
+    ],
+)
+def test_the_image_tag_names_the_version(image: str, version: str | None) -> None:
+    assert image_version(image) == version
+
+
+def test_the_build_in_force_by_precedence() -> None:
+    image = "vllm/vllm-openai:v0.32.0"
+    declared = build_in_force("0.33.0", image=image, reported="0.32.0")
+    assert (declared.origin, declared.version) == (Origin.SETTINGS, "0.33.0")
+    tagged = build_in_force(image=image, reported="0.33.0")
+    assert (tagged.origin, tagged.version) == (Origin.IMAGE_TAG, "0.32.0")
+    reported = build_in_force(image="vllm/vllm-openai:latest", reported="0.33.0")
+    assert (reported.origin, reported.version) == (Origin.VERSION_ENDPOINT, "0.33.0")
+    unread = build_in_force(reported="sim")
+    assert unread.origin is Origin.DEFAULT
+    assert "'sim'" in unread.detail
+    older = build_in_force(image="vllm/vllm-openai:v0.20.0")
+    assert not older.known
+    assert older.row("mamba2") is not None
+    assert older.row("mamba2").refusal(Setup.parse("replay:16"), None)  # type: ignore[union-attr]
+
+
+def test_a_declared_build_that_is_no_version_stops_the_start() -> None:
+    with pytest.raises(InputError, match=r"engine\.build"):
+        load_settings(cli=cli_overrides(["engine.build=latest"]))

@@ -105,10 +105,13 @@ def build_in_force(
     tagged = image_version(image)
     if tagged is not None:
         return rows_for(tagged, Origin.IMAGE_TAG, image or "")
-    if reported:
+    if reported and version_tuple(reported) is not None:
         return rows_for(reported, Origin.VERSION_ENDPOINT, f"version {reported}")
-    detail = "the image tag names no version" if image else "no image tag or /version read"
-    return rows_for(None, Origin.DEFAULT, detail)
+    said = [
+        "the image tag names no version" if image else "no image tag",
+        f"/version said {reported!r}" if reported else "no /version read",
+    ]
+    return rows_for(None, Origin.DEFAULT, "; ".join(said))
 
 
 def check_declared(value: str) -> str:
