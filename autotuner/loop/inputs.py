@@ -17,8 +17,10 @@ from autotuner.core.decide.state import TunerState
 from autotuner.core.engine.args import EngineArgs
 from autotuner.core.engine.builds import BuildInForce
 from autotuner.core.engine.resolution import Fallback, Resolved, resolve
+from autotuner.core.engine.workload import PrefixCacheReading
 from autotuner.core.model.registry import load_draft_model
 from autotuner.core.model.spec import ModelSpec
+from autotuner.core.observe.observation import prefix_cache_reading
 from autotuner.core.types import Observation
 from autotuner.deadline import Cut, Deadline, read_body
 from autotuner.engines.vllm.args import live_args, speculative_of
@@ -64,6 +66,8 @@ class LiveInputs:
         self.problem: str | None = None  # why the live args cannot be read (told once)
         self.reported: str | None = None  # the engine's GET /version
         self.asked_at = -VERSION_RETRY_S  # when /version was last asked (monotonic)
+        # A setup without prefix caching looks nothing up: the last reading with it stands.
+        self.prefix: PrefixCacheReading | None = None
 
     def resolve(
         self, state: TunerState, observation: Observation, live: LiveTarget | None
@@ -74,6 +78,7 @@ class LiveInputs:
             self.notifier.log(problem, logging.WARNING)
         self.problem = problem
         model = self.settings.model
+        self.prefix = prefix_cache_reading(observation) or self.prefix
         resolved = resolve(
             self.model,
             args,
@@ -83,6 +88,7 @@ class LiveInputs:
                 drafter=model.drafter,
             ),
             observed_context=observation.mean_context_tokens if observation.usable else None,
+            observed_prefix=self.prefix,
             saved=speculative_of(state.drafter),
             load_draft=_draft_model_size,
         )

@@ -18,6 +18,7 @@ from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.costmodel import predict
 from autotuner.core.types import Setup
+from autotuner.engines.vllm.args import parse
 from autotuner.engines.vllm.builds import build_in_force, image_version, table
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.engines.vllm.companions import missing, spelled
@@ -79,14 +80,19 @@ class SimulatedDeployment:
             clock=engine_clock,
         )
         trace: Callable[[float], float] = load or (lambda t: 0.0)
+        self.args = vllm_tokens(first.command, first.args)  # the engine's args, last look
+        workload = truth.workload
         self.sim = SimulatedVllm(
-            setup=SimSetup.of(setup, self.acceptance),
+            setup=self._sim_setup(setup),
             load=trace,
             step_time=self._step_time,
             capacity=self._capacity,
             engines=engines,
             model_name=truth.model.name,
             clock=clock,
+            prefix_hit_rate=workload.prefix_hit_rate or 0.0,
+            prompt_tokens=workload.prompt_tokens or 512,
+            output_tokens=workload.generation_tokens or 256,
         )
         self.server = SimServer(
             self.sim,
@@ -96,7 +102,6 @@ class SimulatedDeployment:
         )
         self.clock = clock
         self.history.append((clock(), setup.label))
-        self.args = vllm_tokens(first.command, first.args)  # the engine's args, last look
         self.current = self.sim.setup.setup  # what the manifest asked for last (run or refused)
         self.wanted: Setup | None = None  # restarting towards this
         self.up_at = math.inf  # when the restart towards `wanted` ends, on gap_clock
@@ -113,6 +118,12 @@ class SimulatedDeployment:
     @property
     def url(self) -> str:
         return f"{self.server.url}/metrics"
+
+    def _sim_setup(self, setup: Setup) -> SimSetup:
+        """The setup as the engine runs it: prefix caching as its args say (on unless turned
+        off, vLLM's default for hybrids)."""
+        caching = parse(self.args).enable_prefix_caching is not False
+        return SimSetup.of(setup, self.acceptance, prefix_caching=caching)
 
     def _step_time(self, batch: float, setup: SimSetup) -> float:
         return self.truth.step_time(setup.setup, batch, setup.acceptance)
@@ -190,7 +201,7 @@ class SimulatedDeployment:
             self.history.append((self.clock(), f"refused {wanted.label}: {refused}"))
             return
         with self.server.lock:
-            self.sim.restart(SimSetup.of(wanted, self.acceptance))
+            self.sim.restart(self._sim_setup(wanted))
             self.server.up = True
         self.restarts += 1
         self.history.append((self.clock(), wanted.label))

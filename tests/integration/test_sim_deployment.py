@@ -116,3 +116,18 @@ def test_vllm_0_33_exits_at_start_without_the_companion_flags(tmp_path: Path) ->
         switch(dep, Setup(spec_tokens=3, replay_window=32))  # L > 16 on FlashInfer
         wait_until(lambda: sum("refused" in h for _, h in dep.history) == 2, "the refusal")
         assert "<= 16" in dep.history[-1][1]
+
+
+def test_prefix_caching_follows_the_args_and_stops_counting_when_off(tmp_path: Path) -> None:
+    """vLLM's default for hybrids is prefix caching on; replay+spec's companions turn it off,
+    and the engine then shows so in cache_config_info and looks nothing up."""
+    with deployment(tmp_path, HYBRID, Clock()) as dep:
+        assert dep.sim.setup.prefix_caching
+        assert 'enable_prefix_caching="True"' in httpx.get(dep.url).text
+        switch(dep, Setup(spec_tokens=2, replay_window=8))
+        wait_until(lambda: dep.restarts == 1, "the restart with the companions")
+        assert not dep.sim.setup.prefix_caching
+        assert 'enable_prefix_caching="False"' in httpx.get(dep.url).text
+        switch(dep, Setup(spec_tokens=3))
+        wait_until(lambda: dep.restarts == 2, "the restart back to spec:3")
+        assert dep.sim.setup.prefix_caching  # the operator's default restored

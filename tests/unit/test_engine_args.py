@@ -21,8 +21,8 @@ from autotuner.core.engine.drafter import (
     NO_DRAFTER,
     deployed_drafter,
 )
-from autotuner.core.engine.resolution import SAVED, SETTINGS, Fallback, resolve
-from autotuner.core.engine.workload import Workload
+from autotuner.core.engine.resolution import OBSERVED, SAVED, SETTINGS, Fallback, resolve
+from autotuner.core.engine.workload import PrefixCacheReading, Workload
 from autotuner.core.model.draft import DraftModel
 from autotuner.core.model.registry import load_draft_model, load_model
 from autotuner.core.model.spec import DrafterKind
@@ -327,7 +327,10 @@ def test_live_values_win_over_the_settings_and_say_so() -> None:
     assert "the live args win" in table["tensor_parallel"]["note"]
     assert table["context_tokens"]["source"] == SETTINGS
     assert "bounded by --max-model-len" in table["context_tokens"]["note"]
-    assert table["enable_prefix_caching"]["modelled"] is False
+    assert table["enable_prefix_caching"]["modelled"] is True
+    assert "recomputed prefill" in table["enable_prefix_caching"]["note"]
+    assert table["prefix_hit_rate"]["value"] is None  # no window showed it: not charged
+    assert table["prefix_hit_rate"]["modelled"] is False
     back = fallback.table()
     assert (back["tensor_parallel"]["source"], back["gpu_memory_utilization"]["source"]) == (
         SETTINGS,
@@ -385,3 +388,22 @@ def test_predict_takes_the_live_args_and_shows_each_source() -> None:
     bad = runner.invoke(app, ["predict", "--vllm-args", "--speculative-config '{\"method\": mtp'"])
     assert bad.exit_code == 2
     assert "--speculative-config: value is not a JSON object" in bad.stderr
+
+
+def test_an_observed_prefix_cache_becomes_the_workload_with_its_source() -> None:
+    """What a window showed of the prefix cache prices a setup that turns it off."""
+    reading = PrefixCacheReading(
+        hit_rate=0.6, prompt_tokens=4096, generation_tokens=512, looked_up_tokens=81920
+    )
+    resolved = resolve(
+        load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"), None, observed_prefix=reading
+    )
+    workload, table = resolved.workload, resolved.table()
+    assert (workload.prefix_hit_rate, workload.prompt_tokens, workload.generation_tokens) == (
+        0.6,
+        4096,
+        512,
+    )
+    assert table["prefix_hit_rate"]["source"] == OBSERVED
+    assert "81,920 prompt tokens looked up" in table["prefix_hit_rate"]["note"]
+    assert table["prompt_tokens"]["value"] == 4096

@@ -24,7 +24,7 @@ from autotuner.core.engine.drafter import (
     DraftLoader,
     deployed_drafter,
 )
-from autotuner.core.engine.workload import MambaCacheMode, Workload
+from autotuner.core.engine.workload import MambaCacheMode, PrefixCacheReading, Workload
 from autotuner.core.model.spec import DrafterKind, ModelSpec
 from autotuner.errors import InputError
 
@@ -84,6 +84,9 @@ INPUT_ORDER = (
     "ssm_state_dtype",
     "mamba_cache_mode",
     "enable_prefix_caching",
+    "prefix_hit_rate",
+    "prompt_tokens",
+    "generation_tokens",
     "cudagraph_capture_tokens",
     "drafter",
     "adaptive_verification",
@@ -108,13 +111,15 @@ def resolve(
     *,
     base: Workload | None = None,
     observed_context: float | None = None,
+    observed_prefix: PrefixCacheReading | None = None,
     saved: SpeculativeConfig | None = None,
     load_draft: DraftLoader | None = None,
 ) -> Resolved:
     """The live args over the fallback over vLLM's defaults. `args` None: the target is not
     known (every value from the fallback). `saved` is the operator's speculative config kept
     while the tuner runs without speculation. `base` carries the Workload fields the args do
-    not set (reserve, capture size, ...)."""
+    not set (reserve, capture size, ...). `observed_prefix`: the prefix cache's hits and the
+    request lengths a window showed, which price a setup that turns prefix caching off."""
     fallback = fallback or Fallback()
     live = args or EngineArgs()
     workload = base or Workload()
@@ -151,10 +156,9 @@ def resolve(
     inputs["enable_prefix_caching"] = Input(
         value=live.enable_prefix_caching,
         source=LIVE if live.enable_prefix_caching is not None else DEFAULT,
-        note="recorded, not modelled: the cost model predicts decode steps, prefix-cache hits "
-        "change prefill",
-        modelled=False,
+        note="a setup that turns it off pays its hits in recomputed prefill",
     )
+    _prefix_cache(observed_prefix, inputs, update)
     served = _kv_cache_dtype(model, live, inputs)
     _ssm_dtype(served, live, inputs)
     drafter = _drafter(served, live, fallback, saved, load_draft, inputs, update)
@@ -223,6 +227,31 @@ def _mamba_cache_mode(
             f"{workload.mamba_cache_mode} used",
             modelled=False,
         )
+
+
+def _prefix_cache(
+    reading: PrefixCacheReading | None, inputs: dict[str, Input], update: dict[str, Any]
+) -> None:
+    if reading is None:
+        inputs["prefix_hit_rate"] = Input(
+            value=None,
+            source=DEFAULT,
+            note="unknown: turning prefix caching off is not charged",
+            modelled=False,
+        )
+        return
+    update.update(
+        prefix_hit_rate=reading.hit_rate,
+        prompt_tokens=reading.prompt_tokens,
+        generation_tokens=reading.generation_tokens,
+    )
+    inputs["prefix_hit_rate"] = Input(
+        value=round(reading.hit_rate, 3),
+        source=OBSERVED,
+        note=f"{reading.looked_up_tokens:,.0f} prompt tokens looked up in the window",
+    )
+    inputs["prompt_tokens"] = Input(value=round(reading.prompt_tokens, 1), source=OBSERVED)
+    inputs["generation_tokens"] = Input(value=round(reading.generation_tokens, 1), source=OBSERVED)
 
 
 def _max_num_seqs(live: EngineArgs, inputs: dict[str, Input], update: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -95,3 +96,14 @@ class Workload(BaseModel):
                 "saves per request, and how many output tokens a request lasts)"
             )
         return self
+
+
+@dataclass(frozen=True)
+class PrefixCacheReading:
+    """What a usable window says about prefix caching: the Workload's `prefix_hit_rate`,
+    `prompt_tokens` and `generation_tokens`, and the looked-up tokens behind the rate."""
+
+    hit_rate: float
+    prompt_tokens: float
+    generation_tokens: float
+    looked_up_tokens: float

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from autotuner.core.engine.workload import PrefixCacheReading
 from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.predict.acceptance import from_counts, proposed_lengths, variable_length
 from autotuner.core.types import AcceptanceStats, BatchStats, LiveSetup, Observation, Setup
@@ -263,17 +264,6 @@ def prefix_hit_rate(totals: WindowTotals) -> float | None:
     if queries <= 0 or hits < 0:
         return None
     return min(hits / queries, 1.0)
-
-
-@dataclass(frozen=True)
-class PrefixCacheReading:
-    """What a usable window says about prefix caching: the Workload's `prefix_hit_rate`,
-    `prompt_tokens` and `generation_tokens`, and the looked-up tokens behind the rate."""
-
-    hit_rate: float
-    prompt_tokens: float
-    generation_tokens: float
-    looked_up_tokens: float
 
 
 def prefix_cache_reading(observation: Observation) -> PrefixCacheReading | None:
