@@ -122,12 +122,16 @@ def test_prefix_caching_follows_the_args_and_stops_counting_when_off(tmp_path: P
     """vLLM's default for hybrids is prefix caching on; replay+spec's companions turn it off,
     and the engine then shows so in cache_config_info and looks nothing up."""
     with deployment(tmp_path, HYBRID, Clock()) as dep:
-        assert dep.sim.setup.prefix_caching
+
+        def caching() -> bool:  # read afresh each time (the engine restarts into a new setup)
+            return dep.sim.setup.prefix_caching
+
+        assert caching()
         assert 'enable_prefix_caching="True"' in httpx.get(dep.url).text
         switch(dep, Setup(spec_tokens=2, replay_window=8))
         wait_until(lambda: dep.restarts == 1, "the restart with the companions")
-        assert not dep.sim.setup.prefix_caching
+        assert not caching()
         assert 'enable_prefix_caching="False"' in httpx.get(dep.url).text
         switch(dep, Setup(spec_tokens=3))
         wait_until(lambda: dep.restarts == 2, "the restart back to spec:3")
-        assert dep.sim.setup.prefix_caching  # the operator's default restored
+        assert caching()  # the operator's default restored
