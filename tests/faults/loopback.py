@@ -11,7 +11,6 @@ import json
 import socket
 import struct
 import threading
-import time
 from collections.abc import Callable
 from contextlib import closing, suppress
 from dataclasses import dataclass
@@ -179,31 +178,3 @@ def _read_request(sock: socket.socket) -> Request:
 def fault_server() -> closing[FaultServer]:
     """A FaultServer on a free port, closed when the `with` block ends."""
     return closing(FaultServer())
-
-
-def timed(call: Callable[[], Any], limit_s: float) -> tuple[Any, float]:
-    """(what `call` returned or raised, seconds it took); a call still running after
-    `limit_s` is reported as such (the test's server ends it when the test stops it)."""
-    outcome: list[Any] = []
-    started = time.monotonic()
-
-    def run() -> None:
-        try:
-            outcome.append(call())
-        except Exception as exc:
-            outcome.append(exc)
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(timeout=limit_s)
-    elapsed = time.monotonic() - started
-    if worker.is_alive():
-        return StillRunning(limit_s), elapsed
-    return outcome[0], elapsed
-
-
-@dataclass(frozen=True)
-class StillRunning:
-    """The call had not returned after `after_s` seconds."""
-
-    after_s: float

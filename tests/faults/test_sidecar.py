@@ -24,6 +24,7 @@ from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.truth import TruthEngine, realistic_error
 from tests.faults.conftest import Record
 from tests.faults.loopback import Request, fault_server, trickle
+from tests.faults.timing import wait_for
 from tests.integration.conftest import free_port
 from tests.support.fake_apiserver import deployment, fake_apiserver
 from tests.support.fixtures import FIXTURES
@@ -33,15 +34,6 @@ from tests.support.run import sidecar_process
 MODEL_ID = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
 MODEL, H200 = load_model(MODEL_ID), datasheet("H200")
 TRUTH = TruthEngine(MODEL, H200, error=realistic_error)
-
-
-def wait_for(check: object, timeout_s: float, what: str) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        if check():  # type: ignore[operator]
-            return time.monotonic() - started
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not within {timeout_s:g}s")
 
 
 def test_a_first_step_wedged_fails_the_liveness_probe(record: Record) -> None:

@@ -25,15 +25,14 @@ from tests.faults.loopback import (
     Behaviour,
     FaultServer,
     Request,
-    StillRunning,
     answer,
     endless,
     fault_server,
     json_answer,
     reset_mid_body,
-    timed,
     trickle,
 )
+from tests.faults.timing import StillRunning, timed
 from tests.support.fixtures import FIXTURES
 
 METRICS = (FIXTURES / "vllm_cpu_spec_ngram.metrics.txt").read_text()

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from autotuner.errors import RestartError
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
 from tests.faults.conftest import Record
-from tests.faults.loopback import StillRunning, timed
+from tests.faults.timing import StillRunning, timed, wait_for
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver
 from tests.support.loop import wired
 from tests.support.run import ROOT, python_module
@@ -40,6 +40,7 @@ TRUTH = TruthEngine(MODEL, H200)
 MTP = '{"method":"mtp","num_speculative_tokens":3}'
 ARGS = ["--model", MODEL.name, "--speculative-config", MTP, "--max-num-seqs", "256"]
 TARGET = "k8s://llm/deployment/vllm/vllm"
+IMAGE = "vllm/vllm-openai:v0.33.0"  # a build whose rules allow replay on NemotronH
 GIVE_UP_S = 30.0
 
 
@@ -48,8 +49,10 @@ def containers(server: FakeApiServer) -> list[dict[str, Any]]:
     return list(spec["containers"])
 
 
-def apply_cli(server: FakeApiServer, setup: str) -> subprocess.CompletedProcess[str]:
-    return python_module(
+def applied_in(server: FakeApiServer, setup: str) -> float:
+    """Seconds `autotuner apply --setup setup` took against `server` (it must succeed)."""
+    started = time.monotonic()
+    done = python_module(
         "autotuner.cli",
         "apply",
         "--setup",
@@ -60,15 +63,8 @@ def apply_cli(server: FakeApiServer, setup: str) -> subprocess.CompletedProcess[
         server.url,
         timeout_s=120,
     )
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        if check():
-            return time.monotonic() - started
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not within {timeout_s:g}s")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return time.monotonic() - started
 
 
 # --------------------------------------------------------------------------- autotuner apply
@@ -78,26 +74,20 @@ def test_apply_rides_out_a_500_and_a_429(record: Record) -> None:
     with fake_apiserver() as server:
         server.put("Deployment", deployment(args=ARGS))
         server.fail_next = [500, 500]
-        started = time.monotonic()
-        done = apply_cli(server, "spec:1")
-        took = time.monotonic() - started
-        assert done.returncode == 0, done.stdout + done.stderr
+        took = applied_in(server, "spec:1")
         assert parse_setup(containers(server)[0]["args"]) == Setup(spec_tokens=1)
         record(
             "API server: 500 twice on autotuner apply", "retried within the deadline; applied", took
         )
         server.fail_next, server.retry_after = [429], "1"
-        started = time.monotonic()
-        done = apply_cli(server, "spec:2")
-        took = time.monotonic() - started
-        assert done.returncode == 0, done.stdout + done.stderr
+        took = applied_in(server, "spec:2")
         assert parse_setup(containers(server)[0]["args"]) == Setup(spec_tokens=2)
         record("API server: 429, Retry-After 1 s", "waited 1 s, applied", took)
 
 
 def test_apply_after_another_writer_keeps_their_change(record: Record) -> None:
     with fake_apiserver() as server:
-        server.put("Deployment", deployment(args=ARGS))
+        server.put("Deployment", deployment(args=ARGS, image=IMAGE))
 
         def other_writer(method: str, path: str) -> None:
             if method == "PATCH" and server.interfere is not None:
@@ -109,10 +99,7 @@ def test_apply_after_another_writer_keeps_their_change(record: Record) -> None:
                 server.put("Deployment", other)
 
         server.interfere = other_writer
-        started = time.monotonic()
-        done = apply_cli(server, "replay:16")
-        took = time.monotonic() - started
-        assert done.returncode == 0, done.stdout + done.stderr
+        took = applied_in(server, "replay:16")
         main = containers(server)[0]
         assert parse_setup(main["args"]) == Setup(replay_window=16)
         assert main["args"][main["args"].index("--max-num-seqs") + 1] == "128"
