@@ -11,8 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +150,7 @@ def test_api_server_going_away_mid_rollout(record: Record) -> None:
         outcome, _ = timed(tuner.step, GIVE_UP_S)
         assert not isinstance(outcome, StillRunning | Exception), outcome
     gone_s = time.monotonic() - started
-    with fake_apiserver_on(port) as back:
+    with fake_apiserver(port) as back:  # back on the port it went away from
         back.objects.update(kept)
         back.complete_rollout("Deployment", "llm", "vllm")
         for _ in range(3):
@@ -168,16 +166,6 @@ def test_api_server_going_away_mid_rollout(record: Record) -> None:
         "each step ended (read failed, loop went on); resumed the verification, no second patch",
         gone_s / 3,
     )
-
-
-@contextmanager
-def fake_apiserver_on(port: int) -> Iterator[FakeApiServer]:
-    """The test API server back on the port it went away from."""
-    server = FakeApiServer(port=port)
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 # --------------------------------------------------------------------------- exec

@@ -334,9 +334,9 @@ class FakeApiServer:
         return Handler
 
 
-def fake_apiserver() -> closing[FakeApiServer]:
-    """A FakeApiServer on a free port, closed when the `with` block ends."""
-    return closing(FakeApiServer())
+def fake_apiserver(port: int = 0) -> closing[FakeApiServer]:
+    """A FakeApiServer on `port` (0: a free one), closed when the `with` block ends."""
+    return closing(FakeApiServer(port))
 
 
 def deployment(
