@@ -170,16 +170,28 @@ def describe_load(world: str) -> str:
 
 
 def statics_for(
-    model: ModelSpec, engine: EngineCapabilities, spec_tokens: int, drafter: bool
+    model: ModelSpec,
+    engine: EngineCapabilities,
+    spec_tokens: int,
+    drafter: bool,
+    windows: tuple[int, ...] = (8, 16),
 ) -> tuple[Setup, ...]:
-    """The static setups worth comparing: only those the model and the engine can run (no
-    replay without recurrent state, no speculation without a drafter)."""
-    setups = [PLAIN]
-    if drafter:
-        setups.append(Setup(spec_tokens=spec_tokens))
+    """Every static setup the model and the engine build can run, within the deployed draft
+    length and the policy's replay windows (no replay without recurrent state, no speculation
+    without a drafter, replay with speculation only where the build has it and L >= 1 + K):
+    the tuner is compared with each, held over the same span."""
+    ks = range(1, spec_tokens + 1) if drafter else range(0)
+    setups = [PLAIN, *(Setup(spec_tokens=k) for k in ks)]
     if model.is_hybrid:
-        setups += [Setup(replay_window=16), Setup(replay_window=8)]
-    return tuple(s for s in setups if engine.accepts(s))
+        setups += [Setup(replay_window=w) for w in sorted(windows, reverse=True)]
+        setups += [
+            Setup(spec_tokens=k, replay_window=w)
+            for k in ks
+            for w in sorted(windows, reverse=True)
+            if w >= k + 1
+        ]
+    serving = engine.serving(model)
+    return tuple(s for s in setups if serving.accepts(s))
 
 
 def demo_settings(
@@ -204,6 +216,11 @@ def demo_settings(
                 f"policy.estimates.batch_half_life_s={900 * scale * 4:.3f}",
                 f"policy.restart.horizon_s={4 * 3600 * scale:.3f}",
                 f"policy.restart.downtime_s={restart_gap(duration_s):.3f}",
+                # The simulated engine restarts in the same time into any setup (no compile).
+                "policy.restart.first_compile_s=0",
+                f"policy.forecast.period_s={duration_s:.3f}",
+                f"policy.forecast.trend_window_s={3600 * scale * 4:.3f}",
+                f"policy.forecast.profile_half_life_s={3 * 86400 * scale:.3f}",
                 "policy.restart.max_per_hour=100",
                 f"policy.restart.max_per_day={max(6, int(6 * 86400 * scale / 3600) + 6)}",
                 f"quality.after_deadline_s={max(1.0, 900 * scale * 4):.3f}",
@@ -289,7 +306,8 @@ def run_demo(
             controller.observe.scraper.clock = clock
         _loop(controller, deployment, clock, load, start, duration_s, result, console, live)
         result.restarts = deployment.restarts
-    statics = statics_for(model, engine, len(acceptance), speculates)
+    windows = settings.policy.candidates.replay_windows
+    statics = statics_for(model, engine, len(acceptance), speculates, windows)
     _compare_statics(result, statics, truth, load, start, acceptance)
     _write(result, out)
     return result

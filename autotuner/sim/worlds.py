@@ -69,6 +69,7 @@ class World:
     demand: Callable[[float], float]  # running + waiting requests per engine at time t (s)
     acceptance: Callable[[float], Rates]  # conditional rate per draft position at time t
     start: Setup = field(default_factory=lambda: Setup(spec_tokens=4))  # deployed at t = 0
+    days: float = 1.0  # how long a run of this world lasts at least (a repeating day: several)
 
     def running(self, setup: Setup, t: float) -> float:
         return max(min(self.demand(t), self.speed.capacity(setup)), 1.0)
@@ -280,6 +281,49 @@ def daily_load(low: float, high: float) -> Callable[[float], float]:
     return demand
 
 
+# A working day, as an hour-of-day -> demand table: quiet nights, a steep morning rise, a lunch
+# dip, a slow evening fall. A cosine's trend would carry its own shape; this one needs the days
+# before it to be foreseen.
+WORKING_DAY: tuple[tuple[float, float], ...] = (
+    (0, 6),
+    (6, 6),
+    (8, 60),
+    (9.5, 420),
+    (12, 420),
+    (12.5, 200),
+    (13.5, 200),
+    (14, 440),
+    (18, 420),
+    (22, 40),
+    (24, 6),
+)
+
+
+def working_day(t: float) -> float:
+    """Demand of WORKING_DAY at time t, every day alike (linear in log demand between rows)."""
+    hour = (t % DAY) / 3600
+    hours = [h for h, _ in WORKING_DAY]
+    logs = [math.log(v) for _, v in WORKING_DAY]
+    return float(math.exp(np.interp(hour, hours, logs)))
+
+
+def working_days_world(prior: Prior | None = None, days: float = 3.0) -> World:
+    """The same working day repeated: the demand profile kept by time of day should make the
+    second day's decisions better than the first's."""
+    prior = prior or qwen_on_b300()
+    return World(
+        name="working-days",
+        about=f"{days:g} identical working days (steep 8-9.5 h rise, lunch dip, evening fall); "
+        "model x sim.truth.realistic_error",
+        prior=prior,
+        speed=model_speed(prior, realistic_error),
+        demand=working_day,
+        acceptance=constant_acceptance(REFERENCE_ACCEPTANCE),
+        start=Setup(spec_tokens=3),
+        days=days,
+    )
+
+
 def constant_acceptance(rates: Rates) -> Callable[[float], Rates]:
     return lambda t: rates
 
@@ -358,9 +402,14 @@ def synthetic_worlds(prior: Prior | None = None) -> dict[str, World]:
 
 
 def issue_worlds() -> dict[str, World]:
-    """The published world and the synthetic ones, sharing one prior."""
+    """The published world, the synthetic ones and the repeating working day, sharing one
+    prior."""
     prior = qwen_on_b300()
-    return {"measured": measured_world(prior), **synthetic_worlds(prior)}
+    return {
+        "measured": measured_world(prior),
+        **synthetic_worlds(prior),
+        "working-days": working_days_world(prior),
+    }
 
 
 # --- Observations ---------------------------------------------------------------------------------

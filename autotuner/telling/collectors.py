@@ -223,6 +223,25 @@ class CalibrationCollector(_SnapshotCollector):
         yield calibration
 
 
+class RestartCostCollector(_SnapshotCollector):
+    """What restarts cost, learned from the rollouts watched (core/decide/restarts.py)."""
+
+    def families(self, s: Snapshot, *, describing: bool) -> Iterator[Metric]:
+        costs = s.state.restart_costs
+        learned = GaugeMetricFamily(
+            f"{PREFIX}_restart_seconds",
+            "Learned seconds from patch to ready: per setup for a restart into a configuration "
+            "the engine compiled before (kind=cached), and what a first compile of a new "
+            "(replay, L, K) adds (kind=first_compile, setup=any); only what was measured.",
+            labels=["setup", "kind"],
+        )
+        for label, duration in sorted(costs.cached.items()):
+            learned.add_metric([label, "cached"], duration.seconds)
+        if costs.first_compile is not None:
+            learned.add_metric(["any", "first_compile"], costs.first_compile.seconds)
+        yield learned
+
+
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"{PREFIX}_{name}", documentation, value=value)
 
@@ -237,4 +256,5 @@ COLLECTORS = (
     DecisionCollector,
     QualityCollector,
     CalibrationCollector,
+    RestartCostCollector,
 )

@@ -16,17 +16,34 @@ def labels(setups: tuple[Setup, ...]) -> list[str]:
 def test_a_hybrid_model_gets_replay_statics() -> None:
     assert labels(statics_for(HYBRID, UPSTREAM, 3, drafter=True)) == [
         "plain",
+        "spec:1",
+        "spec:2",
         "spec:3",
         "replay:16",
         "replay:8",
     ]
 
 
+def test_replay_with_speculation_is_a_static_where_the_build_runs_it() -> None:
+    both = labels(statics_for(HYBRID, REPLAY_SPEC, 3, drafter=True))
+    assert "replay+spec:3:16" in both
+    assert "replay+spec:1:8" in both
+    assert not any(
+        label.startswith("replay+spec")
+        for label in labels(statics_for(HYBRID, UPSTREAM, 3, drafter=True))
+    )
+
+
 def test_a_dense_model_gets_no_replay_statics() -> None:
-    assert labels(statics_for(DENSE, REPLAY_SPEC, 3, drafter=True)) == ["plain", "spec:3"]
+    assert labels(statics_for(DENSE, REPLAY_SPEC, 3, drafter=True)) == [
+        "plain",
+        "spec:1",
+        "spec:2",
+        "spec:3",
+    ]
 
 
 def test_no_drafter_no_speculation_and_the_engine_refuses_what_it_lacks() -> None:
     assert labels(statics_for(DENSE, UPSTREAM, 3, drafter=False)) == ["plain"]
     no_replay = UPSTREAM.model_copy(update={"replay": False})
-    assert labels(statics_for(HYBRID, no_replay, 2, drafter=True)) == ["plain", "spec:2"]
+    assert labels(statics_for(HYBRID, no_replay, 2, drafter=True)) == ["plain", "spec:1", "spec:2"]

@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from autotuner.core.decide.forecast import LoadMemory
+from autotuner.core.decide.restarts import RestartCosts
+from autotuner.core.decide.settings import ForecastSettings, RestartSettings
 from autotuner.core.decide.state import (
     DAY,
     SCHEMA_VERSION,
@@ -202,3 +205,26 @@ def test_a_schema_2_calibration_is_said_to_be_relearned_and_the_rest_kept() -> N
     assert read.dropped == ("the per-setup calibration (relearned per kernel class)",)
     assert read.state.calibration.entries == {}
     assert read.state.verification == switched().verification
+
+
+def test_a_schema_3_state_reads_with_an_empty_demand_memory_and_no_learned_restarts() -> None:
+    record = json.loads(switched().model_dump_json())
+    record["schema_version"] = 3
+    del record["load"], record["restart_costs"]
+    read = read_state(json.dumps(record))
+    assert read.state is not None
+    assert read.migrated
+    assert read.written_as == 3
+    assert read.dropped == ()
+    assert read.state.load.recent == ()
+    assert read.state.restart_costs.cached == {}
+    assert read.state.current == switched().current
+
+
+def test_the_demand_memory_and_the_restart_costs_persist() -> None:
+    settings = ForecastSettings()
+    load = LoadMemory().add(40.0, NOW, settings).add(60.0, NOW + 300, settings)
+    costs = RestartCosts().measured(SPEC3, 170.0, False, RestartSettings())
+    state = switched().updated(load=load, restart_costs=costs)
+    read = read_state(state.model_dump_json())
+    assert read.state == state

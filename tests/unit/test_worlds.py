@@ -202,9 +202,25 @@ def test_daily_load_rises_to_its_peak_at_noon_and_falls() -> None:
 
 def test_issue_worlds_are_named_and_start_on_speculation() -> None:
     built = worlds.issue_worlds()
-    assert set(built) == {"measured", "verify-cost", "replay-gain", "acceptance-drift", "combined"}
+    assert set(built) == {
+        "measured",
+        "verify-cost",
+        "replay-gain",
+        "acceptance-drift",
+        "combined",
+        "working-days",
+    }
     assert all(w.start == Setup(spec_tokens=3) for w in built.values())
     assert built["combined"].acceptance(DAY)[0] == pytest.approx(0.45)
+
+
+def test_the_working_days_repeat_and_rise_steeply_in_the_morning() -> None:
+    world = worlds.issue_worlds()["working-days"]
+    assert world.days > 1
+    for hour in (3.0, 9.0, 12.75, 20.0):
+        assert world.demand(hour * 3600) == pytest.approx(world.demand(DAY + hour * 3600))
+    assert world.demand(9.5 * 3600) > 50 * world.demand(6 * 3600)
+    assert world.demand(12.75 * 3600) < world.demand(11 * 3600)
 
 
 @pytest.mark.parametrize("label", ["spec:3", "replay:16", "spec:3@1-32:3,33-8191:0", "plain"])

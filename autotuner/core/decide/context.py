@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from autotuner.core.decide.forecast import Forecast, forecast
 from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState
 from autotuner.core.engine.capabilities import EngineCapabilities
@@ -70,6 +71,7 @@ class Situation:
     acceptance: AcceptanceEstimate | None  # the remembered estimate (None: never observed)
     demand: tuple[float, ...]  # requests per engine in the window (empty: no batch read)
     demand_mean: float  # their mean (nan when there are none)
+    forecast: Forecast | None = None  # demand over the payback horizon (None: none seen yet)
 
     @property
     def now(self) -> float:
@@ -101,6 +103,7 @@ def situation(
         acceptance=ctx.acceptance(state, settings),
         demand=window,
         demand_mean=float(np.mean(window)) if window else math.nan,
+        forecast=forecast(state.load, ctx.now, settings.restart.horizon_s, settings.forecast),
     )
 
 

@@ -47,6 +47,12 @@ BATCH_BINS: tuple[int, ...] = (
     8192,
 )
 
+_LOWS, _HIGHS = np.asarray(BATCH_BINS[:-1]), np.asarray(BATCH_BINS[1:])
+# The batch each bin stands for (its geometric middle).
+BIN_MIDDLES: npt.NDArray[np.int64] = np.maximum(
+    np.round(np.sqrt(_LOWS * (_HIGHS - 1))), _LOWS
+).astype(np.int64)
+
 
 class AcceptanceMemory(BaseModel):
     """Per-position successes and trials pooled with decay. When speculation is off nothing new
@@ -164,11 +170,14 @@ class BatchHistogram(BaseModel):
         """(representative batch of each non-empty bin, its probability)."""
         weights = np.asarray(self.weights)
         keep = weights > 0
-        lows = np.asarray(BATCH_BINS[:-1])[keep]
-        highs = np.asarray(BATCH_BINS[1:])[keep]
-        middles = np.maximum(np.round(np.sqrt(lows * (highs - 1))), lows).astype(np.int64)
         probabilities = weights[keep] / weights[keep].sum() if keep.any() else weights[keep]
-        return middles, probabilities
+        return BIN_MIDDLES[keep], probabilities
+
+    def probabilities(self) -> npt.NDArray[np.float64]:
+        """Every bin's probability (zeros when empty)."""
+        weights = np.asarray(self.weights, dtype=np.float64)
+        total = weights.sum()
+        return weights / total if total > 0 else weights
 
     def quantile(self, q: float) -> float:
         middles, probabilities = self.distribution()

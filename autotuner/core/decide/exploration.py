@@ -41,7 +41,7 @@ def explore(
     trial = replace(
         evaluation, best=target, best_value=high, gain=high / evaluation.current_value - 1
     )
-    trial = replace(trial, confidence=1.0)
+    trial = replace(trial, confidence=1.0, plan=None)  # a question, outside the plan
     if first_block(sit, trial, dwell=False) is not None:
         return None
     verification = Verification(
@@ -52,6 +52,7 @@ def explore(
         baseline_rate=state.last_rate,
         baseline_batch=state.last_batch,
         exploration=True,
+        first_start=state.restart_costs.compile_s(target, settings.restart) > 0,
     )
     until = sit.now + settings.quarantine.setup_s
     state = state.exploring(Exploration(target.kind, band), until).verifying(verification)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from autotuner.core.decide.context import Situation
 from autotuner.core.decide.decisions import why_unusable
-from autotuner.core.decide.estimates import BatchHistogram
 from autotuner.core.decide.state import TunerState
-from autotuner.core.decide.valuation import Evaluation, objective
+from autotuner.core.decide.valuation import Evaluation
 from autotuner.core.types import BlockReason, Observation, Setup
+from autotuner.durations import format_duration
 
 HOUR = 3600.0
 # Holds that mean "the prediction is not sure enough": where an exploration may ask instead.
@@ -30,11 +30,10 @@ def first_block(
 
 def _worth(sit: Situation, evaluation: Evaluation, dwell: bool) -> list[Check]:
     """Whether the change is worth its restart: gain, confidence, dwell, restart cost."""
-    switch, restart = sit.settings.switch, sit.settings.restart
+    switch = sit.settings.switch
     pending = sit.state.pending
     dwelt = (sit.now - pending.since) if pending is not None else 0.0
-    gain_tokens = evaluation.best_value - evaluation.current_value
-    restart_tokens = restart.downtime_s * evaluation.current_value * restart.share
+    pays, why = _pays(sit, evaluation)
     return [
         (
             evaluation.gain < switch.min_gain,
@@ -49,16 +48,40 @@ def _worth(sit: Situation, evaluation: Evaluation, dwell: bool) -> list[Check]:
         (
             dwell and dwelt < switch.dwell_s,
             BlockReason.DWELL,
-            f"recent load has pointed at it for {dwelt:.0f}s of the {switch.dwell_s:.0f}s dwell",
+            f"the forecast has pointed at a change for {dwelt:.0f}s of the "
+            f"{switch.dwell_s:.0f}s dwell",
         ),
-        (
-            gain_tokens * restart.horizon_s <= restart_tokens * restart.margin,
-            BlockReason.RESTART_COST,
-            f"{gain_tokens * restart.horizon_s:,.0f} tokens over the {restart.horizon_s:.0f}s "
-            f"horizon do not pay {restart.margin:g} x the restart's "
-            f"{restart_tokens:,.0f}",
-        ),
+        (not pays, BlockReason.RESTART_COST, why),
     ]
+
+
+def _pays(sit: Situation, evaluation: Evaluation) -> tuple[bool, str]:
+    """Whether the restart into `evaluation.best` pays back over the horizon: by the plan
+    (restarts and the way back counted), or, for a move outside it (an exploration), by its
+    gain over the horizon against the learned restart cost."""
+    restart, current = sit.settings.restart, sit.state.current
+    plan = evaluation.plan
+    if plan is not None and current is not None:
+        if plan.now(current) == evaluation.best:
+            return True, ""
+        moves = plan.changes(current)
+        if moves:
+            at, later = moves[0]
+            return False, (
+                f"over the {format_duration(restart.horizon_s)} horizon it pays to move later: "
+                f"{later.label} in {format_duration(at)} ({plan.describe(current)})"
+            )
+        return False, (
+            f"over the {format_duration(restart.horizon_s)} horizon no change pays its restarts, "
+            f"the way back counted ({plan.describe(current)})"
+        )
+    seconds = sit.state.restart_costs.expected_s(evaluation.best, restart)
+    gain_tokens = (evaluation.best_value - evaluation.current_value) * restart.horizon_s
+    restart_tokens = seconds * evaluation.current_value * restart.share
+    return gain_tokens > restart_tokens * restart.margin, (
+        f"{gain_tokens:,.0f} tokens over the {restart.horizon_s:.0f}s horizon do not pay "
+        f"{restart.margin:g} x the restart's {restart_tokens:,.0f} ({seconds:.0f}s)"
+    )
 
 
 def _allowed(sit: Situation, evaluation: Evaluation) -> list[Check]:
@@ -106,24 +129,18 @@ def _insufficient(observation: Observation, target: Setup) -> bool:
     )
 
 
-def track_dwell(sit: Situation, current: Setup, best: Setup) -> TunerState:
-    """The dwell clock: since when the latest windows alone have favoured leaving `current`.
+def track_dwell(sit: Situation, current: Setup, evaluation: Evaluation) -> TunerState:
+    """The dwell clock: since when the plan over the horizon has held a change.
 
-    The batch history moves slowly on purpose; the dwell asks the complementary question,
-    whether recent load has kept favouring the recommended change by at least `min_gain`. A
-    sustained shift is acted on one dwell after it began; noise around the crossover keeps
-    resetting the clock.
+    The forecast looks ahead, so the clock starts before the change pays; it keeps its start
+    while the plan keeps holding a change (the setup it names may change meanwhile), and noise
+    that makes the plan hold still resets it.
     """
     state, observation = sit.state, sit.observation
     if not observation.usable or observation.batch is None:
         return state
-    if best == current:
+    plan = evaluation.plan
+    moves = plan.changes(current) if plan is not None else []
+    if not moves:
         return state.not_pending()
-    recent = BatchHistogram().add(sit.demand, sit.now, sit.settings.estimates.batch_half_life_s)
-    batches, weights = recent.distribution()
-    now_best = objective(sit, best, batches, weights, sit.acceptance)
-    now_current = objective(sit, current, batches, weights, sit.acceptance)
-    favoured = now_current > 0 and now_best / now_current - 1 >= sit.settings.switch.min_gain
-    if not favoured:
-        return state.not_pending()
-    return state.pending_since(best, sit.now)
+    return state.pending_since(moves[0][1], sit.now)

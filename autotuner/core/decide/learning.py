@@ -25,7 +25,7 @@ def absorb(
     live = observation.live_setup.setup if observation.live_setup else None
     known = ctx.deployed or (live if observation.usable else None) or state.current
     current = known or PLAIN
-    state = state.running(current)
+    state = _watch_restart(state.running(current), observation, ctx, settings)
     if not observation.usable or observation.batch is None:
         return state
     window = demand(observation)
@@ -35,6 +35,7 @@ def absorb(
     )
     if settled:
         update["batch"] = state.batch.add(window, ctx.now, settings.estimates.batch_half_life_s)
+        update["load"] = state.load.add(float(np.mean(window)), ctx.now, settings.forecast)
     stats = _unbiased_acceptance(observation, current, state.drafter)
     if stats is not None and stats.sufficient:
         update["acceptance"] = state.acceptance.add(
@@ -49,6 +50,35 @@ def absorb(
             last_batch=float(np.mean(window)),
         )
     return state
+
+
+def _watch_restart(
+    state: TunerState, observation: Observation, ctx: Context, settings: PolicySettings
+) -> TunerState:
+    """Time the restart in flight from patch to ready: ready at the first usable window that
+    began after the patch with the engine serving the new setup (an upper bound by up to one
+    window and one step). A restart some step saw down is a measurement; one already serving
+    at the first step after it only bounds the learned duration from above."""
+    verification = state.verification
+    serving = observation.usable and observation.batch is not None and not ctx.rollout_in_progress
+    if verification is None or verification.ready_s is not None:
+        if serving and state.current is not None:
+            return state.updated(restart_costs=state.restart_costs.seen_running(state.current))
+        return state
+    live = observation.live_setup.setup if observation.live_setup else None
+    target = verification.target
+    down = not serving or (live is not None and live.spec_tokens != target.spec_tokens)
+    if down or observation.window_start < verification.switched_at:
+        if not down or verification.seen_down:
+            return state  # a window reaching back before the patch tells nothing yet
+        return state.updated(verification=verification.with_fields(seen_down=True))
+    took = ctx.now - verification.switched_at
+    costs = state.restart_costs
+    if verification.seen_down:
+        costs = costs.measured(target, took, verification.first_start, settings.restart)
+    else:
+        costs = costs.at_most(target, took)
+    return state.updated(verification=verification.with_fields(ready_s=took), restart_costs=costs)
 
 
 def _unbiased_acceptance(

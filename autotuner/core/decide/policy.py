@@ -21,6 +21,7 @@ from autotuner.core.decide.state import TunerState, Verification
 from autotuner.core.decide.valuation import Evaluation, evaluate
 from autotuner.core.decide.verification import verify
 from autotuner.core.types import PLAIN, Action, BlockReason, Decision, Observation, Setup
+from autotuner.durations import format_duration
 
 
 class Decided(NamedTuple):
@@ -50,7 +51,7 @@ def decide(
             blocked_by=reason,
         )
         return Decided(decision, sit.state)
-    sit = sit.with_state(track_dwell(sit, current, evaluation.best))
+    sit = sit.with_state(track_dwell(sit, current, evaluation))
     ranked = sorted(evaluation.values, key=lambda s: -evaluation.values[s])
     return Decided(*_choose(sit, evaluation, make), tuple(ranked))
 
@@ -65,11 +66,18 @@ def _choose(sit: Situation, evaluation: Evaluation, make: Make) -> tuple[Decisio
         if explored is not None:
             return explored
     if not wants:
+        later = evaluation.plan.changes(current) if evaluation.plan else []
+        plan = (
+            f"; the plan moves to {later[0][1].label} in {format_duration(later[0][0])}"
+            if later
+            else ""
+        )
         return make(
             Action.KEEP,
-            f"keep {current.label}: best of {len(evaluation.values)} "
-            f"candidates ({evaluation.current_value:,.0f} tokens/s expected over the "
-            f"batch distribution, p50 batch {state.batch.quantile(0.5):.0f})",
+            f"keep {current.label}: best of {len(evaluation.values)} candidates over the "
+            f"{format_duration(sit.settings.restart.horizon_s)} horizon "
+            f"({evaluation.current_value:,.0f} tokens/s expected, p50 batch "
+            f"{state.batch.quantile(0.5):.0f}){plan}",
             **numbers(evaluation),
         ), state
     if blocked is not None:
@@ -86,6 +94,8 @@ def _choose(sit: Situation, evaluation: Evaluation, make: Make) -> tuple[Decisio
 
 def _switch(sit: Situation, evaluation: Evaluation, make: Make) -> tuple[Decision, TunerState]:
     current, best, restart = make.current, evaluation.best, sit.settings.restart
+    costs = sit.state.restart_costs
+    seconds = costs.expected_s(best, restart)
     state = sit.state.verifying(
         Verification(
             target=best,
@@ -94,19 +104,21 @@ def _switch(sit: Situation, evaluation: Evaluation, make: Make) -> tuple[Decisio
             predicted_gain=evaluation.gain,
             baseline_rate=sit.state.last_rate,
             baseline_batch=sit.state.last_batch,
+            first_start=costs.compile_s(best, restart) > 0,
         )
     )
     payback = (
-        restart.downtime_s
+        seconds
         * evaluation.current_value
         * restart.share
         / max(evaluation.best_value - evaluation.current_value, 1e-9)
     )
+    ahead = f"; {evaluation.forecast.describe()}" if evaluation.forecast else ""
     return make(
         Action.SWITCH,
-        f"switch {current.label} -> {best.label}: {percent(evaluation.gain)} "
-        f"({evaluation.best_value:,.0f} vs {evaluation.current_value:,.0f} tokens/s "
-        f"expected, p50 batch {state.batch.quantile(0.5):.0f}); the restart pays back in "
-        f"{payback / 60:.0f} min; confidence {evaluation.confidence:.2f}",
+        f"switch {current.label} -> {best.label}: {percent(evaluation.gain)} over the "
+        f"{format_duration(restart.horizon_s)} horizon ({evaluation.best_value:,.0f} vs "
+        f"{evaluation.current_value:,.0f} tokens/s expected{ahead}); the {seconds:.0f}s "
+        f"restart pays back in {payback / 60:.0f} min; confidence {evaluation.confidence:.2f}",
         **numbers(evaluation),
     ), state

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from autotuner.core.decide.context import Context
-from autotuner.core.decide.estimates import BATCH_BINS
+from autotuner.core.decide.estimates import BATCH_BINS, BIN_MIDDLES
 from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState
 from autotuner.core.engine.capabilities import EngineCapabilities
@@ -18,6 +18,8 @@ from autotuner.core.predict.predictor import Predictor
 from autotuner.core.types import PLAIN, ScheduleBand, Setup
 
 SCHEDULE_END = BATCH_BINS[-1] - 1
+MAX_BANDS = 3  # an operator can read three bands; the physics rarely asks for more
+EDGE_COST = 1e-4  # share of the expected tokens a band edge must buy
 
 
 def candidates(
@@ -83,28 +85,65 @@ def _adaptive(speculating: Sequence[Setup], ctx: Context, notes: list[str]) -> l
 
 
 def schedules(
-    predictor: Predictor, setups: Sequence[Setup], acceptance: AcceptanceEstimate
+    predictor: Predictor,
+    setups: Sequence[Setup],
+    acceptance: AcceptanceEstimate,
+    mass: npt.NDArray[np.float64],
 ) -> list[Setup]:
-    """For each replay option and each largest K, the best K per histogram bin (neighbours
-    with equal K merged). vLLM reserves state slots for the largest K at every batch, so each K
-    is evaluated with the capacity of the schedule's largest K."""
+    """For each replay option and each largest K, the K schedule that serves most over the
+    load to come (`mass`: the share of the horizon at each histogram bin), under the physics:
+    K never rises with batch (verifying more only gets dearer as the batch grows), at most
+    MAX_BANDS bands, and band edges only where the load is (a bin nobody visits takes its
+    neighbour's K). vLLM reserves state slots for the largest K at every batch, so each K is
+    evaluated with the capacity of the schedule's largest K."""
     edges = np.asarray(BATCH_BINS)
-    points = np.maximum(np.round(np.sqrt(edges[:-1] * (edges[1:] - 1))), edges[:-1]).astype(
-        np.int64
-    )
+    active = mass > 0
     found = []
     for window in sorted({s.replay_window for s in setups}):
         ks = sorted({s.spec_tokens for s in setups if s.replay_window == window} - {0})
         for top in ks:
-            options = list(range(top + 1))
-            table = np.vstack(
-                [predictor.curve(_flat(top, k, window), points, acceptance)[0] for k in options]
-            )
-            best_k = [options[i] for i in np.argmax(table, axis=0)]
+            table = np.zeros((top + 1, len(BIN_MIDDLES)))
+            for k in range(top + 1):
+                flat = _flat(top, k, window)
+                table[k, active] = predictor.curve(flat, BIN_MIDDLES[active], acceptance)[0]
+            best_k = monotone_ks(table, mass)
             bands = _merged(best_k, edges)
-            if len(bands) > 1 and max(best_k) == top:
+            if len(bands) > 1 and best_k[0] == top:
                 found.append(Setup(spec_tokens=top, replay_window=window, schedule=tuple(bands)))
     return found
+
+
+def monotone_ks(table: npt.NDArray[np.float64], mass: npt.NDArray[np.float64]) -> list[int]:
+    """The K of each bin (`table[k, bin]`: tokens/s) that maximises the tokens expected over
+    `mass`, K non-increasing from bin to bin, in at most MAX_BANDS runs; each edge must buy
+    more than EDGE_COST of the expected tokens (so bins without load start no band)."""
+    options, bins = table.shape
+    gain = table * mass[None, :]
+    edge = EDGE_COST * float(np.max(np.sum(gain, axis=1)))
+    value = np.full((options, MAX_BANDS), -np.inf)
+    value[:, 0] = gain[:, 0]
+    back = np.zeros((bins, options, MAX_BANDS, 2), dtype=np.int64)
+    for b in range(1, bins):
+        after = np.full_like(value, -np.inf)
+        for k in range(options):
+            for n in range(MAX_BANDS):
+                stay = value[k, n]
+                higher = value[k + 1 :, n - 1] - edge if n else np.asarray([])
+                source = (k, n)
+                best = stay
+                if higher.size and float(np.max(higher)) > best:
+                    best = float(np.max(higher))
+                    source = (k + 1 + int(np.argmax(higher)), n - 1)
+                after[k, n] = best + gain[k, b]
+                back[b, k, n] = source
+        value = after
+    k, n = (int(x) for x in np.unravel_index(int(np.argmax(value)), value.shape))
+    ks = [k]
+    for b in range(bins - 1, 0, -1):
+        k, n = (int(x) for x in back[b, k, n])
+        ks.append(k)
+    ks.reverse()
+    return ks
 
 
 def _merged(best_k: Sequence[int], edges: npt.NDArray[np.int64]) -> list[ScheduleBand]:

@@ -49,7 +49,11 @@ class CandidateSettings(Group):
     """The setups the policy may propose (the engine's capabilities narrow them further)."""
 
     spec_tokens: tuple[int, ...] = Field((1, 2, 3, 4), description="Draft lengths allowed.")
-    replay_windows: tuple[int, ...] = Field((8, 16, 32), description="Replay windows allowed.")
+    replay_windows: tuple[int, ...] = Field(
+        (8, 16),
+        description="Replay windows allowed: a short list, since every new window is a new "
+        "compile (vLLM's compile cache key holds L) and FlashInfer takes L <= 16.",
+    )
     use_schedule: bool = Field(True, description="Use per-batch K schedules when the engine can.")
 
 
@@ -57,7 +61,17 @@ class RestartSettings(Group):
     """What one restart costs, whether a gain pays for it, and how many the target may take."""
 
     downtime_s: float = Field(
-        180, ge=0, description="Downtime of one restart, seconds (default until measured)."
+        180,
+        ge=0,
+        description="Downtime of one restart into a setup compiled before, seconds (the "
+        "default until restarts are measured, per setup, from patch to ready).",
+    )
+    first_compile_s: float = Field(
+        60,
+        ge=0,
+        description="What the first start of a setup not compiled before adds to downtime_s "
+        "(vLLM's compile cache key holds replay, L and, through the CUDA-graph capture sizes, "
+        "K), seconds; the default until a first start is measured.",
     )
     share: float = Field(
         1.0, gt=0, le=1, description="Share of replicas restarting at once (rollout strategy)."
@@ -66,7 +80,10 @@ class RestartSettings(Group):
         2.0, ge=1, description="The gain over horizon_s must beat the restart's cost x this."
     )
     horizon_s: float = Field(
-        4 * HOUR, gt=0, description="How long a new setup is expected to stay: gain x horizon."
+        4 * HOUR,
+        gt=0,
+        description="How far ahead demand is forecast and a plan of setups is valued (net of "
+        "its restarts, the way back included): the payback horizon of a change.",
     )
     cooldown_s: float = Field(1800, ge=0, description="Quiet time after any change, seconds.")
     max_per_hour: int = Field(
@@ -161,6 +178,44 @@ class ExplorationSettings(Group):
     )
 
 
+class ForecastSettings(Group):
+    """How demand over the payback horizon is forecast (docs/policy.md, "Ahead of the load")."""
+
+    period_s: float = Field(
+        24 * HOUR, gt=0, description="The period of the demand profile (a day)."
+    )
+    trend_window_s: float = Field(
+        HOUR,
+        gt=0,
+        description="The recent windows whose trend is fitted (a least-squares line in log "
+        "demand; a slope under two standard errors is taken as none).",
+    )
+    trend_damping_s: float = Field(
+        2 * HOUR,
+        gt=0,
+        description="How far ahead the trend carries: its extrapolation flattens with this "
+        "time constant (the trend alone never moves demand more than 8x).",
+    )
+    profile_half_life_s: float = Field(
+        3 * 24 * HOUR,
+        gt=0,
+        description="Half-life of the demand profile by time of day: older days count less.",
+    )
+    segments: int = Field(
+        8, ge=1, le=48, description="Pieces of the horizon the forecast and the plan use."
+    )
+    noise: float = Field(
+        0.02,
+        ge=0,
+        lt=1,
+        description="Plans whose tokens over the horizon are within this fraction of the best "
+        "are taken as equal: the one with fewer restarts wins.",
+    )
+    max_plan_restarts: int = Field(
+        3, ge=1, le=8, description="Most restarts a plan over the horizon may hold."
+    )
+
+
 class PolicySettings(Group):
     """How cautious the policy is, one group per concern. Durations are seconds."""
 
@@ -173,3 +228,4 @@ class PolicySettings(Group):
     verification: VerificationSettings = Field(default_factory=VerificationSettings)
     quarantine: QuarantineSettings = Field(default_factory=QuarantineSettings)
     exploration: ExplorationSettings = Field(default_factory=ExplorationSettings)
+    forecast: ForecastSettings = Field(default_factory=ForecastSettings)

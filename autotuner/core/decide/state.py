@@ -17,11 +17,15 @@ from typing import Annotated, Any, NamedTuple
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, ValidationError
 
 from autotuner.core.decide.estimates import AcceptanceMemory, BatchHistogram
+from autotuner.core.decide.forecast import LoadMemory
+from autotuner.core.decide.restarts import RestartCosts
 from autotuner.core.predict.attribution import Attribution
 from autotuner.core.types import Setup, SetupKind
 
 DAY = 86400.0
-SCHEMA_VERSION = 3  # 1: unversioned; 2: calibration per setup and band; 3: per kernel class
+# 1: unversioned; 2: calibration per setup and band; 3: per kernel class; 4: the demand memory
+# (trend and profile by time of day) and the restart costs learned per setup
+SCHEMA_VERSION = 4
 SET_ASIDE_CHARS = 65536  # an unreadable state is kept (this much of it) for the operator
 
 
@@ -100,9 +104,16 @@ class Verification(BaseModel):
     baseline_batch: float | None = None  # demand (running + waiting per engine) then
     quality: QualityCheck | None = None
     exploration: bool = False  # tried to measure an unchecked family, not predicted to win
+    first_start: bool = False  # the target's compile key had not run before (a first compile)
+    seen_down: bool = False  # a step saw the engine not yet serving the target
+    ready_s: float | None = None  # patch to ready, once seen serving
 
     def with_quality(self, check: QualityCheck) -> Verification:
-        return Verification.model_validate({**dict(self), "quality": check})
+        return self.with_fields(quality=check)
+
+    def with_fields(self, **fields: Any) -> Verification:
+        """These fields changed, validated (an unknown name raises)."""
+        return Verification.model_validate({**dict(self), **fields})
 
 
 class Refusal(BaseModel):
@@ -139,6 +150,8 @@ class TunerState(BaseModel):
     last_quality: QualityCheck | None = None  # the latest finished quality check
     set_aside: str | None = None  # a persisted state that could not be read, kept verbatim
     explored: dict[ExplorationKey, float] = {}  # no exploration there again until
+    load: LoadMemory = LoadMemory()  # demand per engine: recent trend, profile by time of day
+    restart_costs: RestartCosts = RestartCosts()  # learned from the restarts watched
 
     # ---------------------------------------------------------------- transitions
 
@@ -313,4 +326,9 @@ def _from_v2(record: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     return migrated, dropped
 
 
-_MIGRATIONS = {1: _from_v1, 2: _from_v2}
+def _from_v3(record: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Schema 4 adds the demand memory and the learned restart costs: both start empty."""
+    return {**record, "schema_version": SCHEMA_VERSION}, ()
+
+
+_MIGRATIONS = {1: _from_v1, 2: _from_v2, 3: _from_v3}

@@ -1,6 +1,6 @@
-"""Valuation: what each candidate setup is expected to serve over the batch distribution (the
-objective), under each acceptance scenario, and the best of them with its gain, confidence and
-interval."""
+"""Valuation: what each candidate setup is expected to serve over the forecast horizon (the
+objective, piece by piece of the forecast), under each acceptance scenario; the plan over the
+horizon net of restarts; and the best move now with its gain, confidence and interval."""
 
 from __future__ import annotations
 
@@ -12,17 +12,26 @@ import numpy as np
 import numpy.typing as npt
 
 from autotuner.core.decide.context import Situation
+from autotuner.core.decide.estimates import BATCH_BINS, BIN_MIDDLES
+from autotuner.core.decide.forecast import Forecast
+from autotuner.core.decide.plan import Plan, best_plan
 from autotuner.core.decide.search import candidates, schedules
 from autotuner.core.decide.settings import ObjectiveKind
 from autotuner.core.predict.acceptance import AcceptanceEstimate, from_conditional
+from autotuner.core.predict.predictor import Predictor
 from autotuner.core.types import Setup
+
+TAIL_SHARE = 0.5  # of the horizon: how long a plan's last setup is credited after it
+NEGLIGIBLE = 1e-4  # a piece's probability at a bin below which the bin is left out
+BIN_BLUR = 0.1  # log-space spread a moved history bin gets (the bins are ~0.4 wide)
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Every candidate's expected tokens/s (finite ones) and the best, against the running."""
+    """Every candidate's expected tokens/s over the horizon (finite ones), the plan over it,
+    and the best move against the running setup."""
 
-    values: dict[Setup, float]  # expected tokens/s over the batch distribution
+    values: dict[Setup, float]  # expected tokens/s over the forecast horizon, held throughout
     best: Setup
     current_value: float
     best_value: float
@@ -32,36 +41,44 @@ class Evaluation:
     intervals: dict[Setup, tuple[float, float]] = field(default_factory=dict)  # low, high
     checked: dict[Setup, bool] = field(default_factory=dict)  # family measured near this load
     setups: tuple[Setup, ...] = ()  # every candidate compared (infeasible ones too)
+    plan: Plan | None = None  # the setups over the horizon, net of restarts
+    forecast: Forecast | None = None
 
 
 def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
-    """Expected tokens/s of every candidate over the batch distribution, and the best one."""
+    """Expected tokens/s of every candidate over the forecast horizon, the plan over it (net
+    of restarts), and the best move now."""
     state, settings = sit.state, sit.settings
     if state.batch.total < settings.estimates.min_batch_weight:
         return None
-    batches, weights = state.batch.distribution()
+    durations, pieces = outlook(sit)
+    mass = np.asarray(durations) @ pieces / sum(durations)
     point = sit.acceptance
     setups, notes = candidates(state, sit.ctx, settings, point)
     if sit.ctx.engine.spec_schedule and settings.candidates.use_schedule and point is not None:
-        setups += schedules(sit.predictor, setups, point)
+        setups += schedules(sit.predictor, setups, point, mass)
     if current not in setups:
         setups.append(current)
-    tables = [
-        {s: objective(sit, s, batches, weights, scenario) for s in setups}
-        for scenario in _scenarios(point)
-    ]
-    values = tables[0]
+    tables = [_rates(sit, setups, pieces, scenario) for scenario in _scenarios(point)]
+    values = {s: _path_tokens((s,) * len(durations), tables[0], durations) for s in setups}
+    values = {s: v / _span(durations) for s, v in values.items()}
     notes += _adaptive_versus_schedule(values, setups)
-    best = max(values, key=lambda s: values[s])
-    if settings.objective.kind == ObjectiveKind.LATENCY_SLO and not math.isfinite(values[best]):
+    if settings.objective.kind == ObjectiveKind.LATENCY_SLO and not any(
+        math.isfinite(v) and s != current for s, v in values.items()
+    ):
         notes.append("no setup meets the latency SLO: falling back to throughput")
-    current_value, best_value = values[current], values[best]
-    gain = (best_value / current_value - 1.0) if current_value > 0 else math.inf
-    min_gain = settings.switch.min_gain
-    confidence = _agreement(tables, current, best, min_gain) if gain >= min_gain else 0.0
-    notes += _remembered(sit)
-    typical = state.batch.quantile(0.5)
     finite = {s: v for s, v in values.items() if math.isfinite(v)}
+    plan = _plan(sit, current, finite, tables[0], durations)
+    best, best_value, current_value, gain = _best(plan, current, values, tables[0], durations)
+    min_gain = settings.switch.min_gain
+    confidence = (
+        _agreement(tables, plan, current, best, durations, min_gain) if gain >= min_gain else 0.0
+    )
+    notes += _remembered(sit)
+    if sit.forecast is not None:
+        notes.append(sit.forecast.describe())
+    notes.append(plan.describe(current))
+    typical = state.batch.quantile(0.5)
     sigmas = {s: sit.predictor.sigma(s, typical, current) for s in finite}
     return Evaluation(
         values=finite,
@@ -76,7 +93,139 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
         },
         checked={s: sit.predictor.checked(s, typical) for s in finite},
         setups=tuple(values),
+        plan=plan,
+        forecast=sit.forecast,
     )
+
+
+Rates = dict[Setup, npt.NDArray[np.float64]]  # tokens/s in each piece of the horizon
+
+
+def outlook(sit: Situation) -> tuple[tuple[float, ...], npt.NDArray[np.float64]]:
+    """The horizon's pieces: their lengths, and each piece's probability per batch bin: the
+    batch history's shape (how windows spread: two modes stay two) moved to the forecast's
+    level for the piece and widened by how much less sure that level is than the first
+    piece's; without a forecast, one piece with the batch history as it is."""
+    horizon = sit.settings.restart.horizon_s
+    history = sit.state.batch.probabilities()
+    if sit.forecast is None:
+        return (horizon,), history[None, :]
+    logs = np.log(BIN_MIDDLES.astype(np.float64))
+    centre = float(history @ logs)
+    edges = np.log(np.asarray(BATCH_BINS, dtype=np.float64))
+    edges[0], edges[-1] = -np.inf, np.inf  # what lies beyond the bins counts in the end ones
+    first = sit.forecast.sigma[0]
+    rows = []
+    for level, sigma in zip(sit.forecast.level, sit.forecast.sigma, strict=True):
+        shift = math.log(level) - centre
+        scale = math.hypot(BIN_BLUR, math.sqrt(max(sigma**2 - first**2, 0.0))) * math.sqrt(2)
+        moved = (edges[:, None] - logs[None, :] - shift) / scale
+        cumulative = 0.5 * (1 + _erf(moved)) @ history
+        row = np.diff(cumulative)
+        row[row < NEGLIGIBLE] = 0.0  # bins this unlikely are not worth predicting
+        rows.append(row / row.sum())
+    return sit.forecast.durations, np.vstack(rows)
+
+
+def _erf(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    return np.asarray(erf(values), dtype=np.float64)
+
+
+def _rates(
+    sit: Situation,
+    setups: Sequence[Setup],
+    pieces: npt.NDArray[np.float64],
+    accept: AcceptanceEstimate | None,
+) -> Rates:
+    """Each setup's expected tokens/s in each piece of the horizon; -inf where it cannot run
+    (or misses the latency SLO over the batch history)."""
+    rates, active = {}, pieces.sum(axis=0) > 0
+    for setup in setups:
+        per_bin = _per_bin(sit, setup, accept, active)
+        rates[setup] = pieces @ per_bin if per_bin is not None else np.full(len(pieces), -math.inf)
+    return rates
+
+
+def _per_bin(
+    sit: Situation, setup: Setup, accept: AcceptanceEstimate | None, active: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.float64] | None:
+    if setup.spec_tokens and (accept is None or setup.spec_tokens > accept.max_spec_tokens):
+        return None
+    wanted = sit.settings.objective
+    if wanted.kind == ObjectiveKind.LATENCY_SLO and wanted.latency_slo_s:
+        batches, weights = sit.state.batch.distribution()
+        if not math.isfinite(objective(sit, setup, batches, weights, accept)):
+            return None
+    return binned(sit.predictor, setup, accept or from_conditional([]), active)
+
+
+def binned(
+    predictor: Predictor, setup: Setup, accept: AcceptanceEstimate, active: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.float64]:
+    """Tokens/s at each batch bin's middle, predicted only where `active` (0 elsewhere)."""
+    tokens = np.zeros(len(BIN_MIDDLES))
+    tokens[active] = predictor.curve(setup, BIN_MIDDLES[active], accept)[0]
+    return tokens
+
+
+def _plan(
+    sit: Situation,
+    current: Setup,
+    finite: dict[Setup, float],
+    rates: Rates,
+    durations: Sequence[float],
+) -> Plan:
+    """The best plan over the horizon among the setups that can run, restarts charged at their
+    learned cost (times the margin and the share of replicas restarting)."""
+    restart, costs = sit.settings.restart, sit.state.restart_costs
+    options = [current, *(s for s in finite if s != current)]
+    table = np.vstack([np.where(np.isfinite(rates[s]), rates[s], 0.0) for s in options])
+    lost = [costs.expected_s(s, restart) * restart.margin * restart.share for s in options]
+    room = restart.max_per_day - len(sit.state.recent_changes(sit.now)) - 1
+    return best_plan(
+        current,
+        options,
+        table,
+        durations,
+        lost,
+        noise=sit.settings.forecast.noise,
+        max_restarts=min(sit.settings.forecast.max_plan_restarts, max(room, 1)),
+        tail_s=_tail(durations),
+    )
+
+
+def _best(
+    plan: Plan, current: Setup, values: dict[Setup, float], rates: Rates, durations: Sequence[float]
+) -> tuple[Setup, float, float, float]:
+    """(best move, its tokens/s, the running setup's, the gain): the plan's move when it moves
+    now (its tokens/s over the horizon before restarts), else the best setup held throughout."""
+    horizon = _span(durations)
+    move = plan.now(current)
+    if move is not None:
+        gross = _path_tokens(plan.path, rates, durations)
+        value = gross / horizon
+        held = plan.holding / horizon
+        return move, value, held, (value / held - 1.0) if held > 0 else math.inf
+    best = max(values, key=lambda s: values[s])
+    held, value = values[current], values[best]
+    return best, value, held, (value / held - 1.0) if held > 0 else math.inf
+
+
+def _path_tokens(path: Sequence[Setup], rates: Rates, durations: Sequence[float]) -> float:
+    """Tokens of a path over the horizon, its last setup staying for the tail."""
+    pieces = sum(rates[s][m] * d for m, (s, d) in enumerate(zip(path, durations, strict=True)))
+    return float(pieces + rates[path[-1]][-1] * _tail(durations))
+
+
+def _tail(durations: Sequence[float]) -> float:
+    """How long after the horizon a plan's last setup is credited: half the horizon (it stays
+    until the next change, at the last forecast level)."""
+    return TAIL_SHARE * float(sum(durations))
+
+
+def _span(durations: Sequence[float]) -> float:
+    return float(sum(durations)) + _tail(durations)
 
 
 def _remembered(sit: Situation) -> list[str]:
@@ -121,10 +270,21 @@ def _scenarios(point: AcceptanceEstimate | None) -> list[AcceptanceEstimate | No
 
 
 def _agreement(
-    tables: list[dict[Setup, float]], current: Setup, best: Setup, min_gain: float
+    tables: list[Rates],
+    plan: Plan,
+    current: Setup,
+    best: Setup,
+    durations: Sequence[float],
+    min_gain: float,
 ) -> float:
-    """The share of acceptance scenarios in which `best` beats `current` by min_gain."""
-    agreeing = sum(1 for t in tables if t[current] > 0 and t[best] / t[current] - 1.0 >= min_gain)
+    """The share of acceptance scenarios in which the move beats holding by min_gain over the
+    horizon (the plan's path when it moves now, else `best` held throughout)."""
+    path = plan.path if plan.now(current) == best else (best,) * len(durations)
+    agreeing = 0
+    for rates in tables:
+        held = _path_tokens((current,) * len(durations), rates, durations)
+        moved = _path_tokens(path, rates, durations)
+        agreeing += held > 0 and math.isfinite(moved) and moved / held - 1.0 >= min_gain
     return agreeing / len(tables)
 
 
