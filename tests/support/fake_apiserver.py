@@ -117,12 +117,16 @@ class FakeApiServer:
     def put(self, kind: str, obj: Obj) -> Obj:
         with self.lock:
             meta = obj.setdefault("metadata", {})
-            self.version += 1
-            meta["resourceVersion"] = str(self.version)
             meta.setdefault("generation", 1)
             meta.setdefault("annotations", {})
-            self.objects[(kind, meta.get("namespace", "default"), meta["name"])] = obj
-            return obj
+            return self._store((kind, meta.get("namespace", "default"), meta["name"]), obj)
+
+    def _store(self, key: tuple[str, str, str], obj: Obj) -> Obj:
+        """Keep `obj` under `key` with the next resourceVersion (the caller holds the lock)."""
+        self.version += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self.version)
+        self.objects[key] = obj
+        return obj
 
     def get(self, kind: str, namespace: str, name: str) -> Obj:
         with self.lock:
@@ -267,10 +271,7 @@ class FakeApiServer:
                         if key in server.objects:
                             self._status(409, "AlreadyExists", "already exists")
                             return
-                        server.version += 1
-                        body["metadata"]["resourceVersion"] = str(server.version)
-                        server.objects[key] = body
-                        self._send(201, body)
+                        self._send(201, server._store(key, body))
                         return
                     if key not in server.objects:
                         self._status(404, "NotFound", f'{resource} "{name}" not found')
@@ -279,45 +280,53 @@ class FakeApiServer:
                     if method == "GET":
                         self._send(200, current)
                         return
-                    body = self._body()
-                    if method == "PUT":
-                        updated = body
-                        wanted = body.get("metadata", {}).get("resourceVersion")
-                    elif "json-patch" in content_type:
-                        try:
-                            updated = jsonpatch.apply_patch(current, body)
-                        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException):
-                            self._status(
-                                409 if any(op.get("op") == "test" for op in body) else 422,
-                                "Conflict",
-                                "JSON patch test failed",
-                            )
-                            return
-                        wanted = None
-                    elif "merge-patch" in content_type and "strategic" not in content_type:
-                        updated = merge_patch(current, body)
-                        wanted = (body.get("metadata") or {}).get("resourceVersion")
-                    else:
-                        updated = strategic_merge(current, body)
-                        wanted = (body.get("metadata") or {}).get("resourceVersion")
-                    if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+                    self._update(key, current, method, content_type, dry_run)
+
+            def _update(
+                self,
+                key: tuple[str, str, str],
+                current: Obj,
+                method: str,
+                content_type: str,
+                dry_run: bool,
+            ) -> None:
+                """PUT or PATCH (JSON patch, merge patch or strategic merge) of a stored object,
+                refused on a stale resourceVersion; a new spec is a new generation."""
+                body = self._body()
+                if method == "PUT":
+                    updated = body
+                    wanted = body.get("metadata", {}).get("resourceVersion")
+                elif "json-patch" in content_type:
+                    try:
+                        updated = jsonpatch.apply_patch(current, body)
+                    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException):
                         self._status(
-                            409,
+                            409 if any(op.get("op") == "test" for op in body) else 422,
                             "Conflict",
-                            "the object has been modified; please "
-                            "apply your changes to the latest version and try again",
+                            "JSON patch test failed",
                         )
                         return
-                    updated = copy.deepcopy(updated)
-                    if updated.get("spec") != current.get("spec"):
-                        updated["metadata"]["generation"] = (
-                            current["metadata"].get("generation", 1) + 1
-                        )
-                    if not dry_run:
-                        server.version += 1
-                        updated["metadata"]["resourceVersion"] = str(server.version)
-                        server.objects[key] = updated
-                    self._send(200, updated)
+                    wanted = None
+                elif "merge-patch" in content_type and "strategic" not in content_type:
+                    updated = merge_patch(current, body)
+                    wanted = (body.get("metadata") or {}).get("resourceVersion")
+                else:
+                    updated = strategic_merge(current, body)
+                    wanted = (body.get("metadata") or {}).get("resourceVersion")
+                if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+                    self._status(
+                        409,
+                        "Conflict",
+                        "the object has been modified; please "
+                        "apply your changes to the latest version and try again",
+                    )
+                    return
+                updated = copy.deepcopy(updated)
+                if updated.get("spec") != current.get("spec"):
+                    updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
+                if not dry_run:
+                    server._store(key, updated)
+                self._send(200, updated)
 
             def do_GET(self) -> None:
                 self._route("GET")
