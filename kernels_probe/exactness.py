@@ -15,8 +15,8 @@ folded into the checkpoint (a flush) when occupancy + 1 + K > L, as vLLM does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -98,6 +98,48 @@ def _relative(a: Array, b: Array) -> float:
     return float(np.max(np.abs(a - b))) / scale
 
 
+Entry = tuple[Array, Array, Array]
+
+
+@dataclass
+class _Ring:
+    """A run's replay ring: the checkpoint, the entries logged since it, and how a state is
+    rebuilt from them (`replay(checkpoint, *the entries stacked)`). It is folded into the
+    checkpoint (a flush) when a step's 1 + K entries would not fit in the window."""
+
+    checkpoint: Array
+    replay: Callable[[Array, Array, Array, Array], Array]
+    window: int
+    entries: list[Entry] = field(default_factory=list)
+    flushes: int = 0
+    state_error: float = 0.0
+
+    def rebuilt(self, more: Sequence[Entry] = ()) -> Array:
+        """The state after the ring's entries and then `more`."""
+        entries = [*self.entries, *more]
+        if not entries:
+            same: Array = np.array(self.checkpoint, dtype=np.float64)
+            return same
+        first, second, third = (np.array([e[i] for e in entries]) for i in range(3))
+        return self.replay(self.checkpoint, first, second, third)
+
+    def flush(self, truth: Array) -> None:
+        """Fold the ring into the checkpoint, which the recurrence says is `truth`."""
+        self.checkpoint = self.rebuilt()
+        self.entries = []
+        self.flushes += 1
+        self.state_error = max(self.state_error, _relative(self.checkpoint, truth))
+
+    def make_room(self, entries: int, truth: Array) -> None:
+        if len(self.entries) + entries > self.window:
+            self.flush(truth)
+
+    def report(self, output_error: float, truth: Array, steps: int) -> ReplayReport:
+        """After the last step: the final fold, then the run's largest errors."""
+        self.flush(truth)
+        return ReplayReport(output_error, self.state_error, self.flushes, steps)
+
+
 def mamba_speculative(
     rng: np.random.Generator,
     *,
@@ -113,18 +155,11 @@ def mamba_speculative(
     random drafts and rejections; return the largest relative differences."""
     a = -np.exp(rng.normal(size=heads))
     h_true = rng.normal(size=(heads, head_dim, d_state))
-    checkpoint = h_true.copy()
-    ring: list[tuple[Array, Array, Array]] = []
-    out_err = state_err = 0.0
-    flushes = 0
+    ring = _Ring(h_true.copy(), lambda h0, x, dt, b: mamba_replay(h0, a, x, dt, b), window)
+    out_err = 0.0
     for step in range(steps):
         n = 1 + drafts
-        if len(ring) + n > window:  # flush: fold the ring into the checkpoint
-            xs, dts, bs = (np.array([entry[i] for entry in ring]) for i in range(3))
-            checkpoint = mamba_replay(checkpoint, a, xs, dts, bs) if ring else checkpoint
-            ring = []
-            flushes += 1
-            state_err = max(state_err, _relative(checkpoint, h_true))
+        ring.make_room(n, h_true)
         x = rng.normal(size=(n, heads, head_dim))
         dt = np.log1p(np.exp(rng.normal(size=(n, heads))))
         b, c = rng.normal(size=(n, d_state)), rng.normal(size=(n, d_state))
@@ -138,20 +173,12 @@ def mamba_speculative(
             if i == kept:
                 h_true = h
         # Replay: outputs from checkpoint + ring + the new entries, no state copies.
-        base = [np.array([entry[j] for entry in ring]) for j in range(3)] if ring else None
+        logged = [(x[i], dt[i], b[i]) for i in range(n)]
         for i in range(n):
-            xs = np.concatenate([base[0], x[: i + 1]]) if base else x[: i + 1]
-            dts = np.concatenate([base[1], dt[: i + 1]]) if base else dt[: i + 1]
-            bs = np.concatenate([base[2], b[: i + 1]]) if base else b[: i + 1]
-            rebuilt = mamba_replay(checkpoint, a, xs, dts, bs)
+            rebuilt = ring.rebuilt(logged[: i + 1])
             out_err = max(out_err, _relative(mamba_output(rebuilt, c[i]), reference[i]))
-        ring.extend((x[i], dt[i], b[i]) for i in range(kept + 1))  # pointer move
-    if ring:
-        xs, dts, bs = (np.array([entry[i] for entry in ring]) for i in range(3))
-        final = mamba_replay(checkpoint, a, xs, dts, bs)
-        flushes += 1
-        state_err = max(state_err, _relative(final, h_true))
-    return ReplayReport(out_err, state_err, flushes, steps)
+        ring.entries.extend(logged[: kept + 1])  # pointer move
+    return ring.report(out_err, h_true, steps)
 
 
 def gdn_speculative(
@@ -165,25 +192,11 @@ def gdn_speculative(
     steps: int,
 ) -> ReplayReport:
     s_true = rng.normal(size=(heads, d_v, d_k)) * 0.1
-    checkpoint = s_true.copy()
-    ring: list[tuple[Array, Array, Array]] = []  # (u, k, g)
-    out_err = state_err = 0.0
-    flushes = 0
-
-    def rebuild(entries: list[tuple[Array, Array, Array]]) -> Array:
-        if not entries:
-            same: Array = np.array(checkpoint, dtype=np.float64)
-            return same
-        us, ks, gs = (np.array([e[i] for e in entries]) for i in range(3))
-        return gdn_replay(checkpoint, us, ks, gs)
-
+    ring = _Ring(s_true.copy(), gdn_replay, window)  # entries (u, k, g)
+    out_err = 0.0
     for _ in range(steps):
         n = 1 + drafts
-        if len(ring) + n > window:
-            checkpoint = rebuild(ring)
-            ring = []
-            flushes += 1
-            state_err = max(state_err, _relative(checkpoint, s_true))
+        ring.make_room(n, s_true)
         q = rng.normal(size=(n, heads, d_k))
         k = rng.normal(size=(n, heads, d_k))
         k /= np.linalg.norm(k, axis=-1, keepdims=True)
@@ -192,18 +205,17 @@ def gdn_speculative(
         beta = 1 / (1 + np.exp(-rng.normal(size=(n, heads))))
         kept = int(rng.integers(0, n))
         s = s_true
-        logged = []
+        logged: list[Entry] = []
         for i in range(n):
             s, u = gdn_step(s, q[i], k[i], v[i], g[i], beta[i])
             logged.append((u, k[i], g[i]))
-            rebuilt = rebuild(ring + logged)
+            rebuilt = ring.rebuilt(logged)
             reference = np.einsum("hvk,hk->hv", s, q[i])
             out_err = max(out_err, _relative(np.einsum("hvk,hk->hv", rebuilt, q[i]), reference))
             if i == kept:
                 s_true = s
-        ring.extend(logged[: kept + 1])
-    final = rebuild(ring)
-    return ReplayReport(out_err, max(state_err, _relative(final, s_true)), flushes + 1, steps)
+        ring.entries.extend(logged[: kept + 1])
+    return ring.report(out_err, s_true, steps)
 
 
 # --------------------------------------------------------------------------- precision
