@@ -357,7 +357,7 @@ def deployment(
     replicas: int = 1,
     max_surge: int | str = 0,
     command: list[str] | None = None,
-    image: str = "vllm/vllm-openai:v0.20.0",
+    image: str = "vllm/vllm-openai:v0.33.0",
 ) -> Obj:
     """A vLLM Deployment like the one deploy/ ships (GPU request, maxSurge 0)."""
     main: Obj = {

@@ -113,7 +113,10 @@ def _loaded_by(modules: tuple[str, ...]) -> list[str]:
 
 
 CLIENTS = ("httpx", "kubernetes")
-ENGINE = tuple(f"autotuner.engines.vllm.{m}" for m in ("args", "setup", "metrics", "capabilities"))
+ENGINE = tuple(
+    f"autotuner.engines.vllm.{m}"
+    for m in ("args", "setup", "metrics", "capabilities", "builds", "companions", "flags")
+)
 
 
 # Settings compose the core's groups, and settings, the core and the adapters all read the
