@@ -178,15 +178,20 @@ def _cumulative(url: str, name: str, buckets: dict[LabelKey, float]) -> None:
 
 def _ordered(url: str, exposition: Exposition) -> None:
     for smaller, larger in ORDERED:
-        bounds = exposition.get(COUNTERS[larger], {})
-        for labels, value in exposition.get(COUNTERS[smaller], {}).items():
-            bound = bounds.get(labels)
-            if bound is not None and value > bound:
-                raise _invalid(
-                    url,
-                    f"{series(COUNTERS[smaller], labels)} = {value:g} exceeds "
-                    f"{series(COUNTERS[larger], labels)} = {bound:g}",
-                )
+        _not_above(url, exposition, COUNTERS[smaller], COUNTERS[larger])
+
+
+def _not_above(url: str, exposition: Exposition, smaller: str, larger: str) -> None:
+    """Every series of `smaller` is at most the same-labelled series of `larger`."""
+    bounds = exposition.get(larger, {})
+    for labels, value in exposition.get(smaller, {}).items():
+        bound = bounds.get(labels)
+        if bound is not None and value > bound:
+            raise _invalid(
+                url,
+                f"{series(smaller, labels)} = {value:g} exceeds {series(larger, labels)} = "
+                f"{bound:g}",
+            )
 
 
 def _per_position(url: str, exposition: Exposition) -> None:
@@ -220,15 +225,7 @@ def _prefix_cache(url: str, exposition: Exposition) -> None:
         PREFIX_CACHE["prefix_cache_hits"], PREFIX_CACHE["prefix_cache_queries"], strict=True
     )
     for hits_name, queries_name in pairs:
-        bounds = exposition.get(queries_name, {})
-        for labels, value in exposition.get(hits_name, {}).items():
-            bound = bounds.get(labels)
-            if bound is not None and value > bound:
-                raise _invalid(
-                    url,
-                    f"{series(hits_name, labels)} = {value:g} exceeds "
-                    f"{series(queries_name, labels)} = {bound:g}",
-                )
+        _not_above(url, exposition, hits_name, queries_name)
 
 
 def _gauges(url: str, exposition: Exposition) -> None:
