@@ -16,7 +16,9 @@ class SwitchSettings(Group):
     min_confidence: float = Field(
         0.6, ge=0, le=1, description="Share of acceptance scenarios (low/point/high) agreeing."
     )
-    dwell_s: float = Field(900, ge=0, description="How long recent load must favour a change.")
+    dwell_s: float = Field(
+        900, ge=0, description="How long the plan over the horizon must have held a change."
+    )
 
 
 class ObjectiveKind(str, Enum):
