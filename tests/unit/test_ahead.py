@@ -49,10 +49,12 @@ def _drive(
     *,
     start_h: float = 0.0,
     remembered_days: int = 0,
+    every: bool = False,
 ) -> list[tuple[float, Decision]]:
-    """(time, decision) of every switch and revert of the policy from `start_h` for `hours`,
-    each applied at once; with `remembered_days`, the state starts with the demand of that
-    many previous days in its profile (as if it had watched them)."""
+    """(time, decision) of every switch and revert of the policy from `start_h` for `hours`
+    (`every`: of every decision), each applied at once; with `remembered_days`, the state
+    starts with the demand of that many previous days in its profile (as if it had watched
+    them)."""
     state, deployed, changes = TunerState(), world.start, []
     start = start_h * 3600
     if remembered_days:
@@ -73,6 +75,7 @@ def _drive(
         state = result.state
         if result.acts and result.decision.target is not None:
             deployed = result.decision.target
+        if every or (result.acts and result.decision.target is not None):
             changes.append((float(t), result.decision))
     return changes
 
@@ -129,8 +132,10 @@ def test_schedules_the_policy_proposes_never_raise_k_with_batch() -> None:
         return (16.0, 64.0, 320.0, 128.0)[int(t / INTERVAL) % 4]
 
     engine = EngineCapabilities(name="schedules", spec_schedule=True)
-    changes = _drive(_world(swinging), 6, engine)
-    scheduled = [d.target for _, d in changes if d.target is not None and d.target.schedule]
+    decisions = _drive(_world(swinging), 3, engine, every=True)
+    compared = {label for _, d in decisions for label in d.predicted_tokens_per_s}
+    scheduled = [Setup.parse(label) for label in compared if "@" in label]
+    assert scheduled, sorted(compared)
     for setup in scheduled:
         ks = [band.spec_tokens for band in setup.schedule]
         assert all(b <= a for a, b in itertools.pairwise(ks)), setup.label
