@@ -7,7 +7,6 @@ is, so nothing here depends on wall-clock time."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from typer.testing import CliRunner
 
 from autotuner.actuators.manifest import ManifestActuator
 from autotuner.cli.main import app
-from autotuner.core.decide.settings import ExplorationSettings, SwitchSettings
 from autotuner.core.engine.workload import Workload
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.hardware import datasheet
@@ -29,39 +27,36 @@ RATES = (0.8, 0.7, 0.6)  # the demo's default acceptance
 
 
 @pytest.mark.slow
-def test_the_wrong_prior_demo_explores_and_keeps_what_the_truth_says(tmp_path: Path) -> None:
+def test_the_wrong_prior_demo_leaves_speculation_for_replay_as_the_truth_says(
+    tmp_path: Path,
+) -> None:
+    """On vLLM 0.33's rules replay runs with speculation, and the prior already ranks it first
+    (no question to ask: explorations are tests/unit/test_exploration.py's); what the truth
+    says about the move is what the verification measures."""
     result = CliRunner().invoke(
         app, ["demo", "--world", "wrong-prior", "--fast", "--no-live", "--out", str(tmp_path)]
     )
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "demo.json").read_text())
-    explorations = summary["explorations"]
-    assert explorations, [d["sentence"] for d in summary["decisions"]]
-    first = explorations[0]
-    explored, left = Setup.parse(first["to"]), Setup.parse(first["from"])
-    assert explored.kind is SetupKind.REPLAY
+    first = summary["decisions"][0]
+    left, moved = Setup.parse(_label(first["current"])), Setup.parse(_label(first["target"]))
     assert left.kind is SetupKind.SPEC
-    assert "has not been measured near batch" in first["sentence"]
-    # The calibrated point estimate alone would not have switched: only the interval asked.
-    point = re.search(r"point estimate ([+-][\d.]+)%", first["sentence"])
-    assert point is not None, first["sentence"]
-    assert float(point.group(1)) / 100 < SwitchSettings().min_gain
-    # Kept or reverted as the world's truth says, at the demand it was tried at.
+    assert moved.replay_window > 0
+    assert "forecast demand" in first["sentence"]
+    # The move pays in this world's truth at the demand it was made at.
     series = summary["series"]
-    at = min(range(len(series["t"])), key=lambda i: abs(series["t"][i] - first["at_s"]))
+    at = next(i for i, label in enumerate(series["setup"]) if label != left.label)
     truth = TruthEngine(load_model(MODEL), datasheet("H200"), Workload(), wrong_prior_error)
     demand = series["demand"][at]
-    gain = truth.tokens_per_s(explored, demand, RATES) / truth.tokens_per_s(left, demand, RATES)
-    expected = "kept" if gain > 1 - ExplorationSettings().tolerance else "reverted"
-    assert expected == "kept"  # this world: replay really is faster there
-    assert first["outcome"] == expected, first
-    assert first["verdict"].startswith(f"verified {explored.label}:")
-    # What the operator reads: the exploration, its verdict, and the count.
+    assert truth.tokens_per_s(moved, demand, RATES) > truth.tokens_per_s(left, demand, RATES)
     output = " ".join(result.stdout.split())  # rich wraps long lines
-    assert f"switch: explore {left.label} -> {explored.label}:" in output
-    assert f"keep: verified {explored.label}:" in output
-    assert f"{len(explorations)} exploration(s): {len(explorations)} kept" in output
+    assert f"keep: verified {moved.label}:" in output
     assert "held at 24" in output
+    assert {"plain", "spec:3", "replay:16", "replay+spec:3:16"} <= set(summary["statics"])
+
+
+def _label(setup: dict[str, object]) -> str:
+    return Setup.model_validate(setup).label
 
 
 def up(dep: SimulatedDeployment) -> bool:
@@ -87,8 +82,9 @@ def test_a_polled_deployment_restarts_on_its_own_clock(tmp_path: Path) -> None:
         assert dep.watcher is None
         dep.poll()
         assert up(dep)
+        # A setup every build starts with: what is tested is the clock, not the build's rules.
         ManifestActuator(manifest).apply(
-            Setup(replay_window=16),
+            Setup(spec_tokens=2),
             state=None,
             expected_version=None,
             saved_speculative_config={"method": "mtp"},
@@ -103,5 +99,5 @@ def test_a_polled_deployment_restarts_on_its_own_clock(tmp_path: Path) -> None:
         dep.poll()
         assert up(dep)
         assert dep.restarts == 1
-        assert dep.sim.setup.setup == Setup(replay_window=16)
-        assert [label for _, label in dep.history] == ["spec:3", "replay:16"]
+        assert dep.sim.setup.setup == Setup(spec_tokens=2)
+        assert [label for _, label in dep.history] == ["spec:3", "spec:2"]

@@ -75,7 +75,9 @@ def test_demo_runs_and_writes_its_summary(tmp_path: Path) -> None:
     assert "static plain" in result.stdout
     summary = json.loads((tmp_path / "demo.json").read_text())
     assert summary["tokens"] > 0
-    assert set(summary["statics"]) == {"plain", "spec:3", "replay:16", "replay:8"}
+    assert {"plain", "spec:1", "spec:2", "spec:3", "replay:16", "replay:8"} <= set(
+        summary["statics"]
+    )
     assert (tmp_path / "demo.png").read_bytes().startswith(b"\x89PNG")
     assert "matplotlib" in (tmp_path / "demo.svg").read_text().lower()
     assert f"plots: {tmp_path / 'demo.png'}" in result.stdout
@@ -113,6 +115,6 @@ def test_a_dense_model_demo_compares_only_what_it_can_run(tmp_path: Path) -> Non
     assert result.exit_code == 0, result.output
     assert "replay" not in result.stdout
     summary = json.loads((tmp_path / "demo.json").read_text())
-    assert set(summary["statics"]) == {"plain", "spec:3"}
+    assert set(summary["statics"]) == {"plain", "spec:1", "spec:2", "spec:3"}
     assert not any("replay" in label for label in summary["series"]["setup"])
     assert not any(d["target"]["replay_window"] for d in summary["decisions"])
