@@ -48,12 +48,10 @@ class LoadMemory(BaseModel):
         keep = [(t, v) for t, v in self.recent if t > now - settings.trend_window_s]
         memory = self if self.period_s == settings.period_s else LoadMemory()
         slot_s = settings.period_s / PROFILE_SLOTS
-        covered = min((now - memory.updated_at) / slot_s, 1.0) if memory.updated_at else 0.0
-        fade = (
-            decay(now - memory.updated_at, settings.profile_half_life_s)
-            if memory.updated_at
-            else 1.0
-        )
+        last = memory.updated_at
+        # A window stands for the time since the last one (at most a slot): the first, for none.
+        covered = min((now - last) / slot_s, 1.0) if last is not None else 0.0
+        fade = decay(now - last, settings.profile_half_life_s) if last is not None else 1.0
         weight = np.asarray(memory.coverage) * fade
         mean, square = np.asarray(memory.log_mean), np.asarray(memory.log_square)
         slot = _slot(now, settings.period_s)
