@@ -4,6 +4,7 @@ everything a decision reads, built once (one Predictor, one acceptance estimate,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -17,6 +18,7 @@ from autotuner.core.model.spec import ModelSpec
 from autotuner.core.predict.acceptance import AcceptanceEstimate, from_conditional
 from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.core.predict.predictor import Predictor
+from autotuner.core.predict.prefill import keeps_prefix_caching
 from autotuner.core.types import Observation, Setup
 
 
@@ -39,6 +41,8 @@ class Context:
     rollout_stuck: str | None = None  # the target says the rollout cannot finish (why)
     rollout_deadline_s: float = math.inf  # a rollout after our change not done by then is stuck
     advisory: str | None = None  # why nothing decided is applied (advise mode, not leading)
+    # Whether the engine keeps prefix caching under a setup (the build's companions say).
+    prefix_caching: Callable[[Setup], bool] = keeps_prefix_caching
 
     def predictor(self, state: TunerState, settings: PolicySettings) -> Predictor:
         """The calibrated model for `state`'s calibration: every tokens/s figure comes from it."""
@@ -50,6 +54,7 @@ class Context:
             self.now,
             settings.calibration.half_life_s,
             settings.calibration.bounds,
+            prefix_caching=self.prefix_caching,
         )
 
     def acceptance(self, state: TunerState, settings: PolicySettings) -> AcceptanceEstimate | None:

@@ -12,6 +12,7 @@ from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState
 from autotuner.core.observe.observation import read_acceptance
 from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.predict.prefill import PrefillCost
 from autotuner.core.types import PLAIN, AcceptanceStats, Observation, Setup
 
 
@@ -108,15 +109,29 @@ def _calibrate(
     accept = ctx.acceptance(state, settings) or from_conditional([0.0] * current.spec_tokens)
     if current.spec_tokens > accept.max_spec_tokens:
         return state
-    plain_s, setup_s = ctx.predictor(state, settings).class_times(current, round(batch), accept)
+    predictor = ctx.predictor(state, settings)
+    measured_s = _decode_step_s(predictor.prefill_cost(current), observation)
+    if measured_s <= 0:
+        return state
+    plain_s, setup_s = predictor.class_times(current, round(batch), accept)
     return state.updated(
         calibration=state.calibration.add(
             current,
             batch,
-            observation.step_time_s,
+            measured_s,
             plain_s,
             setup_s,
             ctx.now,
             half_life_s=settings.calibration.half_life_s,
         )
     )
+
+
+def _decode_step_s(cost: PrefillCost | None, observation: Observation) -> float:
+    """The decode part of the measured step: without prefix caching the recomputed prefill
+    rides in the same steps (chunked prefill), and the model charges it apart."""
+    step_s = observation.step_time_s or 0.0
+    if cost is None:
+        return step_s
+    tokens_per_step = (observation.generation_tokens_per_s or 0.0) / max(observation.series, 1)
+    return cost.decode_step_s(step_s, tokens_per_step * step_s)

@@ -75,6 +75,7 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
         _agreement(tables, plan, current, best, durations, min_gain) if gain >= min_gain else 0.0
     )
     notes += _remembered(sit)
+    notes += _prefill_weighed(sit, (best, current), values)
     if sit.forecast is not None:
         notes.append(sit.forecast.describe())
     notes.append(plan.describe(current))
@@ -99,6 +100,21 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
 
 
 Rates = dict[Setup, npt.NDArray[np.float64]]  # tokens/s in each piece of the horizon
+
+
+def _prefill_weighed(
+    sit: Situation, setups: tuple[Setup, ...], values: dict[Setup, float]
+) -> list[str]:
+    """What turning prefix caching off costs: for the setups compared and the best of those
+    that pay it (said only where it costs something)."""
+    paying = {s: v for s, v in values.items() if math.isfinite(v) and sit.predictor.prefill_cost(s)}
+    strongest = (max(paying, key=paying.__getitem__),) if paying else ()
+    said = []
+    for setup in dict.fromkeys((*setups, *strongest)):
+        cost = sit.predictor.prefill_cost(setup)
+        if cost is not None and setup in paying:
+            said.append(cost.weighed(setup.label, values[setup]))
+    return said
 
 
 def outlook(sit: Situation) -> tuple[tuple[float, ...], npt.NDArray[np.float64]]:

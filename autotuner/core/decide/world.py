@@ -73,11 +73,13 @@ def context_of(
 ) -> Context:
     """The Context of this step: the live model and workload, what the engine accepts now,
     the target's rollout and pause, and whether decisions are applied (`advisory`)."""
+    engine = engine_now(standing.capabilities, resolved, state, observation, target, now)
     return Context(
         now=now,
         model=resolved.model,
         hardware=hardware,
-        engine=engine_now(standing.capabilities, resolved, state, observation, target, now),
+        engine=engine,
+        prefix_caching=engine.keeps_prefix_caching,
         workload=resolved.workload,
         deployed=target.setup if target else None,
         drafter_available=_drafter_available(state, observation, target)

@@ -98,6 +98,11 @@ class EngineCapabilities(BaseModel):
         row = self.row
         return row.companions(setup) if row is not None else ()
 
+    def keeps_prefix_caching(self, setup: Setup) -> bool:
+        """Whether the engine runs `setup` with prefix caching (its companions may turn it
+        off: then the prompt tokens its cache served are prefilled again)."""
+        return Companion.PREFIX_CACHING_OFF not in self.companions(setup)
+
     @field_validator("replay_families", mode="before")
     @classmethod
     def _known_families(cls, families: Any) -> Any:

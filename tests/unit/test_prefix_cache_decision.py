@@ -1,0 +1,77 @@
+"""What a setup turns off is part of its cost (docs/costmodel.md, "What a setup turns off:
+prefix caching"): on vLLM 0.33 replay with speculation runs without prefix caching, and the
+policy weighs the prefill its hits were saving against what replay gains."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autotuner.core.decide.context import Context
+from autotuner.core.decide.state import TunerState
+from autotuner.core.decide.step import step
+from autotuner.core.engine.workload import Workload
+from autotuner.core.types import Decision, Setup, SetupKind
+from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
+from autotuner.sim.worlds import Prior, World, constant_acceptance, model_speed
+from tests.support.policy import H200, MODEL, policy_settings
+
+ENGINE = FOLLOW_BUILD.serving(MODEL)  # vLLM 0.33's rows for NemotronH
+SETTINGS = policy_settings(switch={"dwell_s": 0}, exploration={"enabled": False})
+SPEC3 = Setup(spec_tokens=3)
+INTERVAL = 60.0
+
+
+def _decide_at_batch_256(workload: Workload) -> list[Decision]:
+    """The decisions of ten steps at batch 256 from spec:3, the workload's prefix cache as
+    given (the truth: the cost model itself)."""
+    prior = Prior(MODEL, H200, workload)
+    world = World(
+        name="busy",
+        about="batch 256 all day",
+        prior=prior,
+        speed=model_speed(prior),
+        demand=lambda t: 256.0,
+        acceptance=constant_acceptance((0.8, 0.7, 0.6)),
+        start=SPEC3,
+    )
+    state, decisions = TunerState(), []
+    for t in np.arange(INTERVAL, 11 * INTERVAL, INTERVAL):
+        ctx = Context(
+            now=float(t),
+            model=MODEL,
+            hardware=H200,
+            engine=ENGINE,
+            workload=workload,
+            deployed=SPEC3,
+            prefix_caching=ENGINE.keeps_prefix_caching,
+        )
+        result = step(state, world.observation(SPEC3, float(t), INTERVAL), ctx, SETTINGS)
+        state = result.state
+        decisions.append(result.decision)
+    return decisions
+
+
+def test_the_build_says_which_setups_turn_prefix_caching_off() -> None:
+    assert ENGINE.keeps_prefix_caching(SPEC3)
+    assert ENGINE.keeps_prefix_caching(Setup())
+    assert not ENGINE.keeps_prefix_caching(Setup(spec_tokens=3, replay_window=16))
+    assert not ENGINE.keeps_prefix_caching(Setup(replay_window=16))  # FlashInfer's companions
+
+
+def test_without_a_hit_rate_replay_with_speculation_wins_at_large_batch() -> None:
+    targets = [d.target for d in _decide_at_batch_256(Workload()) if d.target is not None]
+    assert any(t.kind is SetupKind.REPLAY_SPEC for t in targets)
+    assert not any(
+        "without prefix caching" in n for d in _decide_at_batch_256(Workload()) for n in d.notes
+    )
+
+
+def test_high_hits_on_long_prompts_keep_the_setup_with_prefix_caching_and_say_why() -> None:
+    cached = Workload(prefix_hit_rate=0.9, prompt_tokens=8192, generation_tokens=256)
+    decisions = _decide_at_batch_256(cached)
+    targets = [d.target for d in decisions if d.target is not None]
+    assert not any(ENGINE.keeps_prefix_caching(t) is False for t in targets)
+    weighed = [n for d in decisions for n in d.notes if n.startswith("weighed:")]
+    assert weighed
+    assert "without prefix caching loses" in weighed[0]
+    assert "at hit rate 90%" in weighed[0]
