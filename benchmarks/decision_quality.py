@@ -34,14 +34,16 @@ from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, Decision, Setup
-from autotuner.engines.vllm.capabilities import GDN_REPLAY, REPLAY_SPEC
+from autotuner.engines.vllm.capabilities import FOLLOW_BUILD, GDN_REPLAY, REPLAY_SPEC
 from autotuner.sim.truth import realistic_error
 from autotuner.sim.worlds import (
     DAY,
+    NEMOTRON,
     Prior,
     World,
     issue_worlds,
     model_speed,
+    prefix_cache_worlds,
 )
 
 DOWNTIME_S = 180.0
@@ -94,6 +96,7 @@ WORLD_NAMES = (
     "working-days",
 )
 TRACE_NAMES = ("diurnal", "bursts", "drift", "step")
+PREFIX_NAMES = ("prefix-pays", "prefix-idle")  # Nemotron-3-Super on vLLM 0.33's rules only
 
 # --- Strategies -------------------------------------------------------------------------------
 
@@ -216,6 +219,7 @@ def run_policy(
             engine=engine,
             workload=world.prior.workload,
             deployed=deployed,
+            prefix_caching=engine.keeps_prefix_caching,
         )
         result = step(state, world.observation(deployed, now, interval), ctx, settings)
         state = result.state
@@ -360,7 +364,10 @@ def options() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--interval", type=float, default=300.0)
     parser.add_argument(
-        "--worlds", "--traces", default=",".join(WORLD_NAMES + TRACE_NAMES), dest="worlds"
+        "--worlds",
+        "--traces",
+        default=",".join(WORLD_NAMES + TRACE_NAMES + PREFIX_NAMES),
+        dest="worlds",
     )
     parser.add_argument(
         "--quick",
@@ -387,16 +394,26 @@ def options() -> argparse.Namespace:
 
 def chosen_names(args: argparse.Namespace) -> list[str]:
     names = [n.strip() for n in args.worlds.split(",") if n.strip()]
-    unknown = set(names) - set(WORLD_NAMES + TRACE_NAMES)
+    known = WORLD_NAMES + TRACE_NAMES + PREFIX_NAMES
+    unknown = set(names) - set(known)
     if unknown:
-        raise SystemExit(f"unknown world(s) {sorted(unknown)}: use {WORLD_NAMES + TRACE_NAMES}")
+        raise SystemExit(f"unknown world(s) {sorted(unknown)}: use {known}")
     return names
 
 
 def build_world(name: str, model: str, gpu: str) -> World:
     if name in WORLD_NAMES:
         return issue_worlds()[name]
+    if name in PREFIX_NAMES:
+        engine = BUILD_033.serving(load_model(NEMOTRON))
+        return prefix_cache_worlds(engine.keeps_prefix_caching)[name]
     return trace_worlds(model, gpu)[name]
+
+
+def engines_of(name: str) -> tuple[str, ...]:
+    """The prefix-cache worlds run on vLLM 0.33's rows (replay only without prefix caching);
+    the others on a build with GDN replay kernels and on one with replay and speculation."""
+    return (BUILD_033.name,) if name in PREFIX_NAMES else (GDN_REPLAY.name, REPLAY_SPEC.name)
 
 
 @dataclass(frozen=True)
@@ -411,7 +428,8 @@ class Task:
 
 # Replay or speculation (upstream with the GDN replay kernels the published Qwen3.5 points ran:
 # the same as upstream for Mamba-2 models), and replay with speculation.
-ENGINES = {e.name: e for e in (GDN_REPLAY, REPLAY_SPEC)}
+BUILD_033 = FOLLOW_BUILD  # the capability table's rows for the default build, vLLM 0.33
+ENGINES = {e.name: e for e in (GDN_REPLAY, REPLAY_SPEC, BUILD_033)}
 
 
 def run_task(task: Task) -> tuple[Result, str]:
@@ -439,7 +457,7 @@ def main() -> None:
     tasks = [
         Task(name, engine, args.model, args.gpu, args.hours, args.interval)
         for name in chosen_names(args)
-        for engine in ENGINES
+        for engine in engines_of(name)
     ]
     with ProcessPoolExecutor(max_workers=max(1, min(args.jobs, len(tasks)))) as pool:
         done = list(pool.map(run_task, tasks))

@@ -33,6 +33,7 @@ from autotuner.core.observe.observation import Ratio, WindowTotals, build_observ
 from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import HardwareProfile, datasheet
+from autotuner.core.predict.prefill import keeps_prefix_caching
 from autotuner.core.types import Observation, Setup
 from autotuner.sim.truth import StepError, TruthEngine, no_error, realistic_error
 
@@ -207,12 +208,13 @@ class ModelSpeed:
     hardware: HardwareProfile
     workload: Workload = field(default_factory=Workload)
     error: StepError = no_error
+    prefix_caching: Callable[[Setup], bool] = keeps_prefix_caching  # the engine's rule
     _capacity: dict[str, float] = field(default_factory=dict, repr=False)
 
     @cached_property
     def _uncapped(self) -> TruthEngine:
         roomy = self.hardware.model_copy(update={"memory_bytes": UNCAPPED_MEMORY})
-        return TruthEngine(self.model, roomy, self.workload, self.error)
+        return TruthEngine(self.model, roomy, self.workload, self.error, self.prefix_caching)
 
     def step_time(self, setup: Setup, batch: float, rates: Sequence[float]) -> float:
         return self._uncapped.step_time(setup, batch, rates)
@@ -359,8 +361,40 @@ def measured_world(prior: Prior | None = None) -> World:
     )
 
 
-def model_speed(prior: Prior, error: StepError = no_error) -> ModelSpeed:
-    return ModelSpeed(prior.model, prior.hardware, prior.workload, error)
+def model_speed(
+    prior: Prior,
+    error: StepError = no_error,
+    prefix_caching: Callable[[Setup], bool] = keeps_prefix_caching,
+) -> ModelSpeed:
+    return ModelSpeed(prior.model, prior.hardware, prior.workload, error, prefix_caching)
+
+
+NEMOTRON = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
+
+
+def prefix_cache_worlds(prefix_caching: Callable[[Setup], bool]) -> dict[str, World]:
+    """Nemotron-3-Super NVFP4 on one H200 over a day, on a build whose replay runs without
+    prefix caching (`prefix_caching` says which setups keep it): 4k-token prompts with 60% of
+    their tokens in the cache (turning it off costs more than replay gains), and with 5% (it
+    costs little). The truth is the cost model times the realistic error, with the prefill a
+    setup without the cache really recomputes."""
+    worlds = {}
+    for name, hits, about in (
+        ("prefix-pays", 0.6, "60% prefix-cache hits on 4k prompts: the cache pays"),
+        ("prefix-idle", 0.05, "5% prefix-cache hits on 4k prompts: the cache hardly pays"),
+    ):
+        workload = Workload(prefix_hit_rate=hits, prompt_tokens=4096, generation_tokens=512)
+        prior = Prior(load_model(NEMOTRON), datasheet("H200"), workload)
+        worlds[name] = World(
+            name=name,
+            about=f"{about}; load 4 to 450",
+            prior=prior,
+            speed=model_speed(prior, realistic_error, prefix_caching),
+            demand=daily_load(4, 450),
+            acceptance=constant_acceptance(REFERENCE_ACCEPTANCE),
+            start=Setup(spec_tokens=3),
+        )
+    return worlds
 
 
 def synthetic_worlds(prior: Prior | None = None) -> dict[str, World]:

@@ -10,11 +10,14 @@ import pytest
 
 import autotuner.core.predict.costmodel
 import autotuner.sim.worlds as worlds
+from autotuner.core.model.registry import load_model
 from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.costmodel import predict
 from autotuner.core.types import Setup
+from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.sim.worlds import (
     DAY,
+    NEMOTRON,
     REFERENCE_ACCEPTANCE,
     REPLAY_L16_RATIO,
     MeasuredSpeed,
@@ -29,6 +32,7 @@ from autotuner.sim.worlds import (
     drifting_acceptance,
     log_interp,
     measured_world,
+    prefix_cache_worlds,
     qwen_on_b300,
 )
 
@@ -253,3 +257,16 @@ def test_observation_queues_past_capacity(prior: Prior) -> None:
     accept = from_conditional(list(REFERENCE_ACCEPTANCE))
     curve = predict(prior.model, prior.hardware, setup, [round(capacity + 100)], accept)
     assert world.tokens_per_s(setup, 0) == pytest.approx(float(curve.tokens_per_s[0]))
+
+
+def test_the_prefix_cache_worlds_disagree_on_replay_with_speculation() -> None:
+    """Where 60% of 4k prompts hit the cache, turning it off for replay+spec costs more than
+    replay gains at large batch; at 5% it costs little and replay+spec wins."""
+    engine = FOLLOW_BUILD.serving(load_model(NEMOTRON))
+    worlds = prefix_cache_worlds(engine.keeps_prefix_caching)
+    busy = 12 * 3600.0  # the afternoon peak of the daily load
+    replay_spec, spec = Setup(spec_tokens=3, replay_window=16), Setup(spec_tokens=3)
+    pays, idle = worlds["prefix-pays"], worlds["prefix-idle"]
+    assert pays.tokens_per_s(replay_spec, busy) < pays.tokens_per_s(spec, busy)
+    assert idle.tokens_per_s(replay_spec, busy) > 1.3 * idle.tokens_per_s(spec, busy)
+    assert pays.tokens_per_s(spec, busy) == pytest.approx(idle.tokens_per_s(spec, busy))
