@@ -31,7 +31,6 @@ from tests.vllm.restart_vllm import stop as stop_server
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "spec-autotuner"
 VENV = CACHE / "vllm-venv"
 MODEL = CACHE / "tiny-llama"
-OTHER_MODEL = CACHE / "tiny-llama-seed1"  # same shapes and tokenizer, other random weights
 DRAFT = CACHE / "tiny-llama-draft-0.1"  # MODEL plus 10% noise: acceptance about 0.6-0.8
 HYBRID_MODEL = CACHE / "tiny-nemotron"  # NemotronH `M-M*`: Mamba-2, MLP, Mamba-2, attention
 HERE = Path(__file__).resolve().parent
@@ -76,7 +75,6 @@ def vllm_python() -> str:
         (VENV / ".ready").write_text("ok\n")
     builds = [
         ("make_tiny_model.py", MODEL, []),
-        ("make_tiny_model.py", OTHER_MODEL, ["1"]),
         ("make_tiny_model.py", DRAFT, ["--draft-of", str(MODEL), "0.1"]),
         ("make_tiny_model.py", HYBRID_MODEL, ["--nemotron"]),
     ]

@@ -4,10 +4,7 @@ started last (pid file), start a new one with the args file, wait until it is he
 Usage: restart_vllm.py ARGS_FILE PID_FILE PORT LOG  (VLLM_PYTHON names the vLLM venv's python)
 Exit 1 when the server does not come up (the actuator then reports a failed change), with the
 engine's own reason (the last exception line it logged) on stdout, as an operator's restart
-script would show it.
-
-VLLM_MODEL_WHEN_PLAIN=DIR serves DIR instead of --model whenever speculation is off: a
-deliberately wrong rollout (another model behind the same flags) for the quality guard to catch."""
+script would show it."""
 
 from __future__ import annotations
 
@@ -57,9 +54,6 @@ def stop(pid_file: Path, wait_s: float = 10.0) -> None:
 
 def start(args_file: Path, pid_file: Path, port: int, log: Path) -> int:
     args = [line for line in args_file.read_text().splitlines() if line.strip()]
-    swap = os.environ.get("VLLM_MODEL_WHEN_PLAIN")
-    if swap and "--speculative-config" not in args and "--model" in args:
-        args[args.index("--model") + 1] = swap
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
     logged_before = log.stat().st_size if log.exists() else 0
     with log.open("ab") as out:

@@ -46,6 +46,7 @@ from tests.vllm.conftest import (
     running_tuner,
     server_total,
     tuner_config,
+    tuner_metric,
     wait_for,
 )
 from tests.vllm.restart_vllm import reason
@@ -136,6 +137,10 @@ def seed_drafter(served: Served, per_position: tuple[float, ...] = (0.9, 0.8, 0.
     served.args_file.with_suffix(".state.json").write_text(state.model_dump_json())
 
 
+def served_log(served: Served) -> str:
+    return (served.folder / "vllm.log").read_text()
+
+
 def state(port: int) -> dict[str, Any]:
     return decision(port).get("state") or {}
 
@@ -206,7 +211,7 @@ def test_a_replay_refused_at_start_is_learned_and_rolled_back(
     # The engine's own reason (the failed start's last exception line) reached the refusal:
     # the FlashInfer backend the 0.32 rules ask for is not in the CPU wheel, and without it
     # the cpu backend has no ReplaySSM.
-    why = reason((hybrid.folder / "vllm.log").read_text())
+    why = reason(served_log(hybrid))
     assert why.startswith(("ImportError: FlashInfer is required", "ValueError: ReplaySSM")), why
     assert "replay:16" in refusal["why"]
     assert why in refusal["why"]
@@ -216,11 +221,13 @@ def test_a_replay_refused_at_start_is_learned_and_rolled_back(
 @dataclass
 class Tried:
     """What a run that turned speculation on saw: the operator's args, the most drafts the
-    engine counted meanwhile, the tuner's state after the revert, its log."""
+    engine counted meanwhile, the tuner's state after the revert (from /decision), the quality
+    regressions it counted, its log."""
 
     operator: list[str]
     drafts: float
     state: dict[str, Any]
+    regressions: float
     log: Path
 
 
@@ -257,7 +264,8 @@ def speculation_tried(
         wait_for(reverted, 900, "the switch to spec:3 was not reverted")
         wait_for(lambda: serving(hybrid.url), 600, "the reverted server does not serve")
         document = state(port)
-    return Tried(operator, drafts[0], document, log)
+        regressions = tuner_metric(port, "autotuner_quality_regressions_total")
+    return Tried(operator, drafts[0], document, regressions, log)
 
 
 def test_changed_answers_from_speculation_on_the_hybrid_are_reverted(
@@ -270,8 +278,17 @@ def test_changed_answers_from_speculation_on_the_hybrid_are_reverted(
     tried = speculation_tried(hybrid, tmp_path, [PREFIX_CACHING_OFF], {})
     assert tried.drafts > 0  # the speculating engine served and drafted
     assert args_now(hybrid) == tried.operator
-    assert tried.state["quality"]["status"] == "failed", tried.state["quality"]
-    print(f"quality canary, plain -> spec:3 on the hybrid: {tried.state['quality']['summary']}")
+    quality = tried.state["quality"]
+    print(f"quality canary, plain -> spec:3 on the hybrid: {quality['summary']}")
+    assert quality["status"] == "failed", quality
+    assert quality["summary"].startswith("worse:")
+    assert quality["evidence"]
+    assert tried.regressions >= 1
+    assert "the quality canary got worse" in tried.log.read_text()
+    # The process serving now started with the operator's args: no speculative config.
+    starts = [line for line in served_log(hybrid).splitlines() if "non-default args" in line]
+    assert "speculative_config" in starts[-2]
+    assert "speculative_config" not in starts[-1]
 
 
 @pytest.mark.xfail(
@@ -290,7 +307,7 @@ def test_an_engine_that_dies_at_the_first_request_after_a_switch_is_reverted(
     tried = speculation_tried(hybrid, tmp_path, [], {})
     assert args_now(hybrid) == tried.operator
     assert cache_config(hybrid.url)["enable_prefix_caching"] == "True"
-    died = reason((hybrid.folder / "vllm.log").read_text())
+    died = reason(served_log(hybrid))
     assert died == "TypeError: 'function' object is not subscriptable", died
 
 
