@@ -120,7 +120,7 @@ def candidate_setups(engine: EngineCapabilities, max_k: int = 4) -> list[Setup]:
     ]
     if engine.replay_with_speculation:
         setups += [
-            Setup(spec_tokens=k, replay_window=w) for k in ks for w in (8, 16, 32) if w > k + 1
+            Setup(spec_tokens=k, replay_window=w) for k in ks for w in (8, 16, 32) if w >= k + 1
         ]
     return setups
 

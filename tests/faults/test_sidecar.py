@@ -102,7 +102,8 @@ limits: {{min_drafts: 20, min_batch_samples: 2, max_age_s: 5s}}
 quality: {{enabled: false}}
 policy:
   switch: {{dwell_s: 1s}}
-  restart: {{cooldown_s: 2s, horizon_s: 60s, downtime_s: 500ms, max_per_hour: 8, max_per_day: 8}}
+  restart: {{cooldown_s: 2s, horizon_s: 60s, downtime_s: 500ms, first_compile_s: 0, max_per_hour: 8,
+             max_per_day: 8}}
   estimates: {{batch_half_life_s: 1500ms, min_batch_weight: 2}}
 log: {{format: json}}
 """)

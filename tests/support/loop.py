@@ -26,6 +26,8 @@ def wired(
     """The loop over `actuator`, for `served` (model, GPU); `parts`: a Lease elector, a quality
     guard and what else the test wires."""
     model, hardware = served
+    actuator.engine = settings.engine.capabilities.serving(model)  # as wiring does
+    actuator.declared_build = settings.engine.build
     return Controller(
         settings=settings,
         model=model,

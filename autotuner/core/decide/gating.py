@@ -46,7 +46,9 @@ def _worth(sit: Situation, evaluation: Evaluation, dwell: bool) -> list[Check]:
             f"only {evaluation.confidence:.0%} of acceptance scenarios agree",
         ),
         (
-            dwell and dwelt < switch.dwell_s,
+            # Without a pending change the plan holds: the dwell never starts, and the
+            # restart cost below says why.
+            dwell and pending is not None and dwelt < switch.dwell_s,
             BlockReason.DWELL,
             f"the forecast has pointed at a change for {dwelt:.0f}s of the "
             f"{switch.dwell_s:.0f}s dwell",

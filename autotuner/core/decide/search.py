@@ -42,7 +42,7 @@ def candidates(
     speculating = [Setup(spec_tokens=k) for k in ks]
     if engine.replay_with_speculation:
         speculating += [
-            Setup(spec_tokens=k, replay_window=w) for k in ks for w in windows if w > k + 1
+            Setup(spec_tokens=k, replay_window=w) for k in ks for w in windows if w >= k + 1
         ]
     setups += speculating + _adaptive(speculating, ctx, notes)
     quarantined = {k for k, until in state.quarantine.items() if until > ctx.now}

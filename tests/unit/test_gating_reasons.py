@@ -1,0 +1,56 @@
+"""A hold names what really holds it: when no change pays its restart over the horizon, the
+plan holds and the dwell never starts, so the reason is the restart cost, not the dwell."""
+
+from __future__ import annotations
+
+from autotuner.core.decide.context import Context
+from autotuner.core.decide.state import TunerState
+from autotuner.core.decide.step import step
+from autotuner.core.types import Action, BlockReason, Setup
+from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
+from autotuner.sim.truth import TruthEngine
+from tests.support.policy import H200, MODEL, policy_settings
+
+TRUTH = TruthEngine(MODEL, H200)
+SPEC3 = Setup(spec_tokens=3)
+
+
+SWITCHED = "switched"
+
+
+def _holds(first_compile_s: float) -> list[BlockReason | str | None]:
+    """Why each of eight steps at batch 480 held (SWITCHED where it switched), the engine
+    left on spec:3."""
+    settings = policy_settings(
+        switch={"dwell_s": 1.0},
+        restart={"horizon_s": 60.0, "downtime_s": 0.5, "first_compile_s": first_compile_s},
+        estimates={"batch_half_life_s": 1.5, "min_batch_weight": 2},
+        exploration={"enabled": False},
+    )
+    engine = FOLLOW_BUILD.serving(MODEL)
+    state, now = TunerState(), 1000.0
+    reasons: list[BlockReason | str | None] = []
+    for _ in range(8):
+        now += 0.25
+        ctx = Context(now=now, model=MODEL, hardware=H200, engine=engine, deployed=SPEC3)
+        window = TRUTH.observation(
+            now=now, window_s=1, setup=SPEC3, batch=480, rates=(0.8, 0.7, 0.6)
+        )
+        result = step(state, window, ctx, settings)
+        state = result.state
+        switched = result.decision.action is Action.SWITCH
+        reasons.append(SWITCHED if switched else result.decision.blocked_by)
+    return reasons
+
+
+def test_a_first_compile_longer_than_the_horizon_holds_for_its_cost() -> None:
+    reasons = _holds(first_compile_s=60.0)
+    assert reasons[-1] is BlockReason.RESTART_COST
+    assert BlockReason.DWELL not in reasons
+    assert SWITCHED not in reasons
+
+
+def test_a_change_that_pays_waits_out_the_dwell_and_goes() -> None:
+    reasons = _holds(first_compile_s=0.0)
+    assert SWITCHED in reasons
+    assert reasons[: reasons.index(SWITCHED)][-1] is BlockReason.DWELL  # waited it out
