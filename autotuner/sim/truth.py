@@ -157,12 +157,7 @@ class TruthEngine:
             time_per_output_token=Ratio(step / tau, 1.0),
             prompt_length=Ratio(prompt, 1.0),
             generation_length=Ratio(generated, 1.0),
-            cache_config={
-                "use_replayssm": str(bool(setup.replay_window)),
-                "replayssm_buffer_len": str(setup.replay_window or 16),
-                "mamba_ssm_cache_dtype": ssm_dtype,
-                "mamba_cache_mode": "none",
-            },
+            cache_config=_cache_config(setup, ssm_dtype),
         )
         if self.workload.prefix_hit_rate is not None:
             # vLLM looks prompts up (and counts) only while prefix caching is on.
@@ -180,3 +175,13 @@ class TruthEngine:
             totals.accepted_per_position = per_position
             totals.accepted = float(sum(per_position))
         return build_observation("truth", totals, now=now, limits=limits or ObservationLimits())
+
+
+def _cache_config(setup: Setup, ssm_dtype: str) -> dict[str, str]:
+    """The labels of `vllm:cache_config_info` an engine running `setup` shows."""
+    return {
+        "use_replayssm": str(bool(setup.replay_window)),
+        "replayssm_buffer_len": str(setup.replay_window or 16),
+        "mamba_ssm_cache_dtype": ssm_dtype,
+        "mamba_cache_mode": "none",
+    }

@@ -170,17 +170,7 @@ class PrometheusSource:
             series=len(present),
             batch_samples=self.samples(running, now - window_s, now),
         )
-        drafts = increase(COUNTERS["drafts"])
-        if drafts is not None:
-            totals.speculation = True
-            totals.drafts = drafts
-            totals.draft_tokens = increase(COUNTERS["draft_tokens"]) or 0.0
-            totals.accepted = increase(COUNTERS["accepted"]) or 0.0
-            by_position = self.instant(
-                f"sum by (position) (increase({self.series(PER_POSITION)}[{w}]))", now
-            )
-            values = {int(s["metric"]["position"]): float(s["value"][1]) for s in by_position}
-            totals.accepted_per_position = [values.get(i, 0.0) for i in range(len(values))]
+        self._speculation(totals, w, now)
         rate = "rate({}[" + w + "])"
         totals.generation_tokens_per_s = self.scalar(
             rate.format(self.series(COUNTERS["generation_tokens"])), now
@@ -215,6 +205,25 @@ class PrometheusSource:
                 if k not in ("__name__", "engine", "model_name", "instance", "job")
             }
         return totals
+
+    def _speculation(self, totals: WindowTotals, window: str, now: float) -> None:
+        """The drafts, draft tokens and accepted tokens of the window, by position too."""
+
+        def increase(metric: str) -> float | None:
+            return self.scalar(f"increase({self.series(metric)}[{window}])", now)
+
+        drafts = increase(COUNTERS["drafts"])
+        if drafts is None:
+            return
+        totals.speculation = True
+        totals.drafts = drafts
+        totals.draft_tokens = increase(COUNTERS["draft_tokens"]) or 0.0
+        totals.accepted = increase(COUNTERS["accepted"]) or 0.0
+        by_position = self.instant(
+            f"sum by (position) (increase({self.series(PER_POSITION)}[{window}]))", now
+        )
+        values = {int(s["metric"]["position"]): float(s["value"][1]) for s in by_position}
+        totals.accepted_per_position = [values.get(i, 0.0) for i in range(len(values))]
 
     def _first_increase(self, spellings: tuple[str, ...], window: str, now: float) -> float | None:
         """The window's increase of the first spelling the server has (None: none)."""

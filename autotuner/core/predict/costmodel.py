@@ -160,22 +160,7 @@ def predict(
         )
     taus = tau_curve(acceptance.conditional)[k]
     capacity = max_batch(model, hardware, setup, workload)
-    reason = None
-    if capacity == 0:
-        reason = (
-            f"weights ({model.weight_bytes / GIB:.0f} GiB) leave no room for state on "
-            f"{workload.tensor_parallel} x {hardware.name}: raise tensor parallelism"
-        )
-    elif int(sizes.max()) > capacity and capacity == workload.max_num_seqs:
-        reason = (
-            f"vLLM runs at most {capacity} requests (--max-num-seqs) and queues the rest: the "
-            f"throughput is that of batch {capacity}"
-        )
-    elif int(sizes.max()) > capacity:
-        reason = (
-            f"vLLM admits {capacity} requests with {setup.label} (state slots, ring and KV per "
-            f"request) and queues the rest: the throughput is that of batch {capacity}"
-        )
+    reason = _capped(model, hardware, setup, workload, capacity, int(sizes.max()))
     effective = np.minimum(sizes, max(capacity, 1))
     if setup.adaptive:
         k, taus = _adaptive_verified(model, hardware, setup, effective, k, acceptance, workload)
@@ -212,6 +197,33 @@ def predict(
         flops=parts["flops"],
         prefill=prefill,
     )
+
+
+def _capped(
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    setup: Setup,
+    workload: Workload,
+    capacity: int,
+    largest: int,
+) -> str | None:
+    """Why the largest batch asked for does not run as asked (None: it does)."""
+    if capacity == 0:
+        return (
+            f"weights ({model.weight_bytes / GIB:.0f} GiB) leave no room for state on "
+            f"{workload.tensor_parallel} x {hardware.name}: raise tensor parallelism"
+        )
+    if largest > capacity and capacity == workload.max_num_seqs:
+        return (
+            f"vLLM runs at most {capacity} requests (--max-num-seqs) and queues the rest: the "
+            f"throughput is that of batch {capacity}"
+        )
+    if largest > capacity:
+        return (
+            f"vLLM admits {capacity} requests with {setup.label} (state slots, ring and KV per "
+            f"request) and queues the rest: the throughput is that of batch {capacity}"
+        )
+    return None
 
 
 def predict_all(
