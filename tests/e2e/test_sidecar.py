@@ -37,13 +37,17 @@ mode: {mode}
 source: {{urls: ["{url}"], timeout_s: 1s}}
 target: {{uri: "file://{manifest}"}}
 model: {{id: {MODEL}, gpu: H200}}
+# Replay or speculation, not both (on vLLM 0.33 replay+spec leads at every load here): the
+# crossover between them is what is tested.
+engine: {{capabilities: upstream}}
 loop: {{interval_s: 250ms, window_s: 1s}}
 exporter: {{host: 127.0.0.1, port: {port}}}
 limits: {{min_drafts: 20, min_batch_samples: 2, max_age_s: 5s}}
 quality: {{max_tokens: 4, after_deadline_s: 2s}}
 policy:
   switch: {{dwell_s: 1s}}
-  restart: {{cooldown_s: 2s, horizon_s: 60s, downtime_s: 500ms, max_per_hour: 8, max_per_day: 8}}
+  restart: {{cooldown_s: 2s, horizon_s: 60s, downtime_s: 500ms, first_compile_s: 0, max_per_hour: 8,
+             max_per_day: 8}}
   verification: {{settle_s: {settle}}}
   estimates: {{batch_half_life_s: 1500ms, min_batch_weight: 2}}
 log: {{format: json}}
