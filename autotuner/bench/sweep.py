@@ -34,6 +34,7 @@ from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.core.types import Setup
+from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.errors import ActuatorError, CanaryError, InputError, SourceError, SweepError
 from autotuner.sources.vllm_metrics import window_totals
 from autotuner.sources.vllm_scrape import VllmScraper
@@ -102,6 +103,8 @@ class Sweep:
     ) -> None:
         self.url = url.rstrip("/")
         self.actuator = actuator
+        if actuator.engine is None:  # write each setup with the companion flags its build needs
+            actuator.engine = FOLLOW_BUILD.serving(model)
         self.out = out
         self.plan = plan
         self.model = model
