@@ -28,6 +28,7 @@ from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.group import Group
 from autotuner.core.model.spec import DrafterKind
 from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.vocabulary import Word
 from autotuner.durations import parse_duration
 from autotuner.engines.vllm.builds import AUTO, check_declared
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD, PRESETS
@@ -35,34 +36,27 @@ from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import InputError
 
 
-class _Word(str, Enum):
-    """A closed vocabulary of settings values, compared and printed as its plain words."""
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-
-class Mode(_Word):
+class Mode(Word):
     """What the sidecar may do: advise computes, exports and explains; act also patches."""
 
     ADVISE = "advise"
     ACT = "act"
 
 
-class SourceKind(_Word):
+class SourceKind(Word):
     """Where metrics come from: vLLM's own /metrics, or a Prometheus server."""
 
     VLLM = "vllm"
     PROMETHEUS = "prometheus"
 
 
-class LogFormat(_Word):
+class LogFormat(Word):
     AUTO = "auto"
     JSON = "json"
     TEXT = "text"
 
 
-class LogLevel(_Word):
+class LogLevel(Word):
     DEBUG = "debug"
     INFO = "info"
     WARNING = "warning"

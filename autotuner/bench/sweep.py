@@ -18,7 +18,6 @@ import csv
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.core.types import Setup
+from autotuner.core.vocabulary import Word
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.errors import ActuatorError, CanaryError, InputError, SourceError, SweepError
 from autotuner.sources.vllm_metrics import window_totals
@@ -51,14 +51,11 @@ class Plan:
     canary_max_tokens: int = 32
 
 
-class PointStatus(str, Enum):
+class PointStatus(Word):
     """A point was measured, or the server refused its setup (or its metrics)."""
 
     OK = "ok"
     REFUSED = "refused"
-
-    def __str__(self) -> str:  # the plain word in results.csv
-        return str(self.value)
 
 
 @dataclass

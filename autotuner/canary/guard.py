@@ -10,7 +10,6 @@ result the controller stores in the TunerState, so a restarted sidecar finishes 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 import httpx
@@ -19,6 +18,7 @@ from autotuner.canary.compare import Comparison, Verdict, compare
 from autotuner.canary.run import CanaryPrompt, CanaryRun, load_canary, run_canary
 from autotuner.core.decide.state import QualityCheck, QualityStatus
 from autotuner.core.types import Observation, Setup
+from autotuner.core.vocabulary import Word
 from autotuner.durations import format_duration
 from autotuner.errors import CanaryError, InputError
 from autotuner.settings import QualitySettings
@@ -48,16 +48,13 @@ def admission(
     return None
 
 
-class CanaryResult(str, Enum):
+class CanaryResult(Word):
     """What one guard call did; its value is what logs and labels print."""
 
     RAN = "ran"  # the server answered the set
     REUSED = "reused"  # a fresh baseline stands for the run before a switch
     SKIPPED = "skipped"  # not admitted now (saturated, unknown load, over budget)
     ERROR = "error"  # the server did not answer the set
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from enum import Enum
-
 from pydantic import Field
 
 from autotuner.core.group import HOUR, Group
+from autotuner.core.vocabulary import Word
 
 
 class SwitchSettings(Group):
@@ -21,14 +20,11 @@ class SwitchSettings(Group):
     )
 
 
-class ObjectiveKind(str, Enum):
+class ObjectiveKind(Word):
     """What the policy maximises."""
 
     THROUGHPUT = "throughput"
     LATENCY_SLO = "latency_slo"
-
-    def __str__(self) -> str:  # sentences and logs show the value
-        return self.value
 
 
 class ObjectiveSettings(Group):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from enum import Enum
 from typing import Annotated, Any, NamedTuple
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, ValidationError
@@ -21,6 +20,7 @@ from autotuner.core.decide.forecast import LoadMemory
 from autotuner.core.decide.restarts import RestartCosts
 from autotuner.core.predict.attribution import Attribution
 from autotuner.core.types import Setup, SetupKind
+from autotuner.core.vocabulary import Word
 
 DAY = 86400.0
 # 1: unversioned; 2: calibration per setup and band; 3: per kernel class; 4: the demand memory
@@ -29,16 +29,13 @@ SCHEMA_VERSION = 4
 SET_ASIDE_CHARS = 65536  # an unreadable state is kept (this much of it) for the operator
 
 
-class QualityStatus(str, Enum):
+class QualityStatus(Word):
     """Where a change's quality check stands."""
 
     PENDING = "pending"  # the canary ran on the previous setup and must run on the new one
     PASSED = "passed"
     FAILED = "failed"
     SKIPPED = "skipped"  # no comparison (the summary says why)
-
-    def __str__(self) -> str:  # sentences and logs show the value
-        return self.value
 
 
 class Exploration(NamedTuple):

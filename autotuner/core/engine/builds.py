@@ -10,29 +10,22 @@ it was read from, so a refusal names the rule."""
 
 from __future__ import annotations
 
-from enum import Enum
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotuner.core.types import Setup, SetupKind
+from autotuner.core.vocabulary import Word
 
 
-class Companion(str, Enum):
+class Companion(Word):
     """A setting a setup needs besides its own flags (each engine spells it its own way)."""
-
-    def __str__(self) -> str:
-        return str(self.value)
 
     MAMBA_BACKEND_FLASHINFER = "mamba_backend_flashinfer"
     PREFIX_CACHING_OFF = "prefix_caching_off"
     MODEL_RUNNER_V1 = "model_runner_v1"
 
 
-class Origin(str, Enum):
+class Origin(Word):
     """Where the row in force came from, strongest first."""
-
-    def __str__(self) -> str:
-        return str(self.value)
 
     SETTINGS = "settings"
     IMAGE_TAG = "image tag"

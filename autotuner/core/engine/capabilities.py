@@ -11,7 +11,6 @@ the restarts it refused."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -19,15 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from autotuner.core.engine.builds import BuildInForce, BuildRow, Companion
 from autotuner.core.model.spec import ModelSpec, SsmKind
 from autotuner.core.types import LiveSetup, Setup, SetupKind
+from autotuner.core.vocabulary import Word
 
 BUILD = "build"  # the preset whose replay rules are the capability table's row in force
 
 
-class Capability(str, Enum):
+class Capability(Word):
     """A feature a build may lack: the fields of EngineCapabilities a refused restart turns off."""
-
-    def __str__(self) -> str:  # the word in sentences and state keys, on every Python
-        return str(self.value)
 
     SPECULATION = "speculation"
     REPLAY = "replay"

@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autotuner.core.model.draft import DraftModel
 from autotuner.core.model.spec import DrafterKind
+from autotuner.core.vocabulary import Word
 
 GIB = float(2**30)
 
 
-class MambaCacheMode(str, Enum):
+class MambaCacheMode(Word):
     """vLLM's --mamba-cache-mode: which SSM states it keeps for prefix caching."""
 
     NONE = "none"
     ALL = "all"
     ALIGN = "align"  # keeps one state slot more per request
-
-    def __str__(self) -> str:  # the plain word in notes and tables, on every Python
-        return str(self.value)
 
 
 class Workload(BaseModel):

@@ -11,6 +11,8 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autotuner.core.vocabulary import Word
+
 DTYPE_BYTES: dict[str, float] = {
     "float32": 4,
     "fp32": 4,
@@ -46,7 +48,7 @@ class DrafterKind(str, Enum):
     DRAFT_MODEL = "draft_model"  # a separate small model: K passes of all its layers
 
 
-class Role(str, Enum):
+class Role(Word):
     """What part of the model a weight belongs to: decides whether a step streams it, which
     quantization names select it, and its share of the bytes."""
 
@@ -59,10 +61,6 @@ class Role(str, Enum):
     EXPERTS = "experts"  # the routed experts: a step reads only those its tokens touch
     EMBEDDING = "embedding"  # read by row, never streamed whole
     LM_HEAD = "lm_head"
-
-    def __str__(self) -> str:
-        # Printed as the bare name in notes and reports, as the plain strings were.
-        return self.value
 
 
 class SsmShape(BaseModel):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
 import numpy as np
 import numpy.typing as npt
@@ -39,12 +38,13 @@ from autotuner.core.predict.roofline import (
     roofline,
 )
 from autotuner.core.types import Prediction, Setup
+from autotuner.core.vocabulary import Word
 from autotuner.errors import InputError
 
 FLOPS_PER_STATE_ELEMENT = 5.0  # decay, input outer product, add; output contraction
 
 
-class KernelClass(str, Enum):
+class KernelClass(Word):
     """The kernel classes a step's time is split into: the keys of `SetupCurve.time_s`, which
     online attribution fits on and persists."""
 
@@ -56,11 +56,6 @@ class KernelClass(str, Enum):
     COPY = "copy"
     DRAFT = "draft"
     EAGER = "eager"
-
-    def __str__(self) -> str:
-        # Printed and formatted as the bare name, like the plain strings they replace in
-        # labels and persisted state (a mixed-in Enum prints as KernelClass.GEMM otherwise).
-        return self.value
 
 
 @dataclass(frozen=True)
