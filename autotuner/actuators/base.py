@@ -200,6 +200,18 @@ def select_container(containers: Sequence[Any], wanted: str | None, where: str) 
     )
 
 
+@dataclass(frozen=True)
+class Change:
+    """One apply's rendered change, as every target's writer takes it."""
+
+    live: LiveTarget  # the target as read for this apply
+    command: list[str]
+    args: list[str]
+    state: str | None  # the state record written with it (None: leave the record)
+    dry_run: bool  # only say what would change
+    operator_args: Saved | None = None  # the operator's values of the companion flags
+
+
 class Actuator(ABC):
     """Reads the live vLLM setup and carries out changes; it never decides. What every target
     shares is here: an apply reads the target, checks it is as it was read, renders the args
@@ -253,17 +265,12 @@ class Actuator(ABC):
     @abstractmethod
     def _write(
         self,
-        live: LiveTarget,
+        change: Change,
         read: Any,
-        command: list[str],
-        args: list[str],
-        *,
-        state: str | None,
-        dry_run: bool,
-        operator_args: Saved | None = None,
     ) -> ApplyResult:
-        """Write the rendered command and args (and the state record and the operator's
-        companion record), or only say what would change (dry run)."""
+        """Write the change (its command and args, the state record and the operator's
+        companion record), or only say what would change (dry run); `read` is what the writer
+        needs of the same read."""
 
     def apply(
         self,
@@ -285,9 +292,8 @@ class Actuator(ABC):
             allow_low_precision_replay=self.allow_low_precision_replay,
             companions=self.companions(live, setup),
         )
-        return self._write(
-            live, read, command, args, state=state, dry_run=dry_run, operator_args=record
-        )
+        change = Change(live, command, args, state, dry_run, operator_args=record)
+        return self._write(change, read)
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from autotuner.actuators.base import (
     Actuator,
     ApplyResult,
+    Change,
     LiveTarget,
     RolloutStatus,
     args_diff,
@@ -35,7 +36,6 @@ from autotuner.actuators.base import (
     live_target,
     record_text,
 )
-from autotuner.engines.vllm.companions import Saved
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import ActuatorError, RestartError
 
@@ -135,17 +135,9 @@ class ExecActuator(Actuator):
     def _read_for_apply(self) -> tuple[LiveTarget, None]:
         return self.read(), None
 
-    def _write(
-        self,
-        live: LiveTarget,
-        read: None,
-        command: list[str],
-        args: list[str],
-        *,
-        state: str | None,
-        dry_run: bool,
-        operator_args: Saved | None = None,
-    ) -> ApplyResult:
+    def _write(self, change: Change, read: None) -> ApplyResult:
+        live, args, state = change.live, change.args, change.state  # its command is the file's
+        dry_run, operator_args = change.dry_run, change.operator_args
         diff = args_diff(live.args, args, str(self.args_file))
         changed = args != list(live.args)
         if dry_run:

@@ -30,6 +30,7 @@ from autotuner.actuators.base import (
     STATE_ANNOTATION,
     Actuator,
     ApplyResult,
+    Change,
     LiveTarget,
     RolloutStatus,
     args_diff,
@@ -40,7 +41,6 @@ from autotuner.actuators.base import (
 )
 from autotuner.core.types import Setup
 from autotuner.deadline import Deadline, backoff_s
-from autotuner.engines.vllm.companions import Saved
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import ActuatorError, ConflictError, ForbiddenError, InputError
 
@@ -275,15 +275,8 @@ class KubernetesActuator(Actuator):
                 if expected_version is not None and live.version != expected_version:
                     _same_inputs(seen, live, self.where)
                 try:
-                    return self._write(
-                        live,
-                        read,
-                        command,
-                        args,
-                        state=state,
-                        dry_run=dry_run,
-                        operator_args=record,
-                    )
+                    change = Change(live, command, args, state, dry_run, operator_args=record)
+                    return self._write(change, read)
                 except ConflictError:
                     last = attempt + 1 == self.conflict_attempts
                     if last or not self._call.sleep(backoff_s(attempt)):
@@ -296,17 +289,9 @@ class KubernetesActuator(Actuator):
         raw = self._get()  # one read: the live args, the rollout strategy and the container
         return self._live(raw), raw
 
-    def _write(
-        self,
-        live: LiveTarget,
-        read: dict[str, Any],
-        command: list[str],
-        args: list[str],
-        *,
-        state: str | None,
-        dry_run: bool,
-        operator_args: Saved | None = None,
-    ) -> ApplyResult:
+    def _write(self, change: Change, read: dict[str, Any]) -> ApplyResult:
+        live, command, args, state = change.live, change.command, change.args, change.state
+        dry_run, operator_args = change.dry_run, change.operator_args
         risk = self.surge_risk(read)
         if risk and not self.allow_surge:
             raise ActuatorError(f"refused: {risk}")

@@ -23,6 +23,7 @@ from autotuner.actuators.base import (
     STATE_ANNOTATION,
     Actuator,
     ApplyResult,
+    Change,
     LiveTarget,
     RolloutStatus,
     atomic_write,
@@ -30,7 +31,6 @@ from autotuner.actuators.base import (
     record_text,
     select_container,
 )
-from autotuner.engines.vllm.companions import Saved
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import ActuatorError
 
@@ -129,17 +129,9 @@ class ManifestActuator(Actuator):
         text, documents = self._load()
         return self._live(text, documents), (text, documents)
 
-    def _write(
-        self,
-        live: LiveTarget,
-        read: tuple[str, list[Any]],
-        command: list[str],
-        args: list[str],
-        *,
-        state: str | None,
-        dry_run: bool,
-        operator_args: Saved | None = None,
-    ) -> ApplyResult:
+    def _write(self, change: Change, read: tuple[str, list[Any]]) -> ApplyResult:
+        live, command, args, state = change.live, change.command, change.args, change.state
+        dry_run, operator_args = change.dry_run, change.operator_args
         text, documents = read
         workload = self._workload(documents)
         container = self._container(workload)
