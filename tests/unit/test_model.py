@@ -99,8 +99,12 @@ def test_nemotron_h_reader_counts_blocks() -> None:
     assert 30e9 < spec.total_params < 33e9
 
 
-def test_nemotron_layers_block_type_equals_pattern() -> None:
-    blocks = {"M": "mamba", "E": "moe", "*": "attention"}
+@pytest.mark.parametrize(
+    ("mamba", "attention"),
+    [("mamba", "attention"), ("linear_attention", "full_attention")],  # transformers 5's
+)
+def test_nemotron_layers_block_type_equals_pattern(mamba: str, attention: str) -> None:
+    blocks = {"M": mamba, "E": "moe", "*": attention}
     listed = {k: v for k, v in NANO.items() if k != "hybrid_override_pattern"}
     listed["layers_block_type"] = [blocks[c] for c in NANO["hybrid_override_pattern"]]
     assert from_hf_config(listed).total_params == from_hf_config(NANO).total_params

@@ -34,7 +34,6 @@ from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import SsmKind
 from autotuner.core.types import Setup
 from autotuner.engines.vllm.setup import parse_setup
-from autotuner.errors import ModelConfigError
 from tests.integration.conftest import free_port
 from tests.vllm.conftest import (
     HYBRID_MODEL,
@@ -149,12 +148,6 @@ def switches(log: Path, to: str) -> list[dict[str, Any]]:
     return [d for d in logged_decisions(log) if d.get("action") == "switch" and d["target"] == to]
 
 
-@pytest.mark.xfail(
-    reason="product: core/model/readers/nemotron_h.py maps layers_block_type by the old names "
-    "(mamba, attention); transformers 5 writes linear_attention and full_attention",
-    raises=ModelConfigError,
-    strict=True,
-)
 def test_the_tuner_reads_the_served_hybrids_own_config(vllm_python: str) -> None:
     """The served directory's config.json, as transformers 5 writes a NemotronH (its layers
     spelled out in `layers_block_type`), is the model the tuner decides for."""

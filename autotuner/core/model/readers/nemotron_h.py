@@ -9,7 +9,16 @@ from autotuner.core.model.readers.base import Body, Config, Fields, Read, build
 from autotuner.core.model.spec import AttentionShape, MoeShape, Role, SsmKind, SsmShape
 from autotuner.errors import ModelConfigError
 
-_BLOCKS = {"mamba": "M", "moe": "E", "attention": "*", "mlp": "-"}
+# Block types by both spellings: transformers 5 writes a Mamba-2 mixer as linear_attention and
+# attention as full_attention.
+_BLOCKS = {
+    "mamba": "M",
+    "linear_attention": "M",
+    "moe": "E",
+    "attention": "*",
+    "full_attention": "*",
+    "mlp": "-",
+}
 
 
 def _pattern(raw: Config, f: Fields) -> str:
