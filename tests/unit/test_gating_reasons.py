@@ -1,13 +1,16 @@
-"""A hold names what really holds it: when no change pays its restart over the horizon, the
-plan holds and the dwell never starts, so the reason is the restart cost, not the dwell."""
+"""What holds a change, and what undoes one: when no change pays its restart over the horizon,
+the plan holds and the dwell never starts, so the reason is the restart cost, not the dwell; a
+switched-to engine that stops serving is reverted past the down deadline, not waited on."""
 
 from __future__ import annotations
 
 from autotuner.core.decide.context import Context
 from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.step import step
+from autotuner.core.observe.observation import unusable
 from autotuner.core.types import Action, BlockReason, Setup
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
+from autotuner.errors import UnusableReason
 from autotuner.sim.truth import TruthEngine
 from tests.support.policy import H200, MODEL, policy_settings
 
@@ -54,3 +57,39 @@ def test_a_change_that_pays_waits_out_the_dwell_and_goes() -> None:
     reasons = _holds(first_compile_s=0.0)
     assert SWITCHED in reasons
     assert reasons[: reasons.index(SWITCHED)][-1] is BlockReason.DWELL  # waited it out
+
+
+def test_an_engine_that_stops_serving_after_a_switch_is_reverted() -> None:
+    """The switched-to engine dies (at start, or at its first request): verification does not
+    wait for a settled window forever; past the down deadline the switch is reverted."""
+    settings = policy_settings(
+        switch={"dwell_s": 0.0},
+        restart={"horizon_s": 60.0, "downtime_s": 0.5, "first_compile_s": 0.0},
+        estimates={"batch_half_life_s": 1.5, "min_batch_weight": 2},
+        exploration={"enabled": False},
+        verification={"down_deadline_s": 30.0},
+    )
+    engine = FOLLOW_BUILD.serving(MODEL)
+    state, now, deployed = TunerState(), 1000.0, SPEC3
+    decisions = []
+    for _ in range(60):
+        now += 1.0
+        ctx = Context(now=now, model=MODEL, hardware=H200, engine=engine, deployed=deployed)
+        if deployed == SPEC3:
+            window = TRUTH.observation(
+                now=now, window_s=1, setup=SPEC3, batch=480, rates=(0.8, 0.7, 0.6)
+            )
+        else:  # the new setup never answers
+            window = unusable("test", UnusableReason.SERVER_DOWN, "refused", start=now - 1, end=now)
+        result = step(state, window, ctx, settings)
+        state = result.state
+        decisions.append(result.decision)
+        if result.acts and result.decision.target is not None:
+            deployed = result.decision.target
+    actions = [d.action for d in decisions]
+    switched, reverted = actions.index(Action.SWITCH), actions.index(Action.REVERT)
+    waited = decisions[reverted].at - decisions[switched].at
+    assert 30.0 < waited <= 32.0  # the deadline, not before it, and not forever
+    assert "has not served since the switch" in decisions[reverted].sentence
+    assert deployed == SPEC3
+    assert state.quarantine  # the setup that died is not tried again at once

@@ -137,6 +137,13 @@ class VerificationSettings(Group):
         description="A predicted switch is reverted when it measures this much below the "
         "setup it replaced.",
     )
+    down_deadline_s: float = Field(
+        600,
+        gt=0,
+        description="A switched-to engine that does not serve this long after the switch (nor "
+        "twice what its restart is expected to take, if longer) is reverted: it died at start "
+        "or at its first request.",
+    )
 
 
 class QuarantineSettings(Group):

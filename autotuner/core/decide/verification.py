@@ -11,10 +11,13 @@ from autotuner.core.decide.context import Situation
 from autotuner.core.decide.decisions import Make
 from autotuner.core.decide.state import QualityStatus, TunerState, Verification
 from autotuner.core.types import Action, BlockReason, Decision
+from autotuner.errors import UnusableReason
 
 # The rate measured before a change is the reference while demand stays within half an octave
 # (a factor sqrt 2) of the demand it was measured at; beyond it, the previous setup's prediction.
 SIMILAR_DEMAND_OCTAVES = 0.5
+# What a window says when the engine itself is not answering (not a bad scrape of a live one).
+NOT_SERVING = (UnusableReason.SERVER_DOWN, UnusableReason.HTTP_ERROR)
 
 
 def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
@@ -27,6 +30,11 @@ def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
         # Quality before speed: changed answers revert whatever the throughput says.
         why = f"the quality canary got worse ({quality.summary})"
         return revert(sit, make, why, confidence=quality.confidence or 0.0)
+    down_s = _stopped_serving_s(sit, verification)
+    if down_s is not None:
+        reason = sit.observation.reason.value if sit.observation.reason else "down"
+        why = f"the engine has not served since the switch {down_s:.0f} s ago ({reason})"
+        return revert(sit, make, why)
     if _unsettled(sit, verification):
         return _waiting(make, verification, "waiting for a settled window after the rollout"), state
     measured, reference, batch = _measured_against_previous(sit, verification)
@@ -81,6 +89,18 @@ def _verified(
         notes=(f"quality: {quality.status}: {quality.summary}",) if quality else (),
     )
     return decision, state.verified()
+
+
+def _stopped_serving_s(sit: Situation, verification: Verification) -> float | None:
+    """Seconds since the switch while the engine does not answer, once past what its restart
+    may take (None: it serves, or may still be coming up)."""
+    observation = sit.observation
+    if sit.ctx.rollout_in_progress or observation.usable or observation.reason not in NOT_SERVING:
+        return None
+    since = sit.now - verification.switched_at
+    expected = sit.state.restart_costs.expected_s(verification.target, sit.settings.restart)
+    allowed = max(sit.settings.verification.down_deadline_s, 2 * expected)
+    return since if since > allowed else None
 
 
 def _unsettled(sit: Situation, verification: Verification) -> bool:
