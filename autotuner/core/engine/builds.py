@@ -85,6 +85,7 @@ class BuildRow(BaseModel):
         (), description="Replay only for these architectures (empty: every one of the family)."
     )
     other_architectures: Rule | None = None  # the refusal for the family's other ones
+    spec: SetupRule = SetupRule()  # speculation alone: starts everywhere, with companions on some
     replay: SetupRule = SetupRule()
     replay_spec: SetupRule = SetupRule()
     source: str = ""
@@ -96,7 +97,9 @@ class BuildRow(BaseModel):
         return f"{self.engine}{cpu} {self.versions} {self.family}"
 
     def rule(self, kind: SetupKind) -> SetupRule | None:
-        """The rule of a setup family (plain and spec start on every row: None)."""
+        """The rule of a setup family (plain starts on every row: None)."""
+        if kind is SetupKind.SPEC:
+            return self.spec
         if kind is SetupKind.REPLAY:
             return self.replay
         if kind is SetupKind.REPLAY_SPEC:
