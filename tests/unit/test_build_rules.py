@@ -168,6 +168,16 @@ def test_speculation_on_the_cpu_build_turns_prefix_caching_off(declared: str, of
     assert dense.companions(spec2) == ()
 
 
+def test_speculation_alone_starts_on_architectures_without_replay() -> None:
+    """The 0.33 Mamba-2 row names the architectures with ReplaySSM (NemotronH): another Mamba-2
+    hybrid still speculates, and only its replay is refused."""
+    granite = load_model("ibm-granite/granite-4.0-h-small")
+    row = build_in_force("0.33.0").row("mamba2")
+    assert row is not None
+    assert row.refusal(Setup(spec_tokens=2), granite.architecture) is None
+    assert row.refusal(Setup(replay_window=16), granite.architecture) is not None
+
+
 def test_the_operators_own_flags_are_put_back_in_place() -> None:
     operator = [*OPERATOR, "--enable-prefix-caching", "--mamba-backend=triton", "--port", "8000"]
     engine = FOLLOW_BUILD.running_on(build_in_force("0.33.0")).serving(NEMOTRON)

@@ -110,7 +110,9 @@ class BuildRow(BaseModel):
         rule = self.rule(setup.kind)
         if rule is None:
             return None
-        if self.architectures and architecture not in (None, *self.architectures):
+        # The architectures are those with ReplaySSM: speculation alone starts on every one.
+        replays = bool(setup.replay_window)
+        if replays and self.architectures and architecture not in (None, *self.architectures):
             refused = self.other_architectures or Rule(says="not supported", source=self.source)
             return refused.named(self.name, f"{setup.kind.value} refused for {architecture}")
         refusal = rule.refusal(setup, self.name)
