@@ -5,7 +5,7 @@ decision-quality benchmark and the demo."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -66,6 +66,8 @@ class TruthEngine:
     # Whether the world's engine keeps prefix caching under a setup; one without it prefills
     # the workload's prefix-cache hits again (core/predict/prefill.py).
     prefix_caching: Callable[[Setup], bool] = keeps_prefix_caching
+    # The true recomputed prefill against the model's price of it (a world's hidden error).
+    prefill_error: float = 1.0
 
     def step_time(self, setup: Setup, batch: float, rates: Sequence[float]) -> float:
         k = int(setup.spec_tokens_at([max(round(batch), 1)])[0])
@@ -105,6 +107,7 @@ class TruthEngine:
         )
         if cost is None:
             return decode_tokens_per_s
+        cost = replace(cost, seconds_per_token=cost.seconds_per_token * self.prefill_error)
         return float(cost.tokens_per_s(np.array([decode_tokens_per_s]))[0])
 
     def observation(

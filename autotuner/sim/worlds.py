@@ -209,12 +209,15 @@ class ModelSpeed:
     workload: Workload = field(default_factory=Workload)
     error: StepError = no_error
     prefix_caching: Callable[[Setup], bool] = keeps_prefix_caching  # the engine's rule
+    prefill_error: float = 1.0  # the true recomputed prefill against the model's price
     _capacity: dict[str, float] = field(default_factory=dict, repr=False)
 
     @cached_property
     def _uncapped(self) -> TruthEngine:
         roomy = self.hardware.model_copy(update={"memory_bytes": UNCAPPED_MEMORY})
-        return TruthEngine(self.model, roomy, self.workload, self.error, self.prefix_caching)
+        return TruthEngine(
+            self.model, roomy, self.workload, self.error, self.prefix_caching, self.prefill_error
+        )
 
     def step_time(self, setup: Setup, batch: float, rates: Sequence[float]) -> float:
         return self._uncapped.step_time(setup, batch, rates)
@@ -361,12 +364,8 @@ def measured_world(prior: Prior | None = None) -> World:
     )
 
 
-def model_speed(
-    prior: Prior,
-    error: StepError = no_error,
-    prefix_caching: Callable[[Setup], bool] = keeps_prefix_caching,
-) -> ModelSpeed:
-    return ModelSpeed(prior.model, prior.hardware, prior.workload, error, prefix_caching)
+def model_speed(prior: Prior, error: StepError = no_error) -> ModelSpeed:
+    return ModelSpeed(prior.model, prior.hardware, prior.workload, error)
 
 
 NEMOTRON = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
@@ -377,11 +376,13 @@ def prefix_cache_worlds(prefix_caching: Callable[[Setup], bool]) -> dict[str, Wo
     prefix caching (`prefix_caching` says which setups keep it): 4k-token prompts with 60% of
     their tokens in the cache (turning it off costs more than replay gains), and with 5% (it
     costs little). The truth is the cost model times the realistic error, with the prefill a
-    setup without the cache really recomputes."""
+    setup without the cache really recomputes, priced by the world apart from the model: 1.3 times
+    the model's prefill cost where the cache pays, 0.7 times where it hardly does (the policy is
+    not told)."""
     worlds = {}
-    for name, hits, about in (
-        ("prefix-pays", 0.6, "60% prefix-cache hits on 4k prompts: the cache pays"),
-        ("prefix-idle", 0.05, "5% prefix-cache hits on 4k prompts: the cache hardly pays"),
+    for name, hits, prefill_error, about in (
+        ("prefix-pays", 0.6, 1.3, "60% prefix-cache hits on 4k prompts: the cache pays"),
+        ("prefix-idle", 0.05, 0.7, "5% prefix-cache hits on 4k prompts: the cache hardly pays"),
     ):
         workload = Workload(prefix_hit_rate=hits, prompt_tokens=4096, generation_tokens=512)
         prior = Prior(load_model(NEMOTRON), datasheet("H200"), workload)
@@ -389,7 +390,14 @@ def prefix_cache_worlds(prefix_caching: Callable[[Setup], bool]) -> dict[str, Wo
             name=name,
             about=f"{about}; load 4 to 450",
             prior=prior,
-            speed=model_speed(prior, realistic_error, prefix_caching),
+            speed=ModelSpeed(
+                prior.model,
+                prior.hardware,
+                workload,
+                realistic_error,
+                prefix_caching,
+                prefill_error,
+            ),
             demand=daily_load(4, 450),
             acceptance=constant_acceptance(REFERENCE_ACCEPTANCE),
             start=Setup(spec_tokens=3),
