@@ -30,8 +30,10 @@ from autotuner.core.model.spec import DrafterKind
 from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.vocabulary import Word
 from autotuner.durations import parse_duration
+from autotuner.engines.dialect import Dialect
 from autotuner.engines.vllm.builds import AUTO, check_declared
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD, PRESETS
+from autotuner.engines.vllm.dialect import VllmDialect
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import InputError
 
@@ -174,6 +176,11 @@ class EngineSettings(Group):
         "read; `auto`: the image tag, else GET /version, else the table's default version.",
     )
     flags: FlagNames = Field(default_factory=FlagNames, description="Managed flag names.")
+
+    @property
+    def dialect(self) -> Dialect:
+        """The engine's command line, read and written with these flag names."""
+        return VllmDialect(self.flags)
 
     @field_validator("build")
     @classmethod

@@ -97,7 +97,7 @@ def _actuator(settings: Settings, uri: str, identity: str) -> Actuator:
     return open_target(
         uri,
         kube_server=settings.target.kube_server,
-        names=settings.engine.flags,
+        dialect=settings.engine.dialect,
         allow_surge=settings.target.allow_surge,
         allow_low_precision_replay=settings.target.allow_low_precision_replay,
         identity=identity,

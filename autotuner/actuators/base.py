@@ -15,15 +15,8 @@ from typing import Any
 from autotuner.core.engine.builds import BuildInForce, Companion
 from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.types import Setup
-from autotuner.engines.vllm.builds import AUTO, build_in_force
-from autotuner.engines.vllm.companions import Saved, saved_record
-from autotuner.engines.vllm.flags import FlagNames
-from autotuner.engines.vllm.setup import (
-    CONTAINER_HINT,
-    container_setup,
-    container_speculative_config,
-    render_container,
-)
+from autotuner.engines.dialect import Dialect, Rendered, Saved
+from autotuner.engines.vllm.builds import AUTO
 from autotuner.errors import ActuatorError, ArgsError, ConflictError
 
 STATE_ANNOTATION = "spec-autotuner.io/state"
@@ -85,7 +78,7 @@ def live_target(
     command: Sequence[str],
     args: Sequence[str],
     annotations: dict[str, Any],
-    names: FlagNames,
+    dialect: Dialect,
     version: str | None,
     rollout: RolloutStatus,
     state: str | None = None,
@@ -94,10 +87,10 @@ def live_target(
 ) -> LiveTarget:
     """What every actuator reports, read from a command line and its annotations."""
     try:
-        setup = container_setup(command, args, names)
-        drafter = container_speculative_config(command, args, names)
+        setup = dialect.setup_of(command, args)
+        drafter = dialect.speculative_config(command, args)
         record = annotations.get(OPERATOR_ANNOTATION, operator_args)
-        saved = saved_record(json.loads(record)) if record else None
+        saved = dialect.saved_record(json.loads(record)) if record else None
     except ArgsError as exc:
         raise ActuatorError(f"{where}: {exc}") from None
     except ValueError as exc:
@@ -123,15 +116,12 @@ def record_text(record: Saved | None) -> str | None:
     return json.dumps(record, separators=(",", ":"), sort_keys=True) if record else None
 
 
-Rendered = tuple[list[str], list[str], Saved | None]
-
-
 def rendered(
     where: str,
     live: LiveTarget,
     setup: Setup,
     *,
-    names: FlagNames,
+    dialect: Dialect,
     saved_speculative_config: dict[str, Any] | None,
     allow_low_precision_replay: bool,
     companions: tuple[Companion, ...] = (),
@@ -139,11 +129,10 @@ def rendered(
     """The (command, args) that configure `setup` with the companions it needs, and the
     operator's companion record to keep, or an ActuatorError naming `where`."""
     try:
-        return render_container(
+        return dialect.render(
             live.command,
             live.args,
             setup,
-            names=names,
             saved_speculative_config=saved_speculative_config or live.speculative_config,
             allow_low_precision_replay=allow_low_precision_replay,
             companions=companions,
@@ -159,7 +148,7 @@ def checked_render(
     setup: Setup,
     *,
     expected_version: str | None,
-    names: FlagNames,
+    dialect: Dialect,
     saved_speculative_config: dict[str, Any] | None,
     allow_low_precision_replay: bool,
     companions: tuple[Companion, ...] = (),
@@ -174,16 +163,16 @@ def checked_render(
         where,
         live,
         setup,
-        names=names,
+        dialect=dialect,
         saved_speculative_config=saved_speculative_config,
         allow_low_precision_replay=allow_low_precision_replay,
         companions=companions,
     )
 
 
-def select_container(containers: Sequence[Any], wanted: str | None, where: str) -> Any:
-    """The vLLM container of a pod template: the one named, else the only one, else the only
-    one whose name says vllm (CONTAINER_HINT)."""
+def select_container(containers: Sequence[Any], wanted: str | None, where: str, hint: str) -> Any:
+    """The engine's container of a pod template: the one named, else the only one, else the
+    only one whose name holds `hint` (the dialect's container hint)."""
     names = [str(c.get("name")) for c in containers]
     if wanted is not None:
         for container, name in zip(containers, names, strict=True):
@@ -192,11 +181,11 @@ def select_container(containers: Sequence[Any], wanted: str | None, where: str) 
         raise ActuatorError(f"{where}: no container named {wanted!r}")
     if len(containers) == 1:
         return containers[0]
-    vllm = [c for c, name in zip(containers, names, strict=True) if CONTAINER_HINT in name]
-    if len(vllm) == 1:
-        return vllm[0]
+    hinted = [c for c, name in zip(containers, names, strict=True) if hint in name]
+    if len(hinted) == 1:
+        return hinted[0]
     raise ActuatorError(
-        f"{where}: several containers ({', '.join(names)}); name the vLLM one in the target"
+        f"{where}: several containers ({', '.join(names)}); name the engine's one in the target"
     )
 
 
@@ -217,7 +206,7 @@ class Actuator(ABC):
     shares is here: an apply reads the target, checks it is as it was read, renders the args
     for the setup, and hands them to the target's own writer."""
 
-    names: FlagNames
+    dialect: Dialect
     allow_low_precision_replay: bool
     periodic_state: bool = True  # the learned state is written between changes too
     # The served model's capabilities (set by whoever knows the model: the wiring, `apply`):
@@ -227,7 +216,7 @@ class Actuator(ABC):
 
     def build_of(self, live: LiveTarget) -> BuildInForce:
         """The build the target runs: the declared version, else its image's tag."""
-        return build_in_force(self.declared_build, image=live.image)
+        return self.dialect.build_in_force(self.declared_build, image=live.image)
 
     def companions(self, live: LiveTarget, setup: Setup) -> tuple[Companion, ...]:
         """What the build needs besides `setup`'s own flags (none without a known model)."""
@@ -287,7 +276,7 @@ class Actuator(ABC):
             live,
             setup,
             expected_version=expected_version,
-            names=self.names,
+            dialect=self.dialect,
             saved_speculative_config=saved_speculative_config,
             allow_low_precision_replay=self.allow_low_precision_replay,
             companions=self.companions(live, setup),

@@ -36,7 +36,8 @@ from autotuner.actuators.base import (
     live_target,
     record_text,
 )
-from autotuner.engines.vllm.flags import FlagNames
+from autotuner.engines.dialect import Dialect
+from autotuner.engines.vllm.dialect import VllmDialect
 from autotuner.errors import ActuatorError, RestartError
 
 
@@ -49,7 +50,7 @@ class ExecActuator(Actuator):
         state_file: str | Path | None = None,
         env_var: str | None = None,
         timeout_s: float = 120.0,
-        names: FlagNames | None = None,
+        dialect: Dialect | None = None,
         allow_low_precision_replay: bool = False,
     ) -> None:
         if not restart_command:
@@ -61,7 +62,7 @@ class ExecActuator(Actuator):
         )
         self.env_var = env_var
         self.timeout_s = timeout_s
-        self.names = names or FlagNames()
+        self.dialect: Dialect = dialect or VllmDialect()
         self.allow_low_precision_replay = allow_low_precision_replay
         self.events: list[tuple[str, str, bool]] = []
         self.last_output = ""
@@ -113,7 +114,7 @@ class ExecActuator(Actuator):
             command=(),
             args=args,
             annotations={},
-            names=self.names,
+            dialect=self.dialect,
             state=state,
             version=hashlib.sha256(text.encode()).hexdigest()[:16],
             rollout=RolloutStatus(True, None, "restart command returned"),

@@ -41,7 +41,8 @@ from autotuner.actuators.base import (
 )
 from autotuner.core.types import Setup
 from autotuner.deadline import Deadline, backoff_s
-from autotuner.engines.vllm.flags import FlagNames
+from autotuner.engines.dialect import Dialect
+from autotuner.engines.vllm.dialect import VllmDialect
 from autotuner.errors import ActuatorError, ConflictError, ForbiddenError, InputError
 
 SMP = "application/strategic-merge-patch+json"
@@ -122,7 +123,7 @@ class KubernetesActuator(Actuator):
         target: K8sTarget,
         api: k8s.ApiClient,
         *,
-        names: FlagNames | None = None,
+        dialect: Dialect | None = None,
         field_manager: str = "spec-autotuner",
         identity: str = "spec-autotuner",
         allow_surge: bool = False,
@@ -134,7 +135,7 @@ class KubernetesActuator(Actuator):
         self.target = target
         self.apps = k8s.AppsV1Api(api)
         self.core = k8s.CoreV1Api(api)
-        self.names = names or FlagNames()
+        self.dialect: Dialect = dialect or VllmDialect()
         self.field_manager = field_manager
         self.identity = identity
         self.allow_surge = allow_surge
@@ -186,7 +187,7 @@ class KubernetesActuator(Actuator):
     def _container(self, raw: dict[str, Any]) -> dict[str, Any]:
         containers = raw["spec"]["template"]["spec"]["containers"]
         container: dict[str, Any] = select_container(
-            containers, self.target.container, str(self.target)
+            containers, self.target.container, str(self.target), self.dialect.container_hint
         )
         return container
 
@@ -202,7 +203,7 @@ class KubernetesActuator(Actuator):
             command=container.get("command") or [],
             args=container.get("args") or [],
             annotations=raw["metadata"].get("annotations") or {},
-            names=self.names,
+            dialect=self.dialect,
             version=raw["metadata"].get("resourceVersion"),
             rollout=_rollout(raw),
             image=container.get("image"),
@@ -265,7 +266,7 @@ class KubernetesActuator(Actuator):
                     self.where,
                     live,
                     setup,
-                    names=self.names,
+                    dialect=self.dialect,
                     saved_speculative_config=saved_speculative_config,
                     allow_low_precision_replay=self.allow_low_precision_replay,
                     companions=self.companions(live, setup),

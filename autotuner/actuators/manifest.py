@@ -31,7 +31,8 @@ from autotuner.actuators.base import (
     record_text,
     select_container,
 )
-from autotuner.engines.vllm.flags import FlagNames
+from autotuner.engines.dialect import Dialect
+from autotuner.engines.vllm.dialect import VllmDialect
 from autotuner.errors import ActuatorError
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
@@ -47,13 +48,13 @@ class ManifestActuator(Actuator):
         *,
         name: str | None = None,
         container: str | None = None,
-        names: FlagNames | None = None,
+        dialect: Dialect | None = None,
         allow_low_precision_replay: bool = False,
     ) -> None:
         self.path = Path(path)
         self.name = name
         self.container_name = container
-        self.names = names or FlagNames()
+        self.dialect: Dialect = dialect or VllmDialect()
         self.allow_low_precision_replay = allow_low_precision_replay
         self.yaml = YAML()
         self.yaml.preserve_quotes = True
@@ -99,7 +100,9 @@ class ManifestActuator(Actuator):
             containers = workload["spec"]["template"]["spec"]["containers"]
         except (KeyError, TypeError):
             raise ActuatorError(f"{self.path}: workload has no pod template containers") from None
-        container: CommentedMap = select_container(containers, self.container_name, str(self.path))
+        container: CommentedMap = select_container(
+            containers, self.container_name, str(self.path), self.dialect.container_hint
+        )
         return container
 
     def read(self) -> LiveTarget:
@@ -115,7 +118,7 @@ class ManifestActuator(Actuator):
             command=[str(v) for v in container.get("command") or []],
             args=[str(v) for v in container.get("args") or []],
             annotations=dict((workload.get("metadata") or {}).get("annotations") or {}),
-            names=self.names,
+            dialect=self.dialect,
             version=hashlib.sha256(text.encode()).hexdigest()[:16],
             rollout=RolloutStatus(True, None, "a manifest has no rollout; GitOps applies it"),
             image=str(container["image"]) if container.get("image") else None,

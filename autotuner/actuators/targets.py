@@ -7,7 +7,7 @@ import shlex
 from urllib.parse import parse_qs, urlsplit
 
 from autotuner.actuators.base import Actuator
-from autotuner.engines.vllm.flags import FlagNames
+from autotuner.engines.dialect import Dialect
 from autotuner.errors import InputError
 
 
@@ -15,7 +15,7 @@ def open_target(
     uri: str,
     *,
     kube_server: str | None = None,
-    names: FlagNames | None = None,
+    dialect: Dialect | None = None,
     allow_surge: bool = False,
     allow_low_precision_replay: bool = False,
     identity: str = "spec-autotuner",
@@ -29,7 +29,7 @@ def open_target(
         return KubernetesActuator(
             K8sTarget.parse(uri),
             api_client(kube_server, timeout_s=timeout_s),
-            names=names,
+            dialect=dialect,
             allow_surge=allow_surge,
             allow_low_precision_replay=allow_low_precision_replay,
             identity=identity,
@@ -46,7 +46,7 @@ def open_target(
             path,
             name=query.get("name"),
             container=query.get("container"),
-            names=names,
+            dialect=dialect,
             allow_low_precision_replay=allow_low_precision_replay,
         )
     if parts.scheme == "exec" and path:
@@ -59,7 +59,7 @@ def open_target(
             shlex.split(query["restart"]),
             env_var=query.get("env"),
             timeout_s=float(query.get("timeout", timeout_s * 12)),
-            names=names,
+            dialect=dialect,
             allow_low_precision_replay=allow_low_precision_replay,
         )
     raise InputError(

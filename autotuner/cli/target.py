@@ -23,10 +23,8 @@ from autotuner.core.engine.resolution import args_table
 from autotuner.core.model.registry import load_draft_model, load_model
 from autotuner.core.model.spec import DrafterKind, ModelSpec
 from autotuner.core.types import Setup
-from autotuner.engines.vllm.args import live_args, served_model_id
 from autotuner.engines.vllm.builds import AUTO, build_in_force, check_declared
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
-from autotuner.engines.vllm.setup import vllm_tokens
 from autotuner.errors import AutotunerError, InputError
 
 if TYPE_CHECKING:
@@ -97,7 +95,8 @@ def _check_build(
     refuse a setup the build refuses (InputError naming the rule) unless forced."""
     live = actuator.read()
     actuator.declared_build = check_declared(version) if version else AUTO  # over the tag
-    served = model or served_model_id(vllm_tokens(live.command, live.args, actuator.names))
+    dialect = actuator.dialect
+    served = model or dialect.served_model(dialect.tokens(live.command, live.args))
     spec = _loaded(served)
     if spec is not None:
         actuator.engine = FOLLOW_BUILD.serving(spec)
@@ -145,10 +144,10 @@ def status(
 
     with failing_on_bad_input(target_code=1):
         settings, _ = load_cli_settings(config, overrides)
-        flags = settings.engine.flags
-        live = open_target(target, kube_server=kube_server, names=flags).read()
+        dialect = settings.engine.dialect
+        live = open_target(target, kube_server=kube_server, dialect=dialect).read()
         leader = _lease_holder(target, kube_server, lease) if lease else None
-        engine_args = live_args(live.command, live.args, flags)
+        engine_args = dialect.live_args(live.command, live.args)
     report = {
         "target": live.description,
         "setup": live.setup.label,

@@ -13,10 +13,9 @@ from collections.abc import Mapping, Sequence
 
 from autotuner.core.engine.builds import Companion
 from autotuner.engines.commandline import Flag
+from autotuner.engines.dialect import Saved
 from autotuner.engines.vllm.args import find_any
 from autotuner.errors import ArgsError
-
-Saved = dict[str, list[str] | None]
 
 MAMBA_BACKEND = "--mamba-backend"
 PREFIX_CACHING_OFF = "--no-enable-prefix-caching"

@@ -24,8 +24,9 @@ from autotuner.engines.commandline import (
     set_value,
     shell_tokens,
 )
+from autotuner.engines.dialect import Saved
 from autotuner.engines.vllm.args import speculative
-from autotuner.engines.vllm.companions import Saved, render_companions
+from autotuner.engines.vllm.companions import render_companions
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import ArgsError
 
