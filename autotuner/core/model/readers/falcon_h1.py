@@ -15,7 +15,7 @@ def read_falcon_h1(raw: Config, name: str) -> Read:
     m_heads, d_state = f.req("mamba_n_heads"), f.req("mamba_d_state")
     inter = f.req("intermediate_size")
     f.check()
-    ssm = parts.mamba2_shape(f, hidden, m_heads, d_state)
+    ssm = parts.mamba2_shape(f, parts.PREFIXED_MAMBA2, hidden, m_heads, d_state)
     head_dim = int(f.opt("head_dim", hidden // heads))
     blocks = {
         "P": {

@@ -24,7 +24,7 @@ def read_granite_hybrid(raw: Config, name: str) -> Read:
     m_heads, d_state = f.req("mamba_n_heads"), f.req("mamba_d_state")
     f.check()
     kinds = _mixers(raw, f, count)
-    ssm = parts.mamba2_shape(f, hidden, m_heads, d_state)
+    ssm = parts.mamba2_shape(f, parts.PREFIXED_MAMBA2, hidden, m_heads, d_state)
     head_dim = int(f.opt("head_dim", hidden // heads))
     experts = int(f.opt("num_local_experts", 0) or 0)
     inter = int(f.opt("intermediate_size", 0) or 0)

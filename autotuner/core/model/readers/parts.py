@@ -1,7 +1,9 @@
-"""The blocks several families share: their parameters by module role, and the Mamba-2 mixer
-as Granite-4.0-H, Bamba and Falcon-H1 spell it (`mamba_*` fields)."""
+"""The blocks several families share: their parameters by module role, and the Mamba-2 mixer's
+shapes by the names each family gives its config fields."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from autotuner.core.model.readers.base import Fields
 from autotuner.core.model.spec import MoeShape, Role, SsmKind, SsmShape
@@ -42,16 +44,38 @@ def mlp(hidden: int, intermediate: int, gated: bool) -> int:
     return (3 if gated else 2) * hidden * intermediate
 
 
-def mamba2_shape(f: Fields, hidden: int, heads: int, state_size: int) -> SsmShape:
-    """Mamba-2 mixer shapes as Granite-4.0-H, Bamba and Falcon-H1 spell them (`mamba_*`)."""
-    inner = int(f.opt("mamba_d_ssm", 0) or f.opt("mamba_expand", 2) * hidden)
+@dataclass(frozen=True)
+class Mamba2Names:
+    """The config fields by which a family names the Mamba-2 mixer's optional shapes."""
+
+    expand: str
+    head_dim: str
+    groups: str
+    conv_kernel: str
+    inner: str | None = None  # the mixer's width written out, where the family allows it
+
+
+PLAIN_MAMBA2 = Mamba2Names("expand", "head_dim", "n_groups", "conv_kernel")  # Mamba2Config
+# Granite-4.0-H, Bamba and Falcon-H1: the same fields behind a `mamba_` prefix.
+PREFIXED_MAMBA2 = Mamba2Names(
+    "mamba_expand", "mamba_d_head", "mamba_n_groups", "mamba_d_conv", inner="mamba_d_ssm"
+)
+
+
+def mamba2_shape(
+    f: Fields, names: Mamba2Names, hidden: int, heads: int, state_size: int
+) -> SsmShape:
+    """A Mamba-2 mixer's shapes: the head width defaults to the inner width (written out, or
+    `expand` x hidden) over the heads, one group and a 4-wide convolution."""
+    written = int(f.opt(names.inner, 0) or 0) if names.inner else 0
+    inner = written or int(f.opt(names.expand, 2) * hidden)
     return SsmShape(
         kind=SsmKind.MAMBA2,
         heads=heads,
-        head_dim=int(f.opt("mamba_d_head", inner // heads)),
+        head_dim=int(f.opt(names.head_dim, inner // heads)),
         state_size=state_size,
-        groups=int(f.opt("mamba_n_groups", 1)),
-        conv_kernel=int(f.opt("mamba_d_conv", 4)),
+        groups=int(f.opt(names.groups, 1)),
+        conv_kernel=int(f.opt(names.conv_kernel, 4)),
     )
 
 
