@@ -12,6 +12,7 @@ Usage: make_tiny_model.py OUT [SEED]            a Llama (seed 0 is the served on
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -20,6 +21,7 @@ from transformers import (
     LlamaForCausalLM,
     NemotronHConfig,
     NemotronHForCausalLM,
+    PreTrainedModel,
     PreTrainedTokenizerFast,
 )
 
@@ -35,14 +37,34 @@ NEMOTRON_PATTERN = "M-M*"
 NEMOTRON_BLOCKS = {"M": "mamba", "-": "mlp", "*": "attention"}
 
 
+# The Llama's shapes, which the hybrid's attention, MLP and token ids share.
+SHARED: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "max_position_embeddings": 512,
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+    "tie_word_embeddings": False,
+}
+
+
+def save(model: PreTrainedModel, wrapped: PreTrainedTokenizerFast, out: str) -> None:
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    wrapped.save_pretrained(path)
+
+
 def draft(out: str, target: str, sigma: float) -> None:
     torch.manual_seed(1)
     model = LlamaForCausalLM.from_pretrained(target)
     with torch.no_grad():
         for tensor in model.parameters():
             tensor.add_(torch.randn_like(tensor) * tensor.std() * sigma)
-    model.save_pretrained(out)
-    PreTrainedTokenizerFast.from_pretrained(target).save_pretrained(out)
+    save(model, PreTrainedTokenizerFast.from_pretrained(target), out)
 
 
 def tokenizer() -> PreTrainedTokenizerFast:
@@ -65,24 +87,9 @@ def tokenizer() -> PreTrainedTokenizerFast:
 def main(out: str, seed: int = 0) -> None:
     torch.manual_seed(seed)
     wrapped = tokenizer()
-    config = LlamaConfig(
-        vocab_size=wrapped.backend_tokenizer.get_vocab_size(),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        max_position_embeddings=512,
-        bos_token_id=0,
-        eos_token_id=1,
-        tie_word_embeddings=False,
-    )
-    model = LlamaForCausalLM(config)
-    path = Path(out)
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    wrapped.save_pretrained(path)
+    vocab = wrapped.backend_tokenizer.get_vocab_size()
+    config = LlamaConfig(vocab_size=vocab, num_hidden_layers=2, **SHARED)
+    save(LlamaForCausalLM(config), wrapped, out)
 
 
 def nemotron(out: str) -> None:
@@ -90,13 +97,7 @@ def nemotron(out: str) -> None:
     wrapped = tokenizer()
     config = NemotronHConfig(
         vocab_size=wrapped.backend_tokenizer.get_vocab_size(),
-        hidden_size=64,
         layers_block_type=[NEMOTRON_BLOCKS[c] for c in NEMOTRON_PATTERN],
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        max_position_embeddings=512,
-        intermediate_size=128,
         ssm_state_size=16,
         mamba_num_heads=4,
         mamba_head_dim=16,
@@ -104,16 +105,10 @@ def nemotron(out: str) -> None:
         conv_kernel=4,
         chunk_size=64,
         pad_token_id=2,
-        bos_token_id=0,
-        eos_token_id=1,
-        tie_word_embeddings=False,
         dtype="float32",
+        **SHARED,
     )
-    model = NemotronHForCausalLM(config)
-    path = Path(out)
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    wrapped.save_pretrained(path)
+    save(NemotronHForCausalLM(config), wrapped, out)
 
 
 if __name__ == "__main__":
