@@ -8,6 +8,7 @@ from autotuner.core.model.hf_config import from_hf_config
 from autotuner.core.model.registry import known_models, load_model
 from autotuner.core.model.spec import DrafterKind, SsmKind
 from autotuner.errors import ModelConfigError
+from tests.support.fixtures import mamba2_config, published_config
 
 MIB = 2**20
 
@@ -23,28 +24,17 @@ def stack(layers: int, hidden: int, vocab: int, heads: int, kv_heads: int) -> di
     }
 
 
-NANO: dict[str, Any] = {
-    "architectures": ["NemotronHForCausalLM"],
-    "model_type": "nemotron_h",
-    "hidden_size": 2688,
-    "vocab_size": 131072,
-    "num_hidden_layers": 52,
-    "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
-    "num_attention_heads": 32,
-    "num_key_value_heads": 2,
-    "head_dim": 128,
-    "mamba_num_heads": 64,
-    "mamba_head_dim": 64,
-    "ssm_state_size": 128,
-    "n_groups": 8,
-    "conv_kernel": 4,
-    "n_routed_experts": 128,
-    "num_experts_per_tok": 6,
-    "moe_intermediate_size": 1856,
-    "moe_shared_expert_intermediate_size": 3712,
-    "mlp_hidden_act": "relu2",
-    "torch_dtype": "bfloat16",
-}
+def prefixed_mamba2(heads: int, head_dim: int, state: int) -> dict[str, Any]:
+    """A one-group Mamba-2 mixer as Granite-4.0-H and Bamba spell it (`mamba_*`)."""
+    return {
+        "mamba_n_heads": heads,
+        "mamba_d_head": head_dim,
+        "mamba_d_state": state,
+        "mamba_n_groups": 1,
+    }
+
+
+NANO = published_config("nemotron-3-nano-30b-a3b-bf16")
 
 
 def test_nemotron_super_state_sizes_match_costmodel_md() -> None:
@@ -111,21 +101,8 @@ def test_nemotron_layers_block_type_equals_pattern(mamba: str, attention: str) -
 
 
 def test_qwen3_next_reader_uses_full_attention_interval() -> None:
-    config = {
-        "architectures": ["Qwen3NextForCausalLM"],
-        **stack(48, 2048, 151936, 16, 2),
-        "full_attention_interval": 4,
-        "head_dim": 256,
-        "linear_num_key_heads": 16,
-        "linear_num_value_heads": 32,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
-        "num_experts": 512,
-        "num_experts_per_tok": 10,
-        "moe_intermediate_size": 512,
-        "shared_expert_intermediate_size": 512,
-        "num_nextn_predict_layers": 1,
-    }
+    # The published config.json names no MTP layer count: one is added to read the drafter.
+    config = {**published_config("qwen3-next-80b-a3b-thinking"), "num_nextn_predict_layers": 1}
     spec = from_hf_config(config)
     assert (spec.ssm_layers, spec.attention_layers, spec.moe_layers) == (36, 12, 48)
     # No SSM dtype field and no vLLM hook for Qwen3-Next: auto follows the model dtype (bf16).
@@ -137,23 +114,14 @@ def test_qwen3_next_reader_uses_full_attention_interval() -> None:
 
 
 def test_qwen35_reader_reads_text_config_and_layer_types() -> None:
-    text = {
-        **stack(4, 1024, 1000, 8, 2),
-        "layer_types": ["linear_attention", "linear_attention", "full_attention", "full_attention"],
-        "head_dim": 128,
-        "linear_num_key_heads": 4,
-        "linear_num_value_heads": 8,
-        "linear_key_head_dim": 64,
-        "linear_value_head_dim": 64,
-        "intermediate_size": 3072,
-        "mamba_ssm_dtype": "bfloat16",
-    }
-    spec = from_hf_config(
-        {"architectures": ["Qwen3_5ForConditionalGeneration"], "text_config": text}
-    )
+    qwen35 = published_config("qwen3.5-27b")
+    # Four layers listed in an order the full_attention_interval (4) would not give.
+    layers = ["linear_attention", "linear_attention", "full_attention", "full_attention"]
+    text = {**qwen35["text_config"], "num_hidden_layers": 4, "layer_types": layers}
+    spec = from_hf_config({**qwen35, "text_config": text})
     assert (spec.ssm_layers, spec.attention_layers, spec.moe_layers) == (2, 2, 0)
-    assert spec.ssm_state_dtype == "bfloat16"
-    assert spec.ssm_state_bytes == 8 * 64 * 64 * 2
+    assert spec.ssm_state_dtype == "float32"  # its mamba_ssm_dtype, not the bf16 weights'
+    assert spec.ssm_state_bytes == 48 * 128 * 128 * 4
 
 
 def test_granite_and_bamba_readers() -> None:
@@ -161,10 +129,7 @@ def test_granite_and_bamba_readers() -> None:
         "architectures": ["GraniteMoeHybridForCausalLM"],
         **stack(4, 1536, 100352, 12, 4),
         "layer_types": ["mamba", "attention", "mamba", "mamba"],
-        "mamba_n_heads": 48,
-        "mamba_d_head": 64,
-        "mamba_d_state": 128,
-        "mamba_n_groups": 1,
+        **prefixed_mamba2(48, 64, 128),
         "mamba_d_conv": 4,
         "mamba_expand": 2,
         "num_local_experts": 64,
@@ -179,10 +144,7 @@ def test_granite_and_bamba_readers() -> None:
         "architectures": ["BambaForCausalLM"],
         **stack(32, 4096, 128256, 32, 8),
         "attn_layer_indices": [9, 18, 27],
-        "mamba_n_heads": 128,
-        "mamba_d_head": 64,
-        "mamba_d_state": 128,
-        "mamba_n_groups": 1,
+        **prefixed_mamba2(128, 64, 128),
         "intermediate_size": 14336,
     }
     spec = from_hf_config(bamba)
@@ -191,54 +153,23 @@ def test_granite_and_bamba_readers() -> None:
 
 
 def test_falcon_h1_has_attention_and_mamba_in_every_layer() -> None:
-    config = {
-        "architectures": ["FalconH1ForCausalLM"],
-        **stack(24, 2048, 65537, 8, 2),
-        "head_dim": 128,
-        "mamba_n_heads": 64,
-        "mamba_d_head": 64,
-        "mamba_d_state": 256,
-        "mamba_n_groups": 1,
-        "mamba_d_ssm": 4096,
-        "intermediate_size": 8192,
-    }
-    spec = from_hf_config(config)
-    assert spec.ssm_layers == spec.attention_layers == 24
-    assert spec.ssm_state_bytes == 64 * 64 * 256 * 2  # vLLM's default: the model dtype
+    spec = from_hf_config(published_config("falcon-h1-0.5b.transcribed"))
+    assert spec.ssm_layers == spec.attention_layers == 36
+    assert spec.ssm_state_bytes == 24 * 64 * 128 * 2  # vLLM's default: the model dtype
 
 
 def test_jamba_is_mamba1() -> None:
-    config = {
-        "architectures": ["JambaForCausalLM"],
-        **stack(32, 4096, 65536, 32, 8),
-        "mamba_d_state": 16,
-        "mamba_expand": 2,
-        "intermediate_size": 14336,
-        "num_experts": 16,
-        "num_experts_per_tok": 2,
-        "attn_layer_period": 8,
-        "attn_layer_offset": 4,
-    }
+    config = published_config("jamba-1.5-mini.transcribed")
     spec = from_hf_config(config)
     assert spec.ssm is not None
     assert spec.ssm.kind is SsmKind.MAMBA1
     assert (spec.ssm_layers, spec.attention_layers, spec.moe_layers) == (28, 4, 16)
     assert spec.ssm_state_bytes == 8192 * 16 * 2  # vLLM's default: the model dtype
-    assert 48e9 < spec.total_params < 56e9  # Jamba v0.1: 52B
+    assert 48e9 < spec.total_params < 56e9  # Jamba-1.5-Mini: 52B
 
 
 def test_plain_mamba2() -> None:
-    config = {
-        "architectures": ["Mamba2ForCausalLM"],
-        "hidden_size": 2560,
-        "vocab_size": 50288,
-        "num_hidden_layers": 64,
-        "num_heads": 80,
-        "head_dim": 64,
-        "state_size": 128,
-        "n_groups": 1,
-        "expand": 2,
-    }
+    config = {**mamba2_config(64, 2560, 50288, 80, 128), "head_dim": 64, "n_groups": 1, "expand": 2}
     spec = from_hf_config(config)
     assert (spec.ssm_layers, spec.attention_layers) == (64, 0)
     assert spec.kv_bytes_per_token == 0

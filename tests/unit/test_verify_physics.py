@@ -17,7 +17,7 @@ from autotuner.core.predict.capacity import bytes_per_request
 from autotuner.core.predict.costmodel import KernelClass, SetupCurve, predict
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import PLAIN, Setup
-from tests.support.fixtures import CONFIGS
+from tests.support.fixtures import CONFIGS, mamba2_config
 
 SUPER = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
 LLAMA = load_model("meta-llama/Llama-3.1-8B-Instruct")
@@ -124,15 +124,7 @@ def test_capacity_is_counted_in_vllm_pages() -> None:
 
 
 def test_a_pure_mamba_model_still_counts_its_state() -> None:
-    raw = {
-        "architectures": ["Mamba2ForCausalLM"],
-        "num_hidden_layers": 4,
-        "hidden_size": 256,
-        "vocab_size": 1000,
-        "num_heads": 8,
-        "state_size": 16,
-    }
-    spec = from_hf_config(raw, name="tiny-mamba2")
+    spec = from_hf_config(mamba2_config(4, 256, 1000, 8, 16), name="tiny-mamba2")
     assert bytes_per_request(spec, PLAIN, Workload()) == pytest.approx(
         4 * (spec.ssm_state_bytes + spec.conv_state_bytes(0))
     )
