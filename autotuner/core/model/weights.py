@@ -77,35 +77,25 @@ LAYER_ROLES = frozenset({Role.ATTENTION, Role.SSM}) | FFN
 LINEAR = LAYER_ROLES | {Role.LM_HEAD}
 NOTHING: frozenset[str] = frozenset()
 
+# Module names in checkpoints and quantization configs -> the roles their weights hold: each
+# role's spellings listed together.
 _BLOCKS: dict[str, frozenset[str]] = {
-    "self_attn": frozenset({Role.ATTENTION}),
-    "attn": frozenset({Role.ATTENTION}),
-    "attention": frozenset({Role.ATTENTION}),
-    "linear_attn": frozenset({Role.SSM}),
-    "mamba": frozenset({Role.SSM}),
-    "ssm": frozenset({Role.SSM}),
-    "mlp": FFN,
-    "ffn": FFN,
-    "feed_forward": FFN,
-    "block_sparse_moe": FFN,
-    "moe": FFN,
+    **dict.fromkeys(("self_attn", "attn", "attention"), frozenset({Role.ATTENTION})),
+    **dict.fromkeys(("linear_attn", "mamba", "ssm"), frozenset({Role.SSM})),
+    **dict.fromkeys(("mlp", "ffn", "feed_forward", "block_sparse_moe", "moe"), FFN),
     "shared_mlp": frozenset({Role.SHARED_EXPERTS, Role.MLP}),  # Granite: shared expert or dense MLP
     "mixer": LAYER_ROLES,  # NemotronH: whatever the layer holds
 }
 _FFN_PARTS: dict[str, frozenset[str]] = {
-    "experts": frozenset({Role.EXPERTS}),
-    "input_linear": frozenset({Role.EXPERTS}),  # GraniteMoe: the experts as one batched tensor
-    "output_linear": frozenset({Role.EXPERTS}),
-    "shared_expert": frozenset({Role.SHARED_EXPERTS}),
-    "shared_experts": frozenset({Role.SHARED_EXPERTS}),
-    "gate": frozenset({Role.ROUTER}),
-    "router": frozenset({Role.ROUTER}),
-    "shared_expert_gate": frozenset({Role.SHARED_EXPERTS}),
+    # GraniteMoe's input_linear and output_linear: the experts as one batched tensor.
+    **dict.fromkeys(("experts", "input_linear", "output_linear"), frozenset({Role.EXPERTS})),
+    **dict.fromkeys(
+        ("shared_expert", "shared_experts", "shared_expert_gate"), frozenset({Role.SHARED_EXPERTS})
+    ),
+    **dict.fromkeys(("gate", "router"), frozenset({Role.ROUTER})),
 }
-_GLOBAL_NAMES = {
-    "lm_head": frozenset({Role.LM_HEAD}),
-    "head": frozenset({Role.LM_HEAD}),
-    "output": frozenset({Role.LM_HEAD}),
+_GLOBAL_NAMES: dict[str, frozenset[str]] = {
+    **dict.fromkeys(("lm_head", "head", "output"), frozenset({Role.LM_HEAD})),
     "wte": frozenset({Role.EMBEDDING}),
 }
 _GLOBAL_PARTS = (
