@@ -31,7 +31,8 @@ from autotuner.core.engine.builds import Origin
 from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import ModelSpec
 from autotuner.core.types import Setup
-from autotuner.engines.vllm.builds import build_in_force, image_version, table
+from autotuner.engines.build_table import image_version
+from autotuner.engines.vllm.builds import build_in_force, table
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.engines.vllm.setup import render_with_companions
 from autotuner.errors import InputError

@@ -22,6 +22,10 @@ class Companion(Word):
     MAMBA_BACKEND_FLASHINFER = "mamba_backend_flashinfer"
     PREFIX_CACHING_OFF = "prefix_caching_off"
     MODEL_RUNNER_V1 = "model_runner_v1"
+    # SGLang: its linear-attention ReplaySSM refuses the extra_buffer radix cache, and no_buffer
+    # refuses the overlap scheduler.
+    MAMBA_RADIX_NO_BUFFER = "mamba_radix_no_buffer"
+    OVERLAP_SCHEDULE_OFF = "overlap_schedule_off"
 
 
 class Origin(Word):
@@ -30,6 +34,7 @@ class Origin(Word):
     SETTINGS = "settings"
     IMAGE_TAG = "image tag"
     VERSION_ENDPOINT = "GET /version"
+    SERVER_INFO = "GET /server_info"
     DEFAULT = "default"
 
 
@@ -146,4 +151,9 @@ class BuildInForce(BaseModel):
         version = self.version or "not read"
         said = f" ({self.detail})" if self.detail else ""
         unknown = "" if self.known else ": no rules read for it, the safest row"
-        return f"vLLM {version} from {self.origin.value}{said}{unknown}"
+        engine = self.rows[0].engine if self.rows else "the engine"
+        label = _ENGINE_NAMES.get(engine, engine)
+        return f"{label} {version} from {self.origin.value}{said}{unknown}"
+
+
+_ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}

@@ -9,10 +9,10 @@ from typing import Any
 from autotuner.core.engine.args import EngineArgs
 from autotuner.core.engine.builds import BuildInForce, Companion
 from autotuner.core.types import Setup
+from autotuner.engines.companion_record import saved_record
 from autotuner.engines.dialect import Rendered, Saved
 from autotuner.engines.vllm import args as vllm_args
 from autotuner.engines.vllm import builds
-from autotuner.engines.vllm import companions as vllm_companions
 from autotuner.engines.vllm import setup as vllm_setup
 from autotuner.engines.vllm.flags import FlagNames
 
@@ -73,7 +73,7 @@ class VllmDialect:
         )
 
     def saved_record(self, value: object) -> Saved | None:
-        return vllm_companions.saved_record(value)
+        return saved_record(value)
 
     def build_in_force(self, declared: str, *, image: str | None) -> BuildInForce:
         return builds.build_in_force(declared, image=image)

@@ -24,9 +24,10 @@ from autotuner.engines.commandline import (
     set_value,
     shell_tokens,
 )
+from autotuner.engines.companion_record import render_companions
 from autotuner.engines.dialect import Saved
 from autotuner.engines.vllm.args import speculative
-from autotuner.engines.vllm.companions import render_companions
+from autotuner.engines.vllm.companions import SPELLING
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import ArgsError
 
@@ -175,7 +176,7 @@ def render_with_companions(
     names = options.get("names") or FlagNames()
     if setup == parse_setup(args, names):
         return list(args), saved_companions
-    return render_companions(render(args, setup, **options), companions, saved_companions)
+    return render_companions(render(args, setup, **options), companions, saved_companions, SPELLING)
 
 
 def render_shell(line: str, setup: Setup, **options: Any) -> str:

@@ -1,0 +1,75 @@
+"""SGLang's `Dialect`: its command line read and written (sglang 0.5.23's flags)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotuner.core.engine.args import EngineArgs
+from autotuner.core.engine.builds import BuildInForce, Companion
+from autotuner.core.types import Setup
+from autotuner.engines.companion_record import saved_record
+from autotuner.engines.dialect import Rendered, Saved
+from autotuner.engines.sglang import args as sglang_args
+from autotuner.engines.sglang import builds, flags
+from autotuner.engines.sglang import setup as sglang_setup
+
+
+@dataclass(frozen=True)
+class SglangDialect:
+    @property
+    def name(self) -> str:
+        return "sglang"
+
+    @property
+    def container_hint(self) -> str:
+        return sglang_setup.CONTAINER_HINT
+
+    @property
+    def managed(self) -> frozenset[str]:
+        return frozenset(flags.MANAGED)
+
+    def tokens(self, command: Sequence[str], args: Sequence[str]) -> list[str]:
+        return sglang_setup.sglang_tokens(command, args)
+
+    def live_args(self, command: Sequence[str], args: Sequence[str]) -> EngineArgs:
+        return sglang_args.live_args(command, args)
+
+    def served_model(self, tokens: Sequence[str]) -> str | None:
+        return sglang_args.served_model_id(tokens)
+
+    def setup_of(self, command: Sequence[str], args: Sequence[str]) -> Setup:
+        return sglang_setup.parse_setup(self.tokens(command, args))
+
+    def speculative_config(
+        self, command: Sequence[str], args: Sequence[str]
+    ) -> dict[str, Any] | None:
+        return sglang_setup.speculative_config(self.tokens(command, args))
+
+    def render(
+        self,
+        command: Sequence[str],
+        args: Sequence[str],
+        setup: Setup,
+        *,
+        saved_speculative_config: dict[str, Any] | None,
+        allow_low_precision_replay: bool,
+        companions: Sequence[Companion] = (),
+        saved_companions: Saved | None = None,
+    ) -> Rendered:
+        return sglang_setup.render_container(
+            command,
+            args,
+            setup,
+            saved_speculative_config=saved_speculative_config,
+            allow_low_precision_replay=allow_low_precision_replay,
+            companions=tuple(companions),
+            saved_companions=saved_companions,
+        )
+
+    def saved_record(self, value: object) -> Saved | None:
+        return saved_record(value)
+
+    def build_in_force(self, declared: str, *, image: str | None) -> BuildInForce:
+        return builds.build_in_force(declared, image=image)
