@@ -30,6 +30,13 @@ def kubectl() -> str:
     return found
 
 
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.fail("promtool is not installed: ./scripts/test.sh installs it")
+    return found
+
+
 def build(directory: Path) -> list[Manifest]:
     result = subprocess.run(
         [kubectl(), "kustomize", str(directory)],

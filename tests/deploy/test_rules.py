@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
+
+from tests.deploy.building import promtool
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "rules.yaml"
 RULE_TESTS = DEPLOY / "prometheus" / "tests" / "rules_test.yaml"
 GENERATOR = DEPLOY.parent / "scripts" / "rules-test.py"
-
-
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        pytest.fail("promtool is not installed: ./scripts/test.sh installs it")
-    return found
 
 
 def alerts() -> dict[str, dict[str, object]]:
