@@ -146,6 +146,10 @@ class EngineCounters:
     kv_usage: float = 0.0
     drafts: float = 0.0
     draft_tokens: float = 0.0
+    # Verify forwards a request ran (SGLang's spec_verify_ct): every step after its first
+    # token, which the prefill produced.
+    verify_calls: float = 0.0
+    tokens_per_s: float = 0.0  # generated over the last advance (SGLang's gen_throughput)
     accepted_per_position: list[float] = field(default_factory=list)
     generation_tokens: float = 0.0
     prompt_tokens: float = 0.0
@@ -250,6 +254,9 @@ class SimulatedVllm:
             self.total_generated += generated
             finished = generated / self.output_tokens
             engine.finished += finished
+            engine.tokens_per_s = generated / dt
+            if drafting.k:
+                engine.verify_calls += (generated - finished) / tokens_per_request_step
             engine.prompt_tokens += finished * self.prompt_tokens
             self._count_prefix_cache(engine, finished * self.prompt_tokens)
             engine.prompt_length_sum += finished * self.prompt_tokens
@@ -288,6 +295,8 @@ class SimulatedVllm:
             self._count_drafts(engine, drafting, running)
             generated = running * drafting.tokens
             engine.generation_tokens += generated
+            engine.verify_calls += running if drafting.k else 0.0
+            engine.tokens_per_s = generated / step_s if step_s > 0 else 0.0
             self.total_generated += generated
             engine.itl_sum += running * step_s
             bucket = next((i for i, le in enumerate(ITL_BUCKETS) if step_s <= le), len(ITL_BUCKETS))

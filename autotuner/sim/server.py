@@ -1,4 +1,5 @@
-"""Serve a SimulatedVllm on loopback: `/metrics`, `/health`, and (with a CompletionsEngine) an
+"""Serve a simulated engine on loopback: `/metrics`, `/health`, the engine's own JSON endpoints
+(vLLM's `/version`, SGLang's `/server_info`), and (with a CompletionsEngine) an
 OpenAI-compatible `/v1/completions`.
 
 A small asyncio HTTP/1.1 server (keep-alive, Content-Length bodies) on its own thread: hundreds
@@ -11,7 +12,7 @@ import asyncio
 import hashlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from autotuner.sim.completions import CompletionsEngine
 from autotuner.sim.engine import SimulatedVllm
@@ -38,12 +39,19 @@ class SimServer:
         generate: Callable[[str, int], str] | None = None,
         on_request: Callable[[], None] | None = None,
         version: str = "0.33.0",
+        routes: Mapping[str, Callable[[], object]] | None = None,
+        serves_metrics: Callable[[], bool] = lambda: True,
     ) -> None:
         """`on_request`: called (on the server's thread) before each request is answered,
         e.g. a deployment looking at its manifest. `version`: what `GET /version` answers
-        (the vLLM whose start-up rules the simulated engine follows)."""
+        (the vLLM whose start-up rules the simulated engine follows). `routes`: GET paths
+        answered with the JSON of what the callable returns at that moment; given, they
+        replace vLLM's `/version` (another engine's own endpoints). `serves_metrics`: whether
+        `/metrics` is there now (SGLang's only with `--enable-metrics`)."""
         self.sim = sim
-        self.version = version
+        self.serves_metrics = serves_metrics
+        vllm_routes = {"/version": lambda: {"version": version}}
+        self.routes = dict(routes) if routes is not None else vllm_routes
         self.on_request = on_request
         self.completions = completions
         self.generate = generate or greedy_text
@@ -114,13 +122,15 @@ class SimServer:
             self.completions.arrived()
         if not self.up:
             return 503, b"engine restarting\n", "text/plain"
-        if method == "GET" and path == "/metrics":
+        if method == "GET" and path == "/metrics" and self.serves_metrics():
             with self.lock:
                 return 200, self.sim.render(), CONTENT_TYPE
         if method == "GET" and path == "/health":
             return 200, b"", "text/plain"
-        if method == "GET" and path == "/version":
-            return 200, json.dumps({"version": self.version}).encode(), "application/json"
+        if method == "GET" and path in self.routes:
+            with self.lock:
+                answer = self.routes[path]()
+            return 200, json.dumps(answer).encode(), "application/json"
         if completion and self.completions is not None:
             try:
                 request = json.loads(body or b"{}")
