@@ -145,3 +145,15 @@ KINDS: dict[str, tuple[str, str, str]] = {
         "k8s://llm/inferenceservice/vllm",
     ),
 }
+
+# Kinds whose pods the actuator lists to find one no node can take (Kind.pod_selector in
+# autotuner/actuators/kinds.py); a list cannot be limited to named pods.
+LISTS_PODS = {"leaderworkerset"}
+POD_LIST: Rule = (("",), ("pods",), (), ("list",))
+
+
+def kind_rules(kind: str, name: str) -> set[Rule]:
+    """The whole Role for a target of this kind."""
+    group, plural, _ = KINDS[kind]
+    pods = {POD_LIST} if kind in LISTS_PODS else set()
+    return target_rules(group, plural, name) | pods | COMMON_RULES

@@ -17,14 +17,13 @@ import yaml
 
 from autotuner.settings import Settings, load_settings
 from tests.deploy.building import (
-    COMMON_RULES,
     DEPLOY,
     KINDS,
     Manifest,
     build_with,
+    kind_rules,
     promtool,
     rules,
-    target_rules,
     validate,
 )
 
@@ -110,12 +109,11 @@ def test_the_packaged_chart_carries_the_linked_files(chart: helm.Chart, tmp_path
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_each_kind_gets_its_component_role(kind: str, chart: helm.Chart, tmp_path: Path) -> None:
-    group, plural, uri = KINDS[kind]
     objects = render(chart, {"target": {"kind": kind}})
     validate(objects)
     component = build_with(tmp_path, DEPLOY / "overlays" / "standalone", [kind])
-    assert rules(objects) == rules(component) == target_rules(group, plural, "vllm") | COMMON_RULES
-    assert settings_of(objects, tmp_path).target.uri == uri
+    assert rules(objects) == rules(component) == kind_rules(kind, "vllm")
+    assert settings_of(objects, tmp_path).target.uri == KINDS[kind][2]
 
 
 def test_act_on_an_lws_in_another_namespace_with_args_in_a_configmap(
@@ -135,9 +133,8 @@ def test_act_on_an_lws_in_another_namespace_with_args_in_a_configmap(
         },
     )
     validate(objects)
-    lws = target_rules("leaderworkerset.x-k8s.io", "leaderworkersets", "qwen")
     configmap = (("",), ("configmaps",), ("qwen-args",), ("get",))
-    assert rules(objects) == lws | COMMON_RULES | {configmap}
+    assert rules(objects) == kind_rules("leaderworkerset", "qwen") | {configmap}
     # The Role and its binding sit beside the target; the identity stays with the release.
     assert only(objects, "Role")["metadata"]["namespace"] == "serving"
     binding = only(objects, "RoleBinding")

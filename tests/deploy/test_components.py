@@ -17,6 +17,7 @@ from tests.deploy.building import (
     Manifest,
     build,
     build_with,
+    kind_rules,
     rule_key,
     rules,
     target_rules,
@@ -39,11 +40,10 @@ def test_every_component_directory_is_tested() -> None:
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_kind_component_on_the_standalone_controller(kind: str, tmp_path: Path) -> None:
-    group, plural, uri = KINDS[kind]
     objects = build_with(tmp_path, STANDALONE, [kind])
     validate(objects)
-    assert rules(objects) == target_rules(group, plural, "vllm") | COMMON_RULES
-    assert tuner_env(objects)["AUTOTUNER_TARGET__URI"] == uri
+    assert rules(objects) == kind_rules(kind, "vllm")
+    assert tuner_env(objects)["AUTOTUNER_TARGET__URI"] == KINDS[kind][2]
     # The alert rules, the dashboard, the settings and the identity stay as they were.
     assert untouched(objects) == untouched(build(STANDALONE))
 
@@ -81,6 +81,5 @@ def test_llm_d_tunes_the_modelserver_container_with_the_deployment_role(
 def test_args_in_a_configmap_add_a_read_of_that_one_configmap(tmp_path: Path) -> None:
     objects = build_with(tmp_path, STANDALONE, ["leaderworkerset", "args-configmap"])
     validate(objects)
-    lws = target_rules("leaderworkerset.x-k8s.io", "leaderworkersets", "vllm")
     configmap = (("",), ("configmaps",), ("vllm-args",), ("get",))
-    assert rules(objects) == lws | COMMON_RULES | {configmap}
+    assert rules(objects) == kind_rules("leaderworkerset", "vllm") | {configmap}

@@ -54,7 +54,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/*
 The Role's rules, read from the files the kustomize components use (files/ links to deploy/):
-the kind's two target rules with the target's name, the Lease and Events rules of the base
+the kind's rules (a rule naming an object names the target), the Lease and Events rules of the base
 Role (after its two Deployment rules), and a read of each ConfigMap holding engine args.
 */}}
 {{- define "spec-autotuner.rules" -}}
@@ -65,7 +65,11 @@ Role (after its two Deployment rules), and a read of each ConfigMap holding engi
 {{- end -}}
 {{- $rules := list -}}
 {{- range $patch -}}
-{{- $rules = append $rules (set (deepCopy .value) "resourceNames" (list $.Values.target.name)) -}}
+{{- $rule := deepCopy .value -}}
+{{- if hasKey $rule "resourceNames" -}}
+{{- $_ := set $rule "resourceNames" (list $.Values.target.name) -}}
+{{- end -}}
+{{- $rules = append $rules $rule -}}
 {{- end -}}
 {{- $base := .Files.Get "files/rbac/role.yaml" | fromYaml -}}
 {{- $rules = concat $rules (slice $base.rules 2) -}}
