@@ -85,7 +85,7 @@ def _own_workload(settings: Settings) -> str:
     pod, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
     if not (pod and namespace):
         return ""
-    from autotuner.actuators.kubernetes import api_client, discover_target
+    from autotuner.actuators.kubeapi import api_client, discover_target
 
     client = api_client(settings.target.kube_server, timeout_s=settings.target.request_timeout_s)
     return str(discover_target(client, namespace, pod))
@@ -107,7 +107,7 @@ def _actuator(settings: Settings, uri: str, identity: str) -> Actuator:
 
 
 def _elector(settings: Settings, uri: str, identity: str) -> LeaseElector:
-    from autotuner.actuators.kubernetes import K8sTarget, api_client
+    from autotuner.actuators.kubeapi import K8sTarget, api_client
     from autotuner.actuators.lease import LeaseElector
 
     target, parsed = settings.target, K8sTarget.parse(uri)

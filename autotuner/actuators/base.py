@@ -48,6 +48,12 @@ class LiveTarget:
     rollout: RolloutStatus
     image: str | None = None  # the engine container's image (its tag names the build)
     operator_args: Saved | None = None  # the operator's companion tokens, kept while changed
+    advice: str | None = None  # why the tuner only advises here (it writes nothing), if so
+
+
+class AdviceOnlyError(ActuatorError):
+    """The target is not the place to write (its controller, a ConfigMap, Helm or GitOps
+    keeps the args): nothing was written; the message says where the change belongs."""
 
 
 @dataclass(frozen=True)

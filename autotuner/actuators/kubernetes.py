@@ -1,34 +1,38 @@
-"""The Kubernetes actuator: the vLLM Deployment (or StatefulSet) through the official client.
+"""The Kubernetes actuator: a serving object (Deployment, StatefulSet, LeaderWorkerSet,
+DynamoGraphDeployment, LLMInferenceService, InferenceService; actuators/kinds.py) through the
+official client.
 
-Every write is one strategic-merge patch of the container's args and the state annotation,
-guarded by the resourceVersion that was read, and preceded by a server-side dry run.
+Every object is read and patched through its REST path (apps/v1 and the custom resources
+alike), so what the tuner does not manage comes back byte-identical: every write is one JSON
+patch of the engine args where they sit (actuators/sites.py: every engine container of the
+object, leader and workers alike), the state annotations and, for a canary, the partition,
+guarded by the resourceVersion that was read and preceded by a server-side dry run.
 
-Every request carries what is left of one deadline per call (`deadline_s`, retries included) as
-its `_request_timeout`. A 429 or 5xx is retried within that deadline (after the server's
-Retry-After when it gives one). A 409 is client-go's `retry.RetryOnConflict`: re-read, and when
-the other writer left what the caller decided on alone (the setup, the drafter, the pause and
-the state record), re-render from the fresh object and write again, a bounded number of times
-with jitter; the other writer's change survives because only the managed flags are rewritten.
-A write that touched what was decided on is a ConflictError: the loop re-decides next step.
+A 409 is client-go's `retry.RetryOnConflict`: re-read, and when the other writer left what the
+caller decided on alone (the setup, the drafter, the pause and the state record), re-render from
+the fresh object and write again, a bounded number of times with jitter; the other writer's
+change survives because only the managed flags are rewritten. A write that touched what was
+decided on is a ConflictError: the loop re-decides next step.
+
+An object another controller owns, one whose args live in a ConfigMap, and (unless
+`write_managed`) one that Helm or a GitOps tool re-applies are never written: apply raises
+AdviceOnlyError with the change to make where it belongs.
 """
 
 from __future__ import annotations
 
 import datetime
-import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-import urllib3
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
 from autotuner.actuators.base import (
     OPERATOR_ANNOTATION,
     STATE_ANNOTATION,
     Actuator,
+    AdviceOnlyError,
     ApplyResult,
     Change,
     LiveTarget,
@@ -37,84 +41,41 @@ from autotuner.actuators.base import (
     live_target,
     record_text,
     rendered,
-    select_container,
 )
+from autotuner.actuators.kinds import (
+    LWS_UPDATE,
+    Engine,
+    Path,
+    at,
+    kind_named,
+    lws_partition,
+    pointer,
+)
+from autotuner.actuators.kubeapi import K8sTarget, request
+from autotuner.actuators.managers import controller_owner, source_manager
+from autotuner.actuators.sites import Site, managed_values, read_site, site_ops
 from autotuner.core.types import Setup
 from autotuner.deadline import Deadline, backoff_s
-from autotuner.engines.dialect import Dialect
+from autotuner.engines.dialect import Dialect, Rendered
 from autotuner.engines.vllm.dialect import VllmDialect
-from autotuner.errors import ActuatorError, ConflictError, ForbiddenError, InputError
+from autotuner.errors import ActuatorError, ArgsError, ConflictError
 
-SMP = "application/strategic-merge-patch+json"
-TRANSIENT = frozenset({429, 500, 502, 503, 504})  # the server says: try again
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
 SEEN = 8  # reads remembered by resourceVersion, to tell what a conflicting writer changed
+# The LeaderWorkerSet's own partition while a canary holds it (restored on release).
+PARTITION_ANNOTATION = "spec-autotuner.io/operator-partition"
+Obj = dict[str, Any]
 
 
-@dataclass(frozen=True)
-class K8sTarget:
-    """k8s://NAMESPACE/deployment|statefulset/NAME[/CONTAINER]"""
+@dataclass
+class Read:
+    """One read of the object, as apply needs it: the raw object, each engine's site, and the
+    (command, args) rendered for every site but the first."""
 
-    namespace: str
-    kind: str
-    name: str
-    container: str | None = None
-
-    @classmethod
-    def parse(cls, uri: str) -> K8sTarget:
-        match = re.fullmatch(
-            r"k8s://([a-z0-9-]+)/(deployment|statefulset)/([a-z0-9.-]+)(?:/([a-z0-9-]+))?", uri
-        )
-        if match is None:
-            raise InputError(
-                f"cannot read target {uri!r}: use k8s://NAMESPACE/deployment/NAME[/CONTAINER]"
-            )
-        namespace, kind, name, container = match.groups()
-        return cls(namespace, kind, name, container)
-
-    def __str__(self) -> str:
-        suffix = f"/{self.container}" if self.container else ""
-        return f"k8s://{self.namespace}/{self.kind}/{self.name}{suffix}"
-
-
-def api_client(host: str | None = None, *, timeout_s: float = 10.0) -> k8s.ApiClient:
-    """In-cluster config when running in a pod, else kubeconfig; `host` for tests."""
-    from kubernetes import config
-
-    if host is not None:
-        configuration = k8s.Configuration()
-        configuration.host = host
-    else:
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
-        configuration = k8s.Configuration.get_default_copy()
-    configuration.retries = False
-    api = k8s.ApiClient(configuration)
-    api.rest_client.pool_manager.connection_pool_kw["timeout"] = urllib3.Timeout(
-        connect=timeout_s, read=timeout_s
-    )
-    return api
-
-
-def discover_target(
-    api: k8s.ApiClient, namespace: str, pod: str, container: str | None = None
-) -> K8sTarget:
-    """Walk the pod's owner chain (Pod -> ReplicaSet -> Deployment, or Pod -> StatefulSet)."""
-    core, apps = k8s.CoreV1Api(api), k8s.AppsV1Api(api)
-    try:
-        meta = core.read_namespaced_pod(pod, namespace).metadata
-        for owner in (meta.owner_references if meta else None) or []:
-            if owner.kind == "StatefulSet":
-                return K8sTarget(namespace, "statefulset", owner.name, container)
-            if owner.kind == "ReplicaSet":
-                rs_meta = apps.read_namespaced_replica_set(owner.name, namespace).metadata
-                for parent in (rs_meta.owner_references if rs_meta else None) or []:
-                    if parent.kind == "Deployment":
-                        return K8sTarget(namespace, "deployment", parent.name, container)
-    except ApiException as exc:
-        raise _error(exc, f"pod {namespace}/{pod}") from None
-    raise ActuatorError(f"pod {namespace}/{pod} is not owned by a Deployment or StatefulSet")
+    raw: Obj
+    sites: list[tuple[Engine, Site]]
+    others: list[Rendered] = field(default_factory=list)
 
 
 class KubernetesActuator(Actuator):
@@ -131,15 +92,22 @@ class KubernetesActuator(Actuator):
         timeout_s: float = 10.0,
         deadline_s: float | None = None,
         conflict_attempts: int = 5,
+        write_managed: bool = False,
+        canary: bool = False,
+        unschedulable_after_s: float = 300.0,
     ) -> None:
         self.target = target
-        self.apps = k8s.AppsV1Api(api)
+        self.kind = kind_named(target.kind)
+        self.objects = k8s.CustomObjectsApi(api)
         self.core = k8s.CoreV1Api(api)
         self.dialect: Dialect = dialect or VllmDialect()
         self.field_manager = field_manager
         self.identity = identity
         self.allow_surge = allow_surge
         self.allow_low_precision_replay = allow_low_precision_replay
+        self.write_managed = write_managed  # patch even what Helm or GitOps re-applies
+        self.canary = canary and self.kind.partitioned  # roll the last group first
+        self.unschedulable_after_s = unschedulable_after_s
         self.timeout_s = timeout_s
         self.deadline_s = deadline_s if deadline_s is not None else 3 * timeout_s
         self.conflict_attempts = conflict_attempts
@@ -147,93 +115,131 @@ class KubernetesActuator(Actuator):
         self._call: Deadline | None = None  # the deadline of the apply in progress
         self._seen: dict[str, LiveTarget] = {}
 
-    def _request(self, what: str, request: Callable[..., Any], *args: Any, **options: Any) -> Any:
-        """One API request within the call's deadline; a 429 or 5xx is tried again while the
-        deadline leaves room for the wait (the server's Retry-After, else a jittered backoff)."""
+    def _request(self, what: str, call: Callable[..., Any], *args: Any, **options: Any) -> Any:
         deadline = self._call or Deadline(self.deadline_s)
-        for attempt in range(64):
-            try:
-                with api_errors(what):
-                    try:
-                        timeout = deadline.cap(self.timeout_s)
-                        return request(*args, _request_timeout=timeout, **options)
-                    except ApiException as exc:
-                        if exc.status not in TRANSIENT:
-                            raise
-                        wait = _retry_after(exc)
-                        if not deadline.sleep(backoff_s(attempt) if wait is None else wait):
-                            raise
-            except ActuatorError as exc:
-                if deadline.expired and not isinstance(exc, ConflictError | ForbiddenError):
-                    raise ActuatorError(
-                        f"past the {deadline.seconds:g}s deadline of the call: {exc}"
-                    ) from None
-                raise
-        raise ActuatorError(f"{what}: the API server kept asking to try again")
+        return request(what, deadline, self.timeout_s, call, *args, **options)
 
     # ----------------------------------------------------------------- reading
 
-    def _get(self) -> dict[str, Any]:
-        t = self.target
-        read = (
-            self.apps.read_namespaced_deployment
-            if t.kind == "deployment"
-            else self.apps.read_namespaced_stateful_set
-        )
-        obj = self._request(str(t), read, t.name, t.namespace)
-        raw: dict[str, Any] = self.apps.api_client.sanitize_for_serialization(obj)
+    def _get(self) -> Obj:
+        k, t = self.kind, self.target
+        get = self.objects.get_namespaced_custom_object
+        raw: Obj = self._request(str(t), get, k.group, k.version, t.namespace, k.plural, t.name)
         return raw
 
-    def _container(self, raw: dict[str, Any]) -> dict[str, Any]:
-        containers = raw["spec"]["template"]["spec"]["containers"]
-        container: dict[str, Any] = select_container(
-            containers, self.target.container, str(self.target), self.dialect.container_hint
+    def _config_map(self, name: str) -> dict[str, str]:
+        namespace = self.target.namespace
+        found = self._request(
+            f"ConfigMap {namespace}/{name}", self.core.read_namespaced_config_map, name, namespace
         )
-        return container
+        return dict(found.data or {})
+
+    def _sites(self, raw: Obj) -> list[tuple[Engine, Site]]:
+        """Every engine container's site; they must agree on the managed flags."""
+        where = str(self.target)
+        try:
+            engines = self.kind.engines(raw, self.target.container, self.dialect.container_hint)
+            sites = [
+                (
+                    e,
+                    read_site(
+                        at(raw, e.container),
+                        pointer(e.container),
+                        at(raw, e.pod_spec),
+                        self.dialect,
+                        self._config_map,
+                    ),
+                )
+                for e in engines
+            ]
+        except ArgsError as exc:
+            raise ActuatorError(f"{where}: {exc}") from None
+        except ActuatorError as exc:  # a 403 on a ConfigMap stays a ForbiddenError
+            raise type(exc)(f"{where}: {exc}") from None
+        managed = self.dialect.managed
+        values = [managed_values(self.dialect.tokens(s.command, s.args), managed) for _, s in sites]
+        for (engine, _), other in zip(sites[1:], values[1:], strict=True):
+            if other != values[0]:
+                raise ActuatorError(
+                    f"{where}: {pointer(engine.container)} and {pointer(sites[0][0].container)} "
+                    f"disagree on the managed flags ({other} vs {values[0]}): make them agree "
+                    "first (every engine of a group must run the same setup)"
+                )
+        return sites
 
     def read(self) -> LiveTarget:
-        return self._live(self._get())
+        raw = self._get()
+        return self._live(raw, self._sites(raw))
 
-    def _live(self, raw: dict[str, Any]) -> LiveTarget:
+    def _live(self, raw: Obj, sites: list[tuple[Engine, Site]]) -> LiveTarget:
         self._uid = raw["metadata"].get("uid")
-        container = self._container(raw)
+        engine, site = sites[0]
         live = live_target(
             str(self.target),
-            description=f"{self.target} container {container['name']}",
-            command=container.get("command") or [],
-            args=container.get("args") or [],
+            description=f"{self.target} {pointer(engine.container)}",
+            command=site.command,
+            args=site.args,
             annotations=raw["metadata"].get("annotations") or {},
             dialect=self.dialect,
             version=raw["metadata"].get("resourceVersion"),
-            rollout=_rollout(raw),
-            image=container.get("image"),
+            rollout=self._rollout(raw),
+            image=at(raw, (*engine.container, "image")),
         )
+        live = replace(live, advice=self._advice(raw, [s for _, s in sites]))
         if live.version is not None:
             self._seen[live.version] = live
             while len(self._seen) > SEEN:
                 del self._seen[next(iter(self._seen))]
         return live
 
-    def surge_risk(self, raw: dict[str, Any] | None = None) -> str | None:
-        """A reason the rollout can deadlock on GPUs (maxSurge >= 1), or None."""
-        raw = raw if raw is not None else self._get()
-        if self.target.kind != "deployment":
-            return None
-        strategy = raw["spec"].get("strategy") or {}
-        if strategy.get("type") == "Recreate":
-            return None
-        surge = (strategy.get("rollingUpdate") or {}).get("maxSurge", "25%")
-        replicas = raw["spec"].get("replicas", 1)
-        if isinstance(surge, str) and surge.endswith("%"):
-            surge_pods = -(-int(surge[:-1]) * replicas // 100)
-        else:
-            surge_pods = int(surge)
-        if surge_pods >= 1:
+    def _advice(self, raw: Obj, sites: list[Site]) -> str | None:
+        """Why the tuner must not write this object, or None."""
+        owner = controller_owner(raw["metadata"], self.target.namespace)
+        if owner:
+            return owner
+        for site in sites:
+            if site.advice:
+                return site.advice
+        manager = source_manager(raw["metadata"])
+        if manager and not self.write_managed:
             return (
-                f"{self.target}: maxSurge {surge} starts a new GPU pod before an old one "
-                "stops; without a spare GPU it stays Pending forever (set maxSurge 0, or "
-                "allow_surge)"
+                f"it is managed by {manager}, which re-applies its source and undoes a "
+                "patch here: change the args in that source (or set write_managed)"
             )
+        return None
+
+    def _rollout(self, raw: Obj) -> RolloutStatus:
+        status = self.kind.rollout(raw)
+        selector = self.kind.pod_selector(raw)
+        if status.done or status.stuck or selector is None:
+            return status
+        try:
+            pending = self._unschedulable(selector)
+        except ActuatorError as exc:  # the rollout as the object tells it is still worth having
+            return replace(status, detail=f"{status.detail}; pods not read: {exc}")
+        return replace(status, stuck=pending) if pending else status
+
+    def _unschedulable(self, selector: str) -> str | None:
+        """A pod of the object no node can take for longer than `unschedulable_after_s`."""
+        namespace = self.target.namespace
+        pods = self._request(
+            f"pods of {self.target}",
+            self.core.list_namespaced_pod,
+            namespace,
+            label_selector=selector,
+        )
+        now = datetime.datetime.now(datetime.timezone.utc)
+        for pod in pods.items or []:
+            for condition in (pod.status.conditions if pod.status else None) or []:
+                if condition.type != "PodScheduled" or condition.status != "False":
+                    continue
+                since = condition.last_transition_time
+                waited = (now - since).total_seconds() if since else 0.0
+                if waited >= self.unschedulable_after_s:
+                    return (
+                        f"{condition.reason}: pod {pod.metadata.name} unschedulable for "
+                        f"{waited:.0f}s: {condition.message}"
+                    )
         return None
 
     # ----------------------------------------------------------------- writing
@@ -245,6 +251,10 @@ class KubernetesActuator(Actuator):
     @property
     def longest_call_s(self) -> float:
         return self.deadline_s
+
+    def surge_risk(self, raw: Obj | None = None) -> str | None:
+        """A reason the rollout can deadlock on GPUs (it surges), or None."""
+        return self.kind.surge(raw if raw is not None else self._get())
 
     def apply(
         self,
@@ -262,6 +272,7 @@ class KubernetesActuator(Actuator):
         try:
             for attempt in range(self.conflict_attempts):
                 live, read = self._read_for_apply()
+                companions = self.companions(live, setup)
                 command, args, record = rendered(
                     self.where,
                     live,
@@ -269,8 +280,12 @@ class KubernetesActuator(Actuator):
                     dialect=self.dialect,
                     saved_speculative_config=saved_speculative_config,
                     allow_low_precision_replay=self.allow_low_precision_replay,
-                    companions=self.companions(live, setup),
+                    companions=companions,
                 )
+                read.others = [
+                    self._render_site(site, live, setup, saved_speculative_config, companions)
+                    for _, site in read.sites[1:]
+                ]
                 if attempt and _written(live, command, args, state):
                     return _landed(seen or live, live, self.where)  # an earlier try landed
                 if expected_version is not None and live.version != expected_version:
@@ -286,47 +301,101 @@ class KubernetesActuator(Actuator):
         finally:
             self._call = None
 
-    def _read_for_apply(self) -> tuple[LiveTarget, dict[str, Any]]:
-        raw = self._get()  # one read: the live args, the rollout strategy and the container
-        return self._live(raw), raw
+    def _render_site(
+        self,
+        site: Site,
+        live: LiveTarget,
+        setup: Setup,
+        saved_speculative_config: dict[str, Any] | None,
+        companions: Any,
+    ) -> Rendered:
+        """Another engine container of the object (a worker), rendered like the first."""
+        return rendered(
+            f"{self.where} {site.pointer}",
+            replace(live, command=site.command, args=site.args),
+            setup,
+            dialect=self.dialect,
+            saved_speculative_config=saved_speculative_config,
+            allow_low_precision_replay=self.allow_low_precision_replay,
+            companions=companions,
+        )
 
-    def _write(self, change: Change, read: dict[str, Any]) -> ApplyResult:
+    def _read_for_apply(self) -> tuple[LiveTarget, Read]:
+        raw = self._get()  # one read: the args, the strategy, the owners and the containers
+        sites = self._sites(raw)
+        return self._live(raw, sites), Read(raw, sites)
+
+    def _write(self, change: Change, read: Read) -> ApplyResult:
         live, command, args, state = change.live, change.command, change.args, change.state
-        dry_run, operator_args = change.dry_run, change.operator_args
-        risk = self.surge_risk(read)
-        if risk and not self.allow_surge:
-            raise ActuatorError(f"refused: {risk}")
-        before = (*live.command, *live.args)
-        after = (*command, *args)
+        before, after = (*live.command, *live.args), (*command, *args)
         diff = args_diff(before, after, str(self.target))
         if after == before and (state is None or state == live.state):
-            return ApplyResult(False, dry_run, before, after, "", live.version)
-        container = self._container(read)["name"]
-        body: dict[str, Any] = {
-            "metadata": {"resourceVersion": live.version},
-            "spec": {
-                "template": {
-                    "spec": {
-                        "containers": [
-                            {"name": container, "command": command or None, "args": args or None}
-                        ]
-                    }
-                }
-            },
-        }
-        annotations: dict[str, str | None] = {}
-        if state is not None:
-            annotations[STATE_ANNOTATION] = state
-        if operator_args != live.operator_args:  # null removes it (strategic merge patch)
-            annotations[OPERATOR_ANNOTATION] = record_text(operator_args)
-        if annotations:
-            body["metadata"]["annotations"] = annotations
-        self._patch(body, dry_run=True)  # the server validates first, changes nothing
-        if dry_run:
+            return ApplyResult(False, change.dry_run, before, after, "", live.version)
+        if live.advice and after != before:
+            raise AdviceOnlyError(f"{self.where}: not patched: {live.advice}; the change:\n{diff}")
+        risk = self.kind.surge(read.raw)
+        if risk and not self.allow_surge and after != before:
+            raise ActuatorError(f"refused: {self.where}: {risk}")
+        ops = self._ops(change, read)
+        self._patch(ops, JSON_PATCH, dry_run=True)  # the server validates first, changes nothing
+        if change.dry_run:
             return ApplyResult(after != before, True, before, after, diff, live.version)
-        patched = self._patch(body, dry_run=False)
+        patched = self._patch(ops, JSON_PATCH, dry_run=False)
         version = patched["metadata"].get("resourceVersion")
         return ApplyResult(after != before, False, before, after, diff, version)
+
+    def _ops(self, change: Change, read: Read) -> list[Obj]:
+        """The one JSON patch: the resourceVersion read (a stale one is a 409), every site's
+        managed flags, the state annotations and, for a canary, the partition."""
+        raw, live = read.raw, change.live
+        ops: list[Obj] = [
+            {"op": "replace", "path": "/metadata/resourceVersion", "value": live.version}
+        ]
+        renders = [(change.command, change.args), *[(c, a) for c, a, _ in read.others]]
+        for (engine, site), (command, args) in zip(read.sites, renders, strict=True):
+            ops += site_ops(site, at(raw, engine.container), command, args)
+        annotations: dict[str, str | None] = {}
+        if change.state is not None:
+            annotations[STATE_ANNOTATION] = change.state
+        if change.operator_args != live.operator_args:
+            annotations[OPERATOR_ANNOTATION] = record_text(change.operator_args)
+        moved = (change.command, change.args) != (list(live.command), list(live.args))
+        if self.canary and moved:
+            ops += self._hold_partition(raw, annotations)
+        return ops + _annotation_ops(raw, annotations)
+
+    def _hold_partition(self, raw: Obj, annotations: dict[str, str | None]) -> list[Obj]:
+        """Set the LeaderWorkerSet's partition so that only its last group rolls (a canary
+        that needs no spare GPU); the operator's own partition is kept to restore."""
+        replicas = int(raw["spec"].get("replicas", 1))
+        if replicas < 2:
+            return []
+        held = (raw["metadata"].get("annotations") or {}).get(PARTITION_ANNOTATION)
+        if held is None:
+            annotations[PARTITION_ANNOTATION] = str(lws_partition(raw))
+        return _set(raw, LWS_UPDATE, "partition", replicas - 1)
+
+    def release_canary(self, *, dry_run: bool = False) -> bool:
+        """Let every group roll: restore the operator's partition held by a canary apply.
+        False when no canary holds it."""
+        self._call = Deadline(self.deadline_s)
+        try:
+            raw = self._get()
+            held = (raw["metadata"].get("annotations") or {}).get(PARTITION_ANNOTATION)
+            if held is None:
+                return False
+            version = raw["metadata"].get("resourceVersion")
+            ops: list[Obj] = [
+                {"op": "replace", "path": "/metadata/resourceVersion", "value": version}
+            ]
+            ops += _set(raw, LWS_UPDATE, "partition", int(held or 0))
+            ops += _annotation_ops(raw, {PARTITION_ANNOTATION: None})
+            self._patch(ops, JSON_PATCH, dry_run=True)
+            if not dry_run:
+                self._patch(ops, JSON_PATCH, dry_run=False)
+            return True
+        finally:
+            self._call = None
 
     def save_state(self, state: str, *, expected_version: str | None) -> str | None:
         """Persist the state annotation alone (no rollout: the pod template is untouched). A
@@ -343,16 +412,13 @@ class KubernetesActuator(Actuator):
                     }
                 }
                 try:
-                    patched = self._patch(body, dry_run=False)
+                    patched = self._patch(body, MERGE_PATCH, dry_run=False)
                     written = patched["metadata"].get("resourceVersion")
                     return str(written) if written is not None else None
                 except ConflictError:
                     fresh = self.read()
-                    if (
-                        seen is None
-                        or fresh.state != seen.state
-                        or attempt + 1 == self.conflict_attempts
-                    ):
+                    last = attempt + 1 == self.conflict_attempts
+                    if seen is None or fresh.state != seen.state or last:
                         raise
                     if not self._call.sleep(backoff_s(attempt)):
                         raise
@@ -361,18 +427,18 @@ class KubernetesActuator(Actuator):
         finally:
             self._call = None
 
-    def _patch(self, body: dict[str, Any], *, dry_run: bool) -> dict[str, Any]:
-        t = self.target
-        options: dict[str, Any] = {"field_manager": self.field_manager, "_content_type": SMP}
+    def _patch(self, body: Any, content_type: str, *, dry_run: bool) -> Obj:
+        k, t = self.kind, self.target
+        options: dict[str, Any] = {
+            "field_manager": self.field_manager,
+            "_content_type": content_type,
+        }
         if dry_run:
             options["dry_run"] = "All"
-        patch = (
-            self.apps.patch_namespaced_deployment
-            if t.kind == "deployment"
-            else self.apps.patch_namespaced_stateful_set
+        patch = self.objects.patch_namespaced_custom_object
+        raw: Obj = self._request(
+            str(t), patch, k.group, k.version, t.namespace, k.plural, t.name, body, **options
         )
-        result = self._request(str(t), patch, t.name, t.namespace, body, **options)
-        raw: dict[str, Any] = self.apps.api_client.sanitize_for_serialization(result)
         return raw
 
     def event(self, reason: str, message: str, *, warning: bool = False) -> None:
@@ -384,8 +450,8 @@ class KubernetesActuator(Actuator):
                 generate_name=f"{t.name}.spec-autotuner.", namespace=t.namespace
             ),
             involved_object=k8s.V1ObjectReference(
-                api_version="apps/v1",
-                kind="Deployment" if t.kind == "deployment" else "StatefulSet",
+                api_version=self.kind.api_version,
+                kind=self.kind.kind,
                 name=t.name,
                 namespace=t.namespace,
                 uid=self._uid,
@@ -401,6 +467,33 @@ class KubernetesActuator(Actuator):
             count=1,
         )
         self._request(f"event on {t}", self.core.create_namespaced_event, t.namespace, body)
+
+
+def _set(raw: Obj, parent: Path, key: str, value: Any) -> list[Obj]:
+    """JSON patch operations that set `parent.key`, adding the missing parents."""
+    for depth in range(len(parent)):
+        if at(raw, parent[: depth + 1]) is None:
+            nested: Any = {key: value}
+            for part in reversed(parent[depth + 1 :]):
+                nested = {part: nested}
+            return [{"op": "add", "path": pointer(parent[: depth + 1]), "value": nested}]
+    return [{"op": "add", "path": pointer((*parent, key)), "value": value}]
+
+
+def _annotation_ops(raw: Obj, annotations: dict[str, str | None]) -> list[Obj]:
+    """Set (or, for None, remove) annotations; the map is added when the object has none."""
+    present = raw["metadata"].get("annotations")
+    ops: list[Obj] = []
+    if present is None and any(v is not None for v in annotations.values()):
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+        present = {}
+    for key, value in annotations.items():
+        path = pointer(("metadata", "annotations", key))
+        if value is not None:
+            ops.append({"op": "add", "path": path, "value": value})
+        elif present is not None and key in present:
+            ops.append({"op": "remove", "path": path})
+    return ops
 
 
 def _written(live: LiveTarget, command: list[str], args: list[str], state: str | None) -> bool:
@@ -426,47 +519,3 @@ def _same_inputs(seen: LiveTarget | None, fresh: LiveTarget, where: str) -> None
             f"{where} changed since it was read ({seen.version} -> {fresh.version}: "
             f"{', '.join(changed)}); re-decide"
         )
-
-
-def _retry_after(exc: ApiException) -> float | None:
-    headers = exc.headers or {}
-    try:
-        value = float(headers.get("Retry-After", ""))
-    except ValueError:
-        return None
-    return max(value, 0.0)
-
-
-def _rollout(raw: dict[str, Any]) -> RolloutStatus:
-    status = raw.get("status") or {}
-    replicas = raw["spec"].get("replicas", 1)
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "Progressing" and condition.get("status") == "False":
-            return RolloutStatus(False, f"{condition.get('reason')}: {condition.get('message')}")
-    observed = status.get("observedGeneration", 0) >= raw["metadata"].get("generation", 0)
-    updated = status.get("updatedReplicas", status.get("updatedReplicas", 0)) or 0
-    available = status.get("availableReplicas", status.get("readyReplicas", 0)) or 0
-    done = observed and updated >= replicas and available >= replicas
-    return RolloutStatus(done, None, f"{updated}/{replicas} updated, {available} available")
-
-
-@contextmanager
-def api_errors(what: str) -> Iterator[None]:
-    """The client's exceptions as ActuatorErrors naming `what` (409 -> ConflictError, 403 ->
-    ForbiddenError), and an unreachable or slow API server as one too."""
-    try:
-        yield
-    except ApiException as exc:
-        raise _error(exc, what) from None
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise ActuatorError(f"{what}: API server unreachable or slow ({exc})") from None
-
-
-def _error(exc: ApiException, what: str) -> ActuatorError:
-    if exc.status == 409:
-        return ConflictError(f"{what}: changed by someone else (409)")
-    if exc.status == 403:
-        return ForbiddenError(f"{what}: forbidden by RBAC (403): {exc.reason}")
-    if exc.status == 404:
-        return ActuatorError(f"{what}: not found (404)")
-    return ActuatorError(f"{what}: API error {exc.status} {exc.reason}")

@@ -1,4 +1,4 @@
-"""Target URIs -> actuators: k8s://NAMESPACE/deployment/NAME[/CONTAINER],
+"""Target URIs -> actuators: k8s://NAMESPACE/KIND/NAME[/CONTAINER] (actuators/kinds.py),
 file://PATH[?name=DEPLOYMENT&container=C], exec://ARGS_FILE?restart=COMMAND[&env=VAR]."""
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ def open_target(
     identity: str = "spec-autotuner",
     timeout_s: float = 10.0,
     deadline_s: float | None = None,
+    write_managed: bool = False,
+    canary: bool = False,
 ) -> Actuator:
     # Each kind imports its own dependencies: the Kubernetes client alone is ~20 MB of RSS.
     if uri.startswith("k8s://"):
-        from autotuner.actuators.kubernetes import K8sTarget, KubernetesActuator, api_client
+        from autotuner.actuators.kubeapi import K8sTarget, api_client
+        from autotuner.actuators.kubernetes import KubernetesActuator
 
         return KubernetesActuator(
             K8sTarget.parse(uri),
@@ -35,6 +38,8 @@ def open_target(
             identity=identity,
             timeout_s=timeout_s,
             deadline_s=deadline_s,
+            write_managed=write_managed,
+            canary=canary,
         )
     parts = urlsplit(uri)
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
@@ -63,6 +68,6 @@ def open_target(
             allow_low_precision_replay=allow_low_precision_replay,
         )
     raise InputError(
-        f"cannot read target {uri!r}: use k8s://NAMESPACE/deployment/NAME[/CONTAINER], "
+        f"cannot read target {uri!r}: use k8s://NAMESPACE/KIND/NAME[/CONTAINER], "
         "file://PATH[?name=...&container=...] or exec://ARGS_FILE?restart=COMMAND"
     )

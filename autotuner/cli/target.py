@@ -227,7 +227,7 @@ def _status_build(image: str | None, declared: str) -> dict[str, Any]:
 def _lease_holder(target: str, kube_server: str | None, lease: str) -> str | None:
     from kubernetes import client as k8s
 
-    from autotuner.actuators.kubernetes import K8sTarget, api_client
+    from autotuner.actuators.kubeapi import K8sTarget, api_client
 
     parsed = K8sTarget.parse(target)
     record = k8s.CoordinationV1Api(api_client(kube_server)).read_namespaced_lease(

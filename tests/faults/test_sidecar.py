@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from autotuner.actuators.base import STATE_ANNOTATION
-from autotuner.actuators.kubernetes import K8sTarget, KubernetesActuator, api_client
+from autotuner.actuators.kubeapi import K8sTarget, api_client
+from autotuner.actuators.kubernetes import KubernetesActuator
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Observation, Setup

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from autotuner.actuators.exec import ExecActuator
-from autotuner.actuators.kubernetes import K8sTarget, KubernetesActuator, api_client
+from autotuner.actuators.kubeapi import K8sTarget, api_client
+from autotuner.actuators.kubernetes import KubernetesActuator
 from autotuner.actuators.manual import apply_by_hand
 from autotuner.controller import Controller
 from autotuner.core.model.registry import load_model

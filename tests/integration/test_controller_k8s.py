@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from autotuner.actuators.kubernetes import K8sTarget, KubernetesActuator, api_client
+from autotuner.actuators.kubeapi import K8sTarget, api_client
+from autotuner.actuators.kubernetes import KubernetesActuator
 from autotuner.actuators.lease import LeaseElector
 from autotuner.controller import Controller
 from autotuner.core.model.registry import load_model

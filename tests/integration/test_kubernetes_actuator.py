@@ -9,12 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from autotuner.actuators.base import STATE_ANNOTATION
-from autotuner.actuators.kubernetes import (
-    K8sTarget,
-    KubernetesActuator,
-    api_client,
-    discover_target,
-)
+from autotuner.actuators.kubeapi import K8sTarget, api_client, discover_target
+from autotuner.actuators.kubernetes import KubernetesActuator
 from autotuner.actuators.lease import LeaseElector
 from autotuner.core.types import Setup
 from autotuner.engines.vllm.setup import parse_setup
@@ -89,7 +85,7 @@ def test_apply_patches_args_and_state_in_one_guarded_patch(server: FakeApiServer
     assert obj["metadata"]["annotations"][STATE_ANNOTATION] == '{"v":1}'
     patches = [r for r in server.requests if r[0] == "PATCH"]
     assert len(patches) == 2  # the dry run, then the real one
-    assert all("strategic-merge-patch" in r[2] for r in patches)
+    assert all("json-patch" in r[2] for r in patches)
     assert obj["metadata"]["generation"] == 2
 
 

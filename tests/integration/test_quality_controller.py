@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from autotuner.actuators.base import STATE_ANNOTATION
-from autotuner.actuators.kubernetes import K8sTarget, KubernetesActuator, api_client
+from autotuner.actuators.kubeapi import K8sTarget, api_client
+from autotuner.actuators.kubernetes import KubernetesActuator
 from autotuner.canary.guard import QualityGuard
 from autotuner.controller import Controller
 from autotuner.core.model.registry import load_model

@@ -1,11 +1,19 @@
 """A loopback Kubernetes API server implementing just what spec-autotuner relies on.
 
 No kube-apiserver can run on our machines, so the official client talks real HTTP to this:
-GET/PATCH Deployments and StatefulSets (strategic merge, JSON merge and JSON patch), optimistic
-concurrency (a resourceVersion in the patch that is not current -> 409), dryRun=All, Pods and
-ReplicaSets for the owner chain, Events, Leases (GET/POST/PUT with resourceVersion), 403 for
-verbs the test forbids, slow and failing responses (a 429 or 503 with a Retry-After), another
-writer landing before a request (`interfere`), and a restart on the same port.
+GET/PATCH of Deployments and StatefulSets and of the serving custom resources under their real
+groups and versions (LeaderWorkerSet leaderworkerset.x-k8s.io/v1, DynamoGraphDeployment
+nvidia.com/v1alpha1 and v1beta1, LLMInferenceService serving.kserve.io/v1alpha1, InferenceService
+serving.kserve.io/v1beta1); strategic merge for the built-in kinds only (a custom resource gets
+415, as from a real server), JSON merge and JSON patch for all; optimistic concurrency (a
+resourceVersion in the patch, or one a JSON patch writes, that is not current -> 409);
+dryRun=All; Pods (GET, and listed by label selector), ReplicaSets and DynamoComponentDeployments
+for the owner chain; ConfigMaps; Events; Leases (GET/POST/PUT with resourceVersion); 403 for
+verbs the test forbids; slow and failing responses (a 429 or 503 with a Retry-After); another
+writer landing before a request (`interfere`); and a restart on the same port.
+
+It stores each object as put and serves it at any version its kind is served at: there is no
+conversion between versions and no schema validation beyond what a patch needs.
 """
 
 from __future__ import annotations
@@ -17,28 +25,36 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import closing
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 import jsonpatch
 
 Obj = dict[str, Any]
 
 ROUTES = [
-    (
-        re.compile(
-            r"^/apis/apps/v1/namespaces/([^/]+)/(deployments|statefulsets|replicasets)"
-            r"/([^/]+)$"
-        ),
-        "apps",
-    ),
-    (re.compile(r"^/api/v1/namespaces/([^/]+)/(pods)/([^/]+)$"), "core"),
-    (re.compile(r"^/api/v1/namespaces/([^/]+)/(events)()$"), "events"),
-    (
-        re.compile(r"^/apis/coordination.k8s.io/v1/namespaces/([^/]+)/(leases)(?:/([^/]+))?$"),
-        "leases",
-    ),
+    re.compile(r"^/apis/([^/]+)/([^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?$"),
+    re.compile(r"^/api/(v1)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?$"),
 ]
+# (group, version, resource) -> the kind it holds; "" is the core group.
+SERVED = {
+    ("apps", "v1", "deployments"): "Deployment",
+    ("apps", "v1", "statefulsets"): "StatefulSet",
+    ("apps", "v1", "replicasets"): "ReplicaSet",
+    ("", "v1", "pods"): "Pod",
+    ("", "v1", "configmaps"): "ConfigMap",
+    ("", "v1", "events"): "Event",
+    ("coordination.k8s.io", "v1", "leases"): "Lease",
+    ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"): "LeaderWorkerSet",
+    ("nvidia.com", "v1alpha1", "dynamographdeployments"): "DynamoGraphDeployment",
+    ("nvidia.com", "v1beta1", "dynamographdeployments"): "DynamoGraphDeployment",
+    ("nvidia.com", "v1alpha1", "dynamocomponentdeployments"): "DynamoComponentDeployment",
+    ("serving.kserve.io", "v1alpha1", "llminferenceservices"): "LLMInferenceService",
+    ("serving.kserve.io", "v1beta1", "inferenceservices"): "InferenceService",
+}
+STRATEGIC = frozenset({"", "apps"})  # strategic merge exists for built-in kinds only
 
 
 def strategic_merge(target: Any, patch: Any) -> Any:
@@ -80,6 +96,51 @@ def _merge_maps(target: Obj, patch: Obj, merge: Callable[[Any, Any], Any]) -> Ob
         else:
             merged[key] = merge(merged.get(key), value)
     return merged
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    kind: str
+    namespace: str
+    name: str
+    query: str
+
+
+def _parts(path: str) -> tuple[str, str, str, str, str] | None:
+    """(group, version, namespace, resource, name) of a namespaced REST path."""
+    match = ROUTES[0].match(path)
+    if match:
+        group, version, namespace, resource, name = match.groups()
+        return group, version, namespace, resource, name or ""
+    match = ROUTES[1].match(path)
+    if match:
+        version, namespace, resource, name = match.groups()
+        return "", version, namespace, resource, name or ""
+    return None
+
+
+def found_key(path: str) -> tuple[str, str, str]:
+    parts = _parts(path)
+    assert parts is not None
+    return parts[0], parts[1], parts[3]
+
+
+def _resolve(path: str) -> tuple[str, str, str, str] | None:
+    """(group, namespace, resource, name) of a path this server serves, else None."""
+    parts = _parts(path)
+    if parts is None or (parts[0], parts[1], parts[3]) not in SERVED:
+        return None
+    group, _, namespace, resource, name = parts
+    return group, namespace, resource, name
+
+
+def _selected(obj: Obj, query: str) -> bool:
+    """The object's labels match every `key=value` of the query's labelSelector."""
+    selector = parse_qs(query).get("labelSelector", [""])[0]
+    labels = obj.get("metadata", {}).get("labels") or {}
+    pairs = [term.split("=", 1) for term in selector.split(",") if term]
+    return all(labels.get(k) == v for k, v in pairs)
 
 
 class FakeApiServer:
@@ -127,6 +188,17 @@ class FakeApiServer:
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.version)
         self.objects[key] = obj
         return obj
+
+    def _list(self, request: Request) -> Obj:
+        """The objects of a kind in a namespace that the label selector picks (lock held)."""
+        items = [
+            obj
+            for (kind, namespace, _), obj in self.objects.items()
+            if kind == request.kind
+            and namespace == request.namespace
+            and _selected(obj, request.query)
+        ]
+        return {"kind": f"{request.kind}List", "apiVersion": "v1", "metadata": {}, "items": items}
 
     def get(self, kind: str, namespace: str, name: str) -> Obj:
         with self.lock:
@@ -215,72 +287,54 @@ class FakeApiServer:
                     code = server.fail_next.pop(0)
                     self._status(code, "InternalError", "injected failure")
                     return
-                for pattern, group in ROUTES:
-                    match = pattern.match(path)
-                    if match:
-                        namespace, resource, name = match.groups()
-                        name = name or None
-                        verb = {"GET": "get", "PATCH": "patch", "POST": "create", "PUT": "update"}[
-                            method
-                        ]
-                        if (verb, resource) in server.forbidden:
-                            self._status(
-                                403, "Forbidden", f'{resource} "{name}" is forbidden: cannot {verb}'
-                            )
-                            return
-                        self._dispatch(
-                            method,
-                            group,
-                            namespace,
-                            resource,
-                            name,
-                            "dryRun=All" in query,
-                            content_type,
-                        )
-                        return
-                self._status(404, "NotFound", f"no route for {path}")
+                found = _resolve(path)
+                if found is None:
+                    self._status(404, "NotFound", f"no route for {path}")
+                    return
+                group, namespace, resource, name = found
+                verbs = {"GET": "get" if name else "list", "PATCH": "patch", "POST": "create"}
+                verb = verbs.get(method, "update")
+                if (verb, resource) in server.forbidden:
+                    self._status(
+                        403, "Forbidden", f'{resource} "{name}" is forbidden: cannot {verb}'
+                    )
+                    return
+                if method == "PATCH" and "strategic" in content_type and group not in STRATEGIC:
+                    self._status(
+                        415, "UnsupportedMediaType", "strategic merge patch: built-ins only"
+                    )
+                    return
+                request = Request(method, SERVED[found_key(path)], namespace, name, query)
+                self._dispatch(request, content_type)
 
-            def _dispatch(
-                self,
-                method: str,
-                group: str,
-                namespace: str,
-                resource: str,
-                name: str | None,
-                dry_run: bool,
-                content_type: str,
-            ) -> None:
-                kind = {
-                    "deployments": "Deployment",
-                    "statefulsets": "StatefulSet",
-                    "replicasets": "ReplicaSet",
-                    "pods": "Pod",
-                    "leases": "Lease",
-                    "events": "Event",
-                }[resource]
-                if group == "events":
+            def _dispatch(self, request: Request, content_type: str) -> None:
+                if request.kind == "Event":
                     event = self._body()
                     server.events.append(event)
                     self._send(201, event)
                     return
-                key = (kind, namespace, name or "")
+                key = (request.kind, request.namespace, request.name)
                 with server.lock:
-                    if method == "POST":
+                    if request.method == "POST":
                         body = self._body()
-                        key = (kind, namespace, body["metadata"]["name"])
+                        key = (request.kind, request.namespace, body["metadata"]["name"])
                         if key in server.objects:
                             self._status(409, "AlreadyExists", "already exists")
                             return
                         self._send(201, server._store(key, body))
                         return
+                    if request.method == "GET" and not request.name:
+                        self._send(200, server._list(request))
+                        return
                     if key not in server.objects:
-                        self._status(404, "NotFound", f'{resource} "{name}" not found')
+                        self._status(404, "NotFound", f'{request.kind} "{request.name}" not found')
                         return
                     current = server.objects[key]
-                    if method == "GET":
+                    if request.method == "GET":
                         self._send(200, current)
                         return
-                    self._update(key, current, method, content_type, dry_run)
+                    dry_run = "dryRun=All" in request.query
+                    self._update(key, current, request.method, content_type, dry_run)
 
             def _update(
                 self,
@@ -299,14 +353,11 @@ class FakeApiServer:
                 elif "json-patch" in content_type:
                     try:
                         updated = jsonpatch.apply_patch(current, body)
-                    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException):
-                        self._status(
-                            409 if any(op.get("op") == "test" for op in body) else 422,
-                            "Conflict",
-                            "JSON patch test failed",
-                        )
+                    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                        self._status(422, "Invalid", f"JSON patch does not apply: {exc}")
                         return
-                    wanted = None
+                    # A patch that writes the resourceVersion it read is a precondition.
+                    wanted = (updated.get("metadata") or {}).get("resourceVersion")
                 elif "merge-patch" in content_type and "strategic" not in content_type:
                     updated = merge_patch(current, body)
                     wanted = (body.get("metadata") or {}).get("resourceVersion")
