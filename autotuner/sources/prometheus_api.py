@@ -1,4 +1,5 @@
-"""A Prometheus server's HTTP API as a source: the same Observation as a direct scrape.
+"""A Prometheus server's HTTP API as a source: the same Observation as a direct scrape (vLLM's
+series, or SGLang's with `engine="sglang"`: sources/sglang_prometheus.py).
 
 Counter deltas come from `increase()`, summed across replicas; the batch distribution from the
 raw running-request samples of a range query; a restart inside the window (any counter reset)
@@ -32,6 +33,9 @@ from autotuner.engines.vllm.metrics import (
 )
 from autotuner.errors import SourceError, UnusableReason
 from autotuner.sources.invariants import check_totals
+from autotuner.sources.sglang_metrics import SOURCE as SGLANG
+from autotuner.sources.sglang_metrics import marked
+from autotuner.sources.sglang_prometheus import sglang_totals
 
 Vector = list[dict[str, Any]]
 DEFAULT_MAX_BYTES = 16 * 2**20
@@ -52,8 +56,10 @@ class PrometheusSource:
         scrape_interval_s: float = 15.0,
         max_bytes: int = DEFAULT_MAX_BYTES,
         clock: Callable[[], float] = time.time,
+        engine: str = "vllm",
     ) -> None:
         self.url = url.rstrip("/")
+        self.engine = engine  # whose series the queries ask for: vllm or sglang
         self.selector = selector.strip().strip("{}")
         self.client = client or httpx.Client(timeout=timeout_s)
         self.timeout_s = timeout_s
@@ -238,15 +244,19 @@ class PrometheusSource:
         now = self.clock()
         self.window = Deadline(self.deadline_s)
         try:
-            totals = self.totals(window_s, now)
+            if self.engine == SGLANG:
+                totals = sglang_totals(self, window_s, now)
+            else:
+                totals = self.totals(window_s, now)
             check_totals(self.url, totals)
         except SourceError as exc:
             return unusable("prometheus", exc.reason, exc.detail, start=now - window_s, end=now)
         finally:
             self.window = None
-        return build_observation(
+        observation = build_observation(
             "prometheus", totals, now=now, limits=limits or ObservationLimits()
         )
+        return marked(observation) if self.engine == SGLANG else observation
 
     def close(self) -> None:
         self.client.close()

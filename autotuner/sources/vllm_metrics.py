@@ -142,13 +142,11 @@ def window_totals(snapshots: Sequence[Snapshot]) -> WindowTotals:
     ratios = {name: Ratio() for name in HISTOGRAMS}
     kept = 0
     for key in keys:
-        timeline = _since_last_reset(
-            [(s.at, s.engines[key]) for s in snapshots if key in s.engines]
-        )
+        timeline = since_last_reset([(s.at, s.engines[key]) for s in snapshots if key in s.engines])
         if len(timeline) < 2:
             continue
         kept += 1
-        _add_gauges(totals, [sample for _, sample in timeline])
+        add_gauges(totals, [sample for _, sample in timeline])
         (t0, first), (t1, last) = timeline[0], timeline[-1]
         delta = {n: last.counters[n] - first.counters.get(n, 0.0) for n in last.counters}
         if last.speculation:
@@ -159,7 +157,7 @@ def window_totals(snapshots: Sequence[Snapshot]) -> WindowTotals:
         if "preemptions" in delta:
             totals.preemptions = (totals.preemptions or 0.0) + delta["preemptions"]
         _add_prefix_cache(totals, delta)
-        _add_histograms(ratios, first, last)
+        add_histograms(ratios, first, last)
         if last.cache_config and not totals.cache_config:
             totals.cache_config = dict(last.cache_config)
     if kept == 0:
@@ -181,7 +179,7 @@ def window_totals(snapshots: Sequence[Snapshot]) -> WindowTotals:
 Timeline = list[tuple[float, EngineSample]]
 
 
-def _since_last_reset(timeline: Timeline) -> Timeline:
+def since_last_reset(timeline: Timeline) -> Timeline:
     cut = 0
     for i in range(1, len(timeline)):
         if is_reset(timeline[i - 1][1], timeline[i][1]):
@@ -189,7 +187,7 @@ def _since_last_reset(timeline: Timeline) -> Timeline:
     return timeline[cut:]
 
 
-def _add_gauges(totals: WindowTotals, samples: Sequence[EngineSample]) -> None:
+def add_gauges(totals: WindowTotals, samples: Sequence[EngineSample]) -> None:
     for sample in samples:
         if "running" in sample.gauges:
             totals.batch_samples.append(sample.gauges["running"])
@@ -227,7 +225,7 @@ def _add_prefix_cache(totals: WindowTotals, delta: dict[str, float]) -> None:
         )
 
 
-def _add_histograms(ratios: dict[str, Ratio], first: EngineSample, last: EngineSample) -> None:
+def add_histograms(ratios: dict[str, Ratio], first: EngineSample, last: EngineSample) -> None:
     for name, ratio in ratios.items():
         if name in last.histograms:
             total_before, count_before = first.histograms.get(name, (0.0, 0.0))

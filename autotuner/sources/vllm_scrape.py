@@ -1,4 +1,5 @@
-"""Direct scrape of one or more vLLM `/metrics` endpoints into Observations."""
+"""Direct scrape of one or more engines' `/metrics` endpoints into Observations (vLLM's, or
+SGLang's with `reading=SGLANG`, sources/readings.py)."""
 
 from __future__ import annotations
 
@@ -14,16 +15,16 @@ from autotuner.core.observe.observation import build_observation, unusable
 from autotuner.core.types import Observation
 from autotuner.deadline import Cut, Deadline, read_body
 from autotuner.errors import SourceError, UnusableReason
-from autotuner.sources.invariants import check_scrape
 from autotuner.sources.promtext import parse
-from autotuner.sources.vllm_metrics import Snapshot, engine_samples, wanted_names, window_totals
+from autotuner.sources.readings import VLLM, Reading
+from autotuner.sources.vllm_metrics import Snapshot
 
 DEFAULT_MAX_BYTES = 16 * 2**20
-_WANTED = wanted_names()
 
 
 class VllmScraper:
-    """Scrapes vLLM endpoints and keeps the recent snapshots of a rolling window.
+    """Scrapes an engine's endpoints (vLLM's; another engine's with its `reading`) and keeps
+    the recent snapshots of a rolling window.
 
     The HTTP client is injected (tests pass a transport); without one, a keep-alive client is
     made. `timeout_s` bounds each endpoint's whole answer, not each read. Every failure becomes
@@ -38,6 +39,7 @@ class VllmScraper:
         timeout_s: float = 5.0,
         max_bytes: int = DEFAULT_MAX_BYTES,
         clock: Callable[[], float] = time.time,
+        reading: Reading = VLLM,
     ) -> None:
         if not urls:
             raise ValueError("at least one /metrics URL is needed")
@@ -46,6 +48,7 @@ class VllmScraper:
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
         self.clock = clock
+        self.reading = reading
         self.history: deque[Snapshot] = deque()
 
     def fetch(self, url: str) -> str:
@@ -85,12 +88,14 @@ class VllmScraper:
         sources/invariants.py), timestamped by the clock."""
         engines = {}
         for url in self.urls:
-            exposition = parse(self.fetch(url), _WANTED)
-            check_scrape(url, exposition)
-            found = engine_samples(url, exposition)
+            exposition = parse(self.fetch(url), self.reading.wanted)
+            self.reading.check(url, exposition)
+            found = self.reading.samples(url, exposition)
             if not found:
+                engine = self.reading.source
                 raise SourceError(
-                    UnusableReason.NOT_METRICS, f"{url}: no vLLM series (is this vLLM /metrics?)"
+                    UnusableReason.NOT_METRICS,
+                    f"{url}: no {engine} series (is this {engine} /metrics?)",
                 )
             engines.update(found)
         return Snapshot(at=self.clock(), engines=engines)
@@ -105,10 +110,13 @@ class VllmScraper:
         now = self.clock()
         recent = [s for s in self.history if s.at >= now - window_s - 1e-9]
         try:
-            totals = window_totals(recent)
+            totals = self.reading.totals(recent)
         except SourceError as exc:
-            return unusable("vllm", exc.reason, exc.detail, start=now - window_s, end=now)
-        return build_observation("vllm", totals, now=now, limits=limits)
+            return unusable(
+                self.reading.source, exc.reason, exc.detail, start=now - window_s, end=now
+            )
+        observation = build_observation(self.reading.source, totals, now=now, limits=limits)
+        return self.reading.finish(observation)
 
     def observe(
         self,
@@ -128,7 +136,9 @@ class VllmScraper:
                 self.record(self.scrape(), keep_s=math.inf)
             except SourceError as exc:
                 now = self.clock()
-                return unusable("vllm", exc.reason, exc.detail, start=now - window_s, end=now)
+                return unusable(
+                    self.reading.source, exc.reason, exc.detail, start=now - window_s, end=now
+                )
             if self.clock() >= deadline - 1e-9:
                 break
             sleep(min(interval_s, max(deadline - self.clock(), 0.0)))

@@ -1,0 +1,74 @@
+"""SGLang's window through a Prometheus server's HTTP API: the same totals as a direct scrape
+of SGLang (sources/sglang_metrics.py), from `increase()` of its counters and range queries of
+its gauges (the first tensor-parallel rank's: the others repeat its numbers)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from autotuner.core.observe.observation import Ratio, WindowTotals
+from autotuner.engines.sglang.metrics import COUNTERS, GAUGES, HISTOGRAMS
+from autotuner.errors import SourceError, UnusableReason
+from autotuner.sources.sglang_metrics import add_speculation
+
+
+class PrometheusSource(Protocol):
+    """The queries of sources/prometheus_api.py's PrometheusSource this module asks."""
+
+    url: str
+    selector: str
+
+    def series(self, metric: str) -> str: ...
+    def instant(self, query: str, at: float) -> list[dict[str, Any]]: ...
+    def scalar(self, query: str, at: float) -> float | None: ...
+    def samples(self, query: str, start: float, end: float) -> list[float]: ...
+
+
+def _scheduler(source: PrometheusSource, metric: str) -> str:
+    """A scheduler gauge of the first tensor-parallel rank, narrowed by the selector."""
+    matchers = ", ".join(m for m in (source.selector, 'tp_rank="0"') if m)
+    return f"{metric}{{{matchers}}}"
+
+
+def sglang_totals(source: PrometheusSource, window_s: float, now: float) -> WindowTotals:
+    """The window's totals from SGLang's series (SourceError when it has none, or restarted)."""
+    w = f"{max(round(window_s * 1000), 1)}ms"
+    running = _scheduler(source, GAUGES["running"])
+    present = source.instant(f"timestamp({running})", now)
+    if not present:
+        raise SourceError(UnusableReason.EMPTY_RESULT, f"no {running} series at {source.url}")
+    generation = source.series(COUNTERS["generation_tokens"])
+    if source.scalar(f"resets({generation}[{w}])", now):
+        raise SourceError(
+            UnusableReason.RESET, "an SGLang server restarted inside the window (counter reset)"
+        )
+    totals = WindowTotals(
+        start=now - window_s,
+        end=now,
+        last_sample_at=max(float(s["value"][1]) for s in present),
+        series=len(present),
+        batch_samples=source.samples(running, now - window_s, now),
+    )
+    delta = {
+        name: value
+        for name, metric in COUNTERS.items()
+        if (value := source.scalar(f"increase({source.series(metric)}[{w}])", now)) is not None
+    }
+    steps = source.scalar(f"avg_over_time({_scheduler(source, GAUGES['spec_steps'])}[{w}])", now)
+    count = len(present)
+    add_speculation(totals, delta, max(1, round((steps or 0.0) / count)) if steps else 1)
+    for name in ("generation_tokens", "prompt_tokens"):
+        if name in delta:
+            setattr(totals, f"{name}_per_s", delta[name] / window_s)
+    if "cached_tokens" in delta and "prompt_tokens" in delta:
+        totals.prefix_cache_queries = delta["prompt_tokens"]
+        totals.prefix_cache_hits = delta["cached_tokens"]
+    for name, base in HISTOGRAMS.items():
+        count_delta = source.scalar(f"increase({source.series(base + '_count')}[{w}])", now)
+        if count_delta is not None:
+            total = source.scalar(f"increase({source.series(base + '_sum')}[{w}])", now)
+            setattr(totals, name, Ratio(total or 0.0, count_delta))
+    span = (now - window_s, now)
+    totals.waiting_samples = source.samples(_scheduler(source, GAUGES["waiting"]), *span)
+    totals.kv_usage_samples = source.samples(_scheduler(source, GAUGES["kv_usage"]), *span)
+    return totals
