@@ -87,7 +87,7 @@ def test_defaults_render_an_advising_controller(chart: helm.Chart, tmp_path: Pat
     assert {o["metadata"]["namespace"] for o in objects} == {NAMESPACE}
     settings = settings_of(objects, tmp_path)
     assert settings.mode == "advise"
-    assert settings.target.uri == "k8s://llm/deployment/vllm/vllm"
+    assert settings.target.uri == "k8s://llm/deployment/vllm"
     assert settings.source.urls == ["http://vllm.llm.svc:8000/metrics"]
     container = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "ghcr.io/spec-autotuner/spec-autotuner:0.1.0"
@@ -113,7 +113,7 @@ def test_each_kind_gets_its_component_role(kind: str, chart: helm.Chart, tmp_pat
     validate(objects)
     component = build_with(tmp_path, DEPLOY / "overlays" / "standalone", [kind])
     assert rules(objects) == rules(component) == kind_rules(kind, "vllm")
-    assert settings_of(objects, tmp_path).target.uri == KINDS[kind][2]
+    assert settings_of(objects, tmp_path).target.uri == f"k8s://llm/{kind}/vllm"
 
 
 def test_act_on_an_lws_in_another_namespace_with_args_in_a_configmap(
@@ -149,9 +149,30 @@ def test_act_on_an_lws_in_another_namespace_with_args_in_a_configmap(
     assert settings.policy.restart.cooldown_s == 3600
 
 
-def test_llm_d_names_the_modelserver_container(chart: helm.Chart, tmp_path: Path) -> None:
-    objects = render(chart, {"target": {"kind": "deployment", "container": "modelserver"}})
-    assert settings_of(objects, tmp_path).target.uri == "k8s://llm/deployment/vllm/modelserver"
+@pytest.mark.parametrize(
+    ("target", "uri"),
+    [
+        ({"container": "modelserver"}, "k8s://llm/deployment/vllm/modelserver"),  # llm-d
+        (
+            {"kind": "leaderworkerset", "container": "leader"},
+            "k8s://llm/leaderworkerset/vllm/leader",
+        ),
+        (
+            {
+                "kind": "dynamographdeployment",
+                "component": "VllmDecodeWorker",
+                "version": "v1alpha1",
+            },
+            "k8s://llm/dynamographdeployment.v1alpha1/vllm/VllmDecodeWorker",
+        ),
+        # A container means nothing to a KServe object: its engine container is `main`.
+        ({"kind": "llminferenceservice", "container": "x"}, "k8s://llm/llminferenceservice/vllm"),
+    ],
+)
+def test_the_target_uri_names_the_container_or_component(
+    target: dict[str, str], uri: str, chart: helm.Chart, tmp_path: Path
+) -> None:
+    assert settings_of(render(chart, {"target": target}), tmp_path).target.uri == uri
 
 
 def test_sglang_is_scraped_on_its_port(chart: helm.Chart) -> None:

@@ -24,12 +24,25 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- .Values.target.namespace | default .Release.Namespace -}}
 {{- end -}}
 
-{{/* k8s://NS/KIND/NAME, with /CONTAINER for the kinds whose pod template names several. */}}
+{{/*
+k8s://NS/KIND[.VERSION]/NAME[/PART]: PART is the engine container (Deployment, StatefulSet,
+LeaderWorkerSet) or the DynamoGraphDeployment's component; without it the tuner finds it.
+*/}}
 {{- define "spec-autotuner.targetURI" -}}
 {{- $t := .Values.target -}}
-{{- $uri := printf "k8s://%s/%s/%s" (include "spec-autotuner.targetNamespace" .) $t.kind $t.name -}}
-{{- if and $t.container (has $t.kind (list "deployment" "statefulset")) -}}
-{{- $uri = printf "%s/%s" $uri $t.container -}}
+{{- $word := $t.kind -}}
+{{- if $t.version -}}
+{{- $word = printf "%s.%s" $t.kind $t.version -}}
+{{- end -}}
+{{- $uri := printf "k8s://%s/%s/%s" (include "spec-autotuner.targetNamespace" .) $word $t.name -}}
+{{- $part := "" -}}
+{{- if has $t.kind (list "deployment" "statefulset" "leaderworkerset") -}}
+{{- $part = $t.container -}}
+{{- else if eq $t.kind "dynamographdeployment" -}}
+{{- $part = $t.component -}}
+{{- end -}}
+{{- if $part -}}
+{{- $uri = printf "%s/%s" $uri $part -}}
 {{- end -}}
 {{- $uri -}}
 {{- end -}}
