@@ -64,8 +64,34 @@ HELP = {  # SGLang's own documentation strings
     "sglang:generation_tokens": "Number of generation tokens processed.",
     "sglang:spec_verify_calls": "Number of speculative decoding verification calls.",
     "sglang:num_requests": "Number of requests processed.",
+    "sglang:cached_tokens": "Number of cached prompt tokens by source (device/host/storage).",
     "sglang:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+    "sglang:request_time_per_output_token_seconds": "Per-request TPOT in seconds: "
+    "(finished_time - first_token_time) / (completion_tokens - 1).",
+    "sglang:prompt_tokens_histogram": "Histogram of prompt token length.",
+    "sglang:generation_tokens_histogram": "Histogram of generation token length.",
 }
+NOT_STREAMING = {STREAMING: "false"}
+# The tokenizer's counters (:1855-1960): name, the simulated engine's count, extra labels.
+COUNTERS: tuple[tuple[str, str, dict[str, str]], ...] = (
+    ("sglang:prompt_tokens", "prompt_tokens", NOT_STREAMING),
+    ("sglang:generation_tokens", "generation_tokens", NOT_STREAMING),
+    ("sglang:num_requests", "finished", NOT_STREAMING),
+    ("sglang:spec_verify_calls", "verify_calls", {}),
+    ("sglang:cached_tokens", "prefix_cache_hits", {"cache_source": "device"}),
+)
+# Its histograms (:1908-1925, :2050-2065): name, (sum, count) counts, extra labels. The
+# inter-token latency sums each step's interval and counts its tokens (:2161-2180).
+HISTOGRAMS: tuple[tuple[str, tuple[str, str], dict[str, str]], ...] = (
+    ("sglang:inter_token_latency_seconds", ("itl_sum", "generation_tokens"), {}),
+    (
+        "sglang:request_time_per_output_token_seconds",
+        ("tpot_sum", "finished"),
+        NOT_STREAMING,
+    ),
+    ("sglang:prompt_tokens_histogram", ("prompt_length_sum", "finished"), {}),
+    ("sglang:generation_tokens_histogram", ("generation_length_sum", "finished"), {}),
+)
 
 
 class SimulatedSglang(SimulatedVllm):
@@ -118,34 +144,26 @@ class SimulatedSglang(SimulatedVllm):
             family.add_metric(values, value)
 
     def _tokenizer_counters(self, families: dict[str, Metric]) -> None:
-        """One tokenizer for every data-parallel rank: its counters sum theirs."""
+        """One tokenizer for every data-parallel rank: its counters sum theirs. A labelled
+        series shows no sample before its first observation (no request finished yet)."""
         created = min(engine.created for engine in self.engines)
 
         def total(counter: str) -> float:
-            return float(sum(getattr(engine, counter) for engine in self.engines))
+            value = float(sum(getattr(engine, counter) for engine in self.engines))
+            return value if math.isfinite(value) else 0.0
 
         values = [self.model_name, "unified"]
-        streaming = [*TOKENIZER_LABELS, STREAMING]
-        for name, counter in (
-            ("sglang:prompt_tokens", "prompt_tokens"),
-            ("sglang:generation_tokens", "generation_tokens"),
-            ("sglang:num_requests", "finished"),
-        ):
-            family = CounterMetricFamily(name, HELP[name], labels=streaming)
-            family.add_metric([*values, "false"], total(counter), created=created)
+        for name, counter, extra in COUNTERS:
+            family = CounterMetricFamily(name, HELP[name], labels=TOKENIZER_LABELS + list(extra))
+            if total(counter) > 0:
+                family.add_metric([*values, *extra.values()], total(counter), created=created)
             families[name] = family
-        verify = CounterMetricFamily(
-            "sglang:spec_verify_calls", HELP["sglang:spec_verify_calls"], labels=TOKENIZER_LABELS
-        )
-        if total("verify_calls") > 0:  # a labelled counter shows no sample before its first inc
-            verify.add_metric(values, total("verify_calls"), created=created)
-        families["sglang:spec_verify_calls"] = verify
-        name = "sglang:inter_token_latency_seconds"
-        latency = HistogramMetricFamily(name, HELP[name], labels=TOKENIZER_LABELS)
-        tokens = total("generation_tokens")
-        buckets = [("+Inf", tokens if math.isfinite(tokens) else 0.0)]
-        latency.add_metric(values, buckets, total("itl_sum"))
-        families[name] = latency
+        for name, (summed, counted), extra in HISTOGRAMS:
+            latency = HistogramMetricFamily(name, HELP[name], labels=TOKENIZER_LABELS + list(extra))
+            if total(counted) > 0:
+                buckets = [("+Inf", total(counted))]
+                latency.add_metric([*values, *extra.values()], buckets, total(summed))
+            families[name] = latency
 
     def server_info(self) -> dict[str, Any]:
         """`GET /server_info` (entrypoints/http_server.py:863-891): every resolved ServerArgs
