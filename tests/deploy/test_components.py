@@ -33,19 +33,26 @@ def untouched(objects: list[Manifest]) -> list[Manifest]:
     return [o for o in objects if o["kind"] not in ("Role", "Deployment")]
 
 
+@pytest.fixture(scope="module")
+def standalone() -> list[Manifest]:
+    return build(STANDALONE)
+
+
 def test_every_component_directory_is_tested() -> None:
     shipped = {p.name for p in COMPONENTS.iterdir() if p.is_dir()}
     assert shipped == set(KINDS) | {"llm-d", "args-configmap"}
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_kind_component_on_the_standalone_controller(kind: str, tmp_path: Path) -> None:
+def test_kind_component_on_the_standalone_controller(
+    kind: str, standalone: list[Manifest], tmp_path: Path
+) -> None:
     objects = build_with(tmp_path, STANDALONE, [kind])
     validate(objects)
     assert rules(objects) == kind_rules(kind, "vllm")
     assert tuner_env(objects)["AUTOTUNER_TARGET__URI"] == KINDS[kind][2]
     # The alert rules, the dashboard, the settings and the identity stay as they were.
-    assert untouched(objects) == untouched(build(STANDALONE))
+    assert untouched(objects) == untouched(standalone)
 
 
 def test_the_base_role_names_the_deployment_as_its_component_does(tmp_path: Path) -> None:
