@@ -148,34 +148,6 @@ def rendered(
         raise ActuatorError(f"{where}: {exc}") from None
 
 
-def checked_render(
-    where: str,
-    live: LiveTarget,
-    setup: Setup,
-    *,
-    expected_version: str | None,
-    dialect: Dialect,
-    saved_speculative_config: dict[str, Any] | None,
-    allow_low_precision_replay: bool,
-    companions: tuple[Companion, ...] = (),
-) -> Rendered:
-    """Every apply's preamble: the target must be as it was read (else ConflictError, nothing
-    written), then the (command, args) that configure `setup`."""
-    if expected_version is not None and live.version != expected_version:
-        raise ConflictError(
-            f"{where} changed since it was read ({expected_version} -> {live.version})"
-        )
-    return rendered(
-        where,
-        live,
-        setup,
-        dialect=dialect,
-        saved_speculative_config=saved_speculative_config,
-        allow_low_precision_replay=allow_low_precision_replay,
-        companions=companions,
-    )
-
-
 def select_container(containers: Sequence[Any], wanted: str | None, where: str, hint: str) -> Any:
     """The engine's container of a pod template: the one named, else the only one, else the
     only one whose name holds `hint` (the dialect's container hint)."""
@@ -193,6 +165,17 @@ def select_container(containers: Sequence[Any], wanted: str | None, where: str, 
     raise ActuatorError(
         f"{where}: several containers ({', '.join(names)}); name the engine's one in the target"
     )
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What one apply asks for."""
+
+    setup: Setup
+    state: str | None  # the state record to write with it (None: leave the record)
+    expected_version: str | None  # the target must still be as read at this version
+    saved_speculative_config: dict[str, Any] | None
+    dry_run: bool  # only say what would change
 
 
 @dataclass(frozen=True)
@@ -276,19 +259,41 @@ class Actuator(ABC):
         saved_speculative_config: dict[str, Any] | None = None,
         dry_run: bool = False,
     ) -> ApplyResult:
+        """Write `setup` (and `state`) on the target as read at `expected_version`."""
+        return self._apply(
+            Wanted(setup, state, expected_version, saved_speculative_config, dry_run)
+        )
+
+    def _apply(self, wanted: Wanted) -> ApplyResult:
+        """Every target's apply: read it, check it is as it was read (else ConflictError,
+        nothing written), render the args for the setup and hand them to its writer."""
         live, read = self._read_for_apply()
-        command, args, record = checked_render(
+        if wanted.expected_version is not None and live.version != wanted.expected_version:
+            raise ConflictError(
+                f"{self.where} changed since it was read "
+                f"({wanted.expected_version} -> {live.version})"
+            )
+        command, args, record = self.render_for(live, wanted)
+        change = Change(live, command, args, wanted.state, wanted.dry_run, operator_args=record)
+        return self._write(change, read)
+
+    def render_for(self, live: LiveTarget, wanted: Wanted) -> Rendered:
+        """The (command, args) that configure the wanted setup on `live`'s command line, with
+        the companions the build needs, and the operator's companion record to keep."""
+        return rendered(
             self.where,
             live,
-            setup,
-            expected_version=expected_version,
+            wanted.setup,
             dialect=self.dialect,
-            saved_speculative_config=saved_speculative_config,
+            saved_speculative_config=wanted.saved_speculative_config,
             allow_low_precision_replay=self.allow_low_precision_replay,
-            companions=self.companions(live, setup),
+            companions=self.companions(live, wanted.setup),
         )
-        change = Change(live, command, args, state, dry_run, operator_args=record)
-        return self._write(change, read)
+
+    def release_canary(self, *, dry_run: bool = False) -> bool:
+        """Let the rest of the target roll after a verified canary; False when no canary
+        holds it back (only a partitioned target has one)."""
+        return False
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from autotuner.actuators.base import RolloutStatus, select_container
 from autotuner.errors import ActuatorError, InputError
@@ -28,8 +28,7 @@ STUCK_REASONS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Engine:
+class Engine(NamedTuple):
     """One engine container of the object: its path and that of the pod spec around it."""
 
     container: Path

@@ -37,10 +37,10 @@ from autotuner.actuators.base import (
     Change,
     LiveTarget,
     RolloutStatus,
+    Wanted,
     args_diff,
     live_target,
     record_text,
-    rendered,
 )
 from autotuner.actuators.kinds import (
     LWS_UPDATE,
@@ -54,7 +54,6 @@ from autotuner.actuators.kinds import (
 from autotuner.actuators.kubeapi import K8sTarget, request
 from autotuner.actuators.managers import controller_owner, source_manager
 from autotuner.actuators.sites import Site, managed_values, read_site, site_ops
-from autotuner.core.types import Setup
 from autotuner.deadline import Deadline, backoff_s
 from autotuner.engines.dialect import Dialect, Rendered
 from autotuner.engines.vllm.dialect import VllmDialect
@@ -256,42 +255,29 @@ class KubernetesActuator(Actuator):
         """A reason the rollout can deadlock on GPUs (it surges), or None."""
         return self.kind.surge(raw if raw is not None else self._get())
 
-    def apply(
-        self,
-        setup: Setup,
-        *,
-        state: str | None,
-        expected_version: str | None,
-        saved_speculative_config: dict[str, Any] | None = None,
-        dry_run: bool = False,
-    ) -> ApplyResult:
-        """Write `setup` (and `state`) on the object as read at `expected_version`; on a
-        conflict, re-read and re-render from the fresh object (see the module's docstring)."""
-        seen = self._seen.get(expected_version) if expected_version is not None else None
+    def _apply(self, wanted: Wanted) -> ApplyResult:
+        """Write the wanted setup (and state) on the object as read at the expected version;
+        on a conflict, re-read and re-render from the fresh object (see the module's
+        docstring)."""
+        expected = wanted.expected_version
+        seen = self._seen.get(expected) if expected is not None else None
         self._call = Deadline(self.deadline_s)
         try:
             for attempt in range(self.conflict_attempts):
                 live, read = self._read_for_apply()
-                companions = self.companions(live, setup)
-                command, args, record = rendered(
-                    self.where,
-                    live,
-                    setup,
-                    dialect=self.dialect,
-                    saved_speculative_config=saved_speculative_config,
-                    allow_low_precision_replay=self.allow_low_precision_replay,
-                    companions=companions,
-                )
+                command, args, record = self.render_for(live, wanted)
                 read.others = [
-                    self._render_site(site, live, setup, saved_speculative_config, companions)
+                    self.render_for(replace(live, command=site.command, args=site.args), wanted)
                     for _, site in read.sites[1:]
                 ]
-                if attempt and _written(live, command, args, state):
+                if attempt and _written(live, command, args, wanted.state):
                     return _landed(seen or live, live, self.where)  # an earlier try landed
-                if expected_version is not None and live.version != expected_version:
+                if expected is not None and live.version != expected:
                     _same_inputs(seen, live, self.where)
                 try:
-                    change = Change(live, command, args, state, dry_run, operator_args=record)
+                    change = Change(
+                        live, command, args, wanted.state, wanted.dry_run, operator_args=record
+                    )
                     return self._write(change, read)
                 except ConflictError:
                     last = attempt + 1 == self.conflict_attempts
@@ -300,25 +286,6 @@ class KubernetesActuator(Actuator):
             raise ConflictError(f"{self.where}: lost the race {self.conflict_attempts} times")
         finally:
             self._call = None
-
-    def _render_site(
-        self,
-        site: Site,
-        live: LiveTarget,
-        setup: Setup,
-        saved_speculative_config: dict[str, Any] | None,
-        companions: Any,
-    ) -> Rendered:
-        """Another engine container of the object (a worker), rendered like the first."""
-        return rendered(
-            f"{self.where} {site.pointer}",
-            replace(live, command=site.command, args=site.args),
-            setup,
-            dialect=self.dialect,
-            saved_speculative_config=saved_speculative_config,
-            allow_low_precision_replay=self.allow_low_precision_replay,
-            companions=companions,
-        )
 
     def _read_for_apply(self) -> tuple[LiveTarget, Read]:
         raw = self._get()  # one read: the args, the strategy, the owners and the containers

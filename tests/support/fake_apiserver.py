@@ -38,21 +38,26 @@ ROUTES = [
     re.compile(r"^/apis/([^/]+)/([^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?$"),
     re.compile(r"^/api/(v1)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?$"),
 ]
+# GROUP/VERSION RESOURCE KIND, one a line; the core group is "v1" alone.
+SERVED_TEXT = """
+apps/v1 deployments Deployment
+apps/v1 statefulsets StatefulSet
+apps/v1 replicasets ReplicaSet
+v1 pods Pod
+v1 configmaps ConfigMap
+v1 events Event
+coordination.k8s.io/v1 leases Lease
+leaderworkerset.x-k8s.io/v1 leaderworkersets LeaderWorkerSet
+nvidia.com/v1alpha1 dynamographdeployments DynamoGraphDeployment
+nvidia.com/v1beta1 dynamographdeployments DynamoGraphDeployment
+nvidia.com/v1alpha1 dynamocomponentdeployments DynamoComponentDeployment
+serving.kserve.io/v1alpha1 llminferenceservices LLMInferenceService
+serving.kserve.io/v1beta1 inferenceservices InferenceService
+"""
 # (group, version, resource) -> the kind it holds; "" is the core group.
 SERVED = {
-    ("apps", "v1", "deployments"): "Deployment",
-    ("apps", "v1", "statefulsets"): "StatefulSet",
-    ("apps", "v1", "replicasets"): "ReplicaSet",
-    ("", "v1", "pods"): "Pod",
-    ("", "v1", "configmaps"): "ConfigMap",
-    ("", "v1", "events"): "Event",
-    ("coordination.k8s.io", "v1", "leases"): "Lease",
-    ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"): "LeaderWorkerSet",
-    ("nvidia.com", "v1alpha1", "dynamographdeployments"): "DynamoGraphDeployment",
-    ("nvidia.com", "v1beta1", "dynamographdeployments"): "DynamoGraphDeployment",
-    ("nvidia.com", "v1alpha1", "dynamocomponentdeployments"): "DynamoComponentDeployment",
-    ("serving.kserve.io", "v1alpha1", "llminferenceservices"): "LLMInferenceService",
-    ("serving.kserve.io", "v1beta1", "inferenceservices"): "InferenceService",
+    (*group_version.rpartition("/")[::2], resource): kind
+    for group_version, resource, kind in (line.split() for line in SERVED_TEXT.split("\n") if line)
 }
 STRATEGIC = frozenset({"", "apps"})  # strategic merge exists for built-in kinds only
 

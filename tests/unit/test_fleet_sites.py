@@ -1,0 +1,149 @@
+"""Where a container keeps the engine args, what a strategy surges, who else writes an object:
+the pure parts of the fleet targets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from autotuner.actuators.kinds import kind_named, stuck_condition, surge_pods
+from autotuner.actuators.managers import controller_owner, source_manager
+from autotuner.actuators.sites import ENV_ARGS, config_tokens, read_site, site_ops
+from autotuner.engines.vllm.dialect import VllmDialect
+from autotuner.errors import ArgsError, InputError
+
+DIALECT = VllmDialect()
+MTP = '{"method":"mtp","num_speculative_tokens":3}'
+
+
+def no_config_maps(name: str) -> dict[str, str]:
+    raise AssertionError(f"no ConfigMap should be read (asked for {name})")
+
+
+def site_of(container: dict[str, Any], pod: dict[str, Any] | None = None) -> Any:
+    return read_site(container, "/c", pod or {}, DIALECT, no_config_maps)
+
+
+def test_plain_args_are_written_as_a_list_and_only_what_changed() -> None:
+    container = {"name": "vllm", "args": ["--model", "m", "--speculative-config", MTP]}
+    site = site_of(container)
+    assert site.args == ("--model", "m", "--speculative-config", MTP)
+    assert site.advice is None
+    ops = site_ops(site, container, [], ["--model", "m", "--use-replayssm"])
+    assert ops == [
+        {"op": "replace", "path": "/c/args", "value": ["--model", "m", "--use-replayssm"]}
+    ]
+    assert site_ops(site, container, [], list(site.args)) == []
+
+
+def test_the_env_var_holds_the_args_and_is_edited_in_place() -> None:
+    value = f"--max-model-len  4096 --speculative-config='{MTP}'"
+    container = {"name": "main", "env": [{"name": ENV_ARGS, "value": value}]}
+    site = site_of(container)
+    assert site.env_index == 0
+    assert site.args == ("--max-model-len", "4096", f"--speculative-config={MTP}")
+    ops = site_ops(site, container, [], ["--max-model-len", "4096", "--use-replayssm"])
+    assert ops == [
+        {
+            "op": "replace",
+            "path": "/c/env/0/value",
+            "value": "--max-model-len  4096 --use-replayssm",
+        }
+    ]
+
+
+def test_managed_flags_in_both_places_are_refused() -> None:
+    container = {
+        "args": ["--speculative-config", MTP],
+        "env": [{"name": ENV_ARGS, "value": "--use-replayssm"}],
+    }
+    with pytest.raises(ArgsError, match="refusing to guess"):
+        site_of(container)
+
+
+def test_a_configmap_reference_is_read_and_advised() -> None:
+    container = {
+        "args": ["--model", "m", "$(EXTRA)"],
+        "env": [{"name": "EXTRA", "valueFrom": {"configMapKeyRef": {"name": "e", "key": "k"}}}],
+    }
+    site = read_site(
+        container, "/c", {}, DIALECT, lambda name: {"k": f"--speculative-config '{MTP}'"}
+    )
+    assert site.args == ("--speculative-config", MTP)
+    assert site.advice is not None
+    assert "ConfigMap e key k" in site.advice
+    with pytest.raises(ArgsError, match="advise only"):
+        site_ops(site, container, [], [])
+
+
+def test_a_mounted_config_file_with_managed_flags_is_advised_the_cli_winning() -> None:
+    container = {
+        "args": ["--model", "m", "--config", "/etc/v/c.yaml", "--max-num-seqs", "8"],
+        "volumeMounts": [{"name": "v", "mountPath": "/etc/v"}],
+    }
+    pod = {
+        "volumes": [
+            {
+                "name": "v",
+                "configMap": {"name": "conf", "items": [{"key": "engine", "path": "c.yaml"}]},
+            }
+        ]
+    }
+    text = "speculative_config:\n  method: mtp\n  num_speculative_tokens: 2\nmax-num-seqs: 64\n"
+    site = read_site(container, "/c", pod, DIALECT, lambda name: {"engine": text})
+    assert site.advice is not None
+    assert "ConfigMap conf key engine" in site.advice
+    tokens = list(site.args)
+    assert tokens.count("--max-num-seqs") == 1  # the command line's 8, not the file's 64
+    assert DIALECT.setup_of(site.command, site.args).spec_tokens == 2
+
+
+def test_config_tokens() -> None:
+    assert config_tokens("a_b: 1\nflag: true\noff: false\n", "f") == ["--a-b", "1", "--flag"]
+    with pytest.raises(ArgsError):
+        config_tokens("- a\n", "f")
+
+
+def test_surge_is_counted_as_the_controllers_do() -> None:
+    assert surge_pods("25%", 1) == 1  # rounds up
+    assert surge_pods(None, 4, default=0) == 0
+    assert surge_pods(2, 1) == 2
+    lws = kind_named("leaderworkerset")
+    raw = {"metadata": {"name": "x"}, "spec": {"replicas": 4}}
+    assert lws.surge(raw) is None  # LWS defaults to maxSurge 0
+    llmisvc = kind_named("llminferenceservice")
+    assert llmisvc.surge({"metadata": {}, "spec": {}}) is not None  # a Deployment: 25%
+    assert llmisvc.surge({"metadata": {}, "spec": {"worker": {}}}) is None  # an LWS: 0
+
+
+def test_kind_names_and_versions() -> None:
+    assert kind_named("dynamographdeployment").version == "v1beta1"
+    alpha = kind_named("dynamographdeployment.v1alpha1")
+    assert (alpha.group, alpha.version) == ("nvidia.com", "v1alpha1")
+    assert kind_named("llminferenceservice.v1alpha2").api_version == "serving.kserve.io/v1alpha2"
+    with pytest.raises(InputError, match="leaderworkerset"):
+        kind_named("pod")
+
+
+def test_stuck_conditions() -> None:
+    gpu = {"status": "False", "reason": "X", "message": "0/2 nodes: 2 Insufficient nvidia.com/gpu"}
+    assert stuck_condition([{"status": "True", "reason": "ProgressDeadlineExceeded"}]) is None
+    assert stuck_condition([gpu]) is not None
+
+
+def test_owners_and_managers() -> None:
+    owned = {
+        "ownerReferences": [{"kind": "DynamoComponentDeployment", "name": "d", "controller": True}]
+    }
+    assert "change its args where that controller takes them" in (
+        controller_owner(owned, "n") or ""
+    )
+    lws_owned = {"ownerReferences": [{"kind": "LeaderWorkerSet", "name": "w", "controller": True}]}
+    assert "k8s://n/leaderworkerset/w" in (controller_owner(lws_owned, "n") or "")
+    assert controller_owner({"ownerReferences": [{"kind": "X", "name": "y"}]}, "n") is None
+    assert "Argo CD" in (
+        source_manager({"managedFields": [{"manager": "argocd-controller"}]}) or ""
+    )
+    assert "Flux" in (source_manager({"labels": {"kustomize.toolkit.fluxcd.io/name": "a"}}) or "")
+    assert source_manager({"managedFields": [{"manager": "kubectl-edit"}]}) is None
