@@ -1,7 +1,8 @@
 """`autotuner demo`: the whole loop on a laptop, no cluster and no GPU.
 
-A simulated vLLM (cost model x a hidden error, restarted whenever its manifest changes, serving
-nothing while it restarts) serves metrics; the sidecar's controller runs in act mode against the
+A simulated vLLM, or SGLang 0.5.23 with `engine_kind="sglang"` (cost model x a hidden error,
+restarted whenever its manifest changes, serving nothing while it restarts, refusing args the
+engine refuses at start) serves metrics; the sidecar's controller runs in act mode against the
 manifest in a temp folder while the load ramps from batch 4 to 512 and back (in some worlds
 with a plateau where the world's truth and the prior rank setups differently). A live view shows
 what the tuner sees and does; at the end, tokens served are compared with every static setup the
@@ -33,16 +34,21 @@ from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import DrafterKind, ModelSpec
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import PLAIN, Action, Decision, Setup
+from autotuner.errors import InputError
 from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.clock import EngineClock
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
+from autotuner.sim.sglang import SglangServer, sglang_manifest
+from autotuner.sim.sglang_startup import as_run
 from autotuner.sim.truth import WORLDS, TruthEngine
+from autotuner.sim.worlds import unchanged
 from autotuner.sources.observers import ScrapeObserver
 from autotuner.telling.exporter import TunerMetrics
 from autotuner.telling.logs import configure
 from autotuner.wiring import build_controller
 
 Load = Callable[[float], float]
+SGLANG = "sglang"
 
 
 def explores(decision: Decision) -> bool:
@@ -195,7 +201,14 @@ def statics_for(
 
 
 def demo_settings(
-    *, model_id: str, gpu: str, duration_s: float, manifest: Path, tp: int, drafter: str | None
+    *,
+    model_id: str,
+    gpu: str,
+    duration_s: float,
+    manifest: Path,
+    tp: int,
+    drafter: str | None,
+    engine: str = "vllm",
 ) -> Settings:
     """The sidecar's settings with every duration scaled to one simulated day in the run."""
     scale = duration_s / 86400
@@ -203,6 +216,7 @@ def demo_settings(
         cli=cli_overrides(
             [
                 "mode=act",
+                *([f"engine.kind={engine}", f"source.kind={engine}"] if engine != "vllm" else []),
                 f"target.uri=file://{manifest}",
                 f"model.id={model_id}",
                 f"model.tensor_parallel={tp}",
@@ -254,8 +268,10 @@ def run_demo(
     live: bool = True,
     world: str = "realistic",
     fast: bool = False,
+    engine_kind: str = "vllm",
 ) -> DemoResult:
-    """`fast`: on a simulated clock (EngineClock), as fast as the CPU allows."""
+    """`fast`: on a simulated clock (EngineClock), as fast as the CPU allows. `engine_kind`:
+    the simulated engine, vllm or sglang (SGLang 0.5.23: its args, start-up rules, metrics)."""
     console = console or Console()
     model = load_model(model_id)
     kind = DrafterKind(drafter) if drafter else None
@@ -266,10 +282,16 @@ def run_demo(
         Workload(tensor_parallel=tensor_parallel, drafter=kind),
         error=WORLDS[world],
     )
-    manifest = Path(tempfile.mkdtemp(prefix="autotuner-demo-")) / "vllm.yaml"
+    if truth.tokens_per_s(PLAIN, 1, ()) <= 0:
+        raise InputError(
+            f"{model.name} does not fit {tensor_parallel} x {gpu}: give a larger --tp "
+            "(or another --gpu)"
+        )
+    manifest = Path(tempfile.mkdtemp(prefix="autotuner-demo-")) / f"{engine_kind}.yaml"
     first = Setup(spec_tokens=len(acceptance)) if speculates else PLAIN
     method = (kind or model.drafter).value if speculates else None
-    manifest.write_text(demo_manifest(model_id, first, drafter=method))
+    write_manifest = sglang_manifest if engine_kind == SGLANG else demo_manifest
+    manifest.write_text(write_manifest(model_id, first, drafter=method))
     settings = demo_settings(
         model_id=model_id,
         gpu=gpu,
@@ -277,6 +299,7 @@ def run_demo(
         manifest=manifest,
         tp=tensor_parallel,
         drafter=drafter,
+        engine=engine_kind,
     )
     engine = settings.engine.capabilities
     clock: Clock = EngineClock(time.time()) if fast else WallClock()
@@ -296,6 +319,7 @@ def run_demo(
         engine=engine,
         clock=clock,
         watch=not fast,  # on the simulated clock the loop polls it (the gap passes on that clock)
+        kind=SglangServer(model, acceptance) if engine_kind == SGLANG else None,
     ) as deployment:
         settings = settings.model_copy(
             update={"source": settings.source.model_copy(update={"urls": [deployment.url]})}
@@ -308,7 +332,8 @@ def run_demo(
         result.restarts = deployment.restarts
     windows = settings.policy.candidates.replay_windows
     statics = statics_for(model, engine, len(acceptance), speculates, windows)
-    _compare_statics(result, statics, truth, load, start, acceptance)
+    runs = as_run if engine_kind == SGLANG else unchanged
+    _compare_statics(result, statics, truth, load, start, acceptance, runs)
     _write(result, out)
     return result
 
@@ -398,12 +423,17 @@ def _compare_statics(
     load: Load,
     start: float,
     acceptance: tuple[float, ...],
+    runs: Callable[[Setup], Setup] = unchanged,
 ) -> None:
     """What each static setup would have served over the same span, step by step (no restarts,
-    no learning: the true tokens/s at each step's demand)."""
+    no learning: the true tokens/s at each step's demand), run as the engine runs it (`runs`:
+    SGLang's as_run); setups the engine runs alike are shown once."""
     times = result.series.t
+    alike: dict[Setup, Setup] = {}
     for static in statics:
-        rates = [truth.tokens_per_s(static, load(start + t), acceptance) for t in times]
+        alike.setdefault(runs(static), static)
+    for ran, static in alike.items():
+        rates = [truth.tokens_per_s(ran, load(start + t), acceptance) for t in times]
         result.series.statics[static.label] = rates
         result.statics[static.label] = sum(
             rates[i] * (times[i] - times[i - 1]) for i in range(1, len(times))

@@ -277,20 +277,27 @@ def running_setup(args: ServerArgs, model: ModelSpec) -> Setup:
     """The setup whose speeds a started server runs at. The ReplaySSM rings are consumed only
     by the Gated DeltaNet and KDA backends (layers/attention/linear/gdn_backend.py,
     kda_backend.py): on a Mamba-2 model the flags start a server that runs as without them.
-    Replay with speculation: GDN sizes the verify window to the draft maximum (exec_.py:586-591),
-    so the window is K + 1 whatever `--linear-replayssm-cache-len` says. Replay alone under
-    speculation (the decode-forward ring; verify forwards take the recurrent path) runs as
-    speculation alone."""
+    Replay alone under speculation (the decode-forward ring; verify forwards take the recurrent
+    path) runs as speculation alone."""
     k = (args.speculative_num_steps or 0) if args.speculative_algorithm else 0
     gdn = model.ssm is not None and model.ssm.kind is SsmKind.GATED_DELTANET
     window = 0
     if gdn and k and args.enable_linear_replayssm_spec:
-        window = k + 1
+        window = k + 1  # as_run: the draft maximum
     elif gdn and not k and args.enable_linear_replayssm and args.linear_replayssm_cache_len > 1:
         window = args.linear_replayssm_cache_len
-    if not (k and args.speculative_adaptive):
-        return Setup(spec_tokens=k, replay_window=window)
-    return Setup(spec_tokens=k, replay_window=window, schedule=adaptive_schedule(k))
+    adaptive = bool(k) and args.speculative_adaptive
+    return as_run(Setup(spec_tokens=k, replay_window=window, adaptive=adaptive))
+
+
+def as_run(setup: Setup) -> Setup:
+    """How SGLang runs a setup, for the speeds: replay with speculation verifies through a
+    window of the draft maximum on Gated DeltaNet (exec_.py:586-591: K + 1 whatever
+    `--linear-replayssm-cache-len` says), and `--speculative-adaptive` runs its tiers."""
+    k = setup.spec_tokens
+    window = k + 1 if k and setup.replay_window else setup.replay_window
+    schedule = adaptive_schedule(k) if setup.adaptive else setup.schedule
+    return Setup(spec_tokens=k, replay_window=window, schedule=schedule)
 
 
 def adaptive_schedule(k: int) -> tuple[ScheduleBand, ...]:

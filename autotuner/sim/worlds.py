@@ -35,10 +35,15 @@ from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import HardwareProfile, datasheet
 from autotuner.core.predict.prefill import keeps_prefix_caching
 from autotuner.core.types import Observation, Setup
+from autotuner.sim.sglang_startup import as_run
 from autotuner.sim.truth import StepError, TruthEngine, no_error, realistic_error
 
 DAY = 86400.0
 Rates = tuple[float, ...]
+
+
+def unchanged(setup: Setup) -> Setup:
+    return setup
 
 
 class Speed(Protocol):
@@ -71,20 +76,23 @@ class World:
     acceptance: Callable[[float], Rates]  # conditional rate per draft position at time t
     start: Setup = field(default_factory=lambda: Setup(spec_tokens=4))  # deployed at t = 0
     days: float = 1.0  # how long a run of this world lasts at least (a repeating day: several)
+    # How the world's engine runs a setup the policy names (SGLang: sim/sglang_startup.as_run).
+    runs: Callable[[Setup], Setup] = unchanged
 
     def running(self, setup: Setup, t: float) -> float:
-        return max(min(self.demand(t), self.speed.capacity(setup)), 1.0)
+        return max(min(self.demand(t), self.speed.capacity(self.runs(setup))), 1.0)
 
     def tokens_per_s(self, setup: Setup, t: float) -> float:
         """What one engine really serves at time t (queueing past capacity)."""
         running = self.running(setup, t)
+        setup = self.runs(setup)
         rates = self.acceptance(t)
         step = self.speed.step_time(setup, running, rates)
         return running * tau(setup, running, rates) / step
 
     def observation(self, setup: Setup, now: float, window_s: float) -> Observation:
         """The window ending at `now` as a scrape of one engine would summarise it."""
-        return observe(self, setup, now, window_s)
+        return observe(self, self.runs(setup), now, window_s)
 
 
 def spec_tokens_at(setup: Setup, batch: float) -> int:
@@ -452,6 +460,35 @@ def issue_worlds() -> dict[str, World]:
         **synthetic_worlds(prior),
         "working-days": working_days_world(prior),
     }
+
+
+# --- Qwen3.5 on SGLang ------------------------------------------------------------------------
+
+
+def qwen_sglang_world(prior: Prior | None = None) -> World:
+    """Qwen3.5-122B-A10B (NVFP4, one B300, MTP drafter) served by SGLang 0.5.23 over a day
+    reaching batch 512: the cost model x sim.truth.realistic_error, each setup run as SGLang
+    runs it (sim/sglang_startup.as_run: replay with speculation verifies through a K + 1 window,
+    `--speculative-adaptive` runs its batch tiers). Speculation alone falls below plain at
+    batch 512 (state copies, and K state slots kept per request); replay with speculation,
+    which SGLang ships for Gated DeltaNet, is the setup to move to there."""
+    prior = prior or qwen_on_b300()
+    return World(
+        name="qwen-sglang",
+        about="Qwen3.5 on SGLang 0.5.23 (replay+spec window K+1, adaptive tiers); "
+        "model x sim.truth.realistic_error; load 4 to 512",
+        prior=prior,
+        speed=model_speed(prior, realistic_error),
+        demand=daily_load(4, 512),
+        acceptance=constant_acceptance(REFERENCE_ACCEPTANCE),
+        start=Setup(spec_tokens=3),
+        runs=as_run,
+    )
+
+
+def sglang_worlds() -> dict[str, World]:
+    """The worlds served by SGLang (the benchmark runs them on SGLang's capability table)."""
+    return {"qwen-sglang": qwen_sglang_world()}
 
 
 # --- Observations ---------------------------------------------------------------------------------
