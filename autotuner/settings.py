@@ -18,22 +18,28 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
 from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.engine.builds import BuildInForce
-from autotuner.core.engine.capabilities import EngineCapabilities
+from autotuner.core.engine.capabilities import BUILD, EngineCapabilities
 from autotuner.core.group import Group
 from autotuner.core.model.spec import DrafterKind
 from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.vocabulary import Word
 from autotuner.durations import parse_duration
+from autotuner.engines.build_table import AUTO, CPU_SUFFIX, version_tuple
 from autotuner.engines.dialect import Dialect
-from autotuner.engines.vllm.builds import AUTO, check_declared
-from autotuner.engines.vllm.capabilities import FOLLOW_BUILD, PRESETS
-from autotuner.engines.vllm.dialect import VllmDialect
+from autotuner.engines.kinds import ENGINES, Engine, EngineKind, engine
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import InputError
 
@@ -46,9 +52,11 @@ class Mode(Word):
 
 
 class SourceKind(Word):
-    """Where metrics come from: vLLM's own /metrics, or a Prometheus server."""
+    """Where metrics come from: the engine's own /metrics (vLLM's, or SGLang's), or a
+    Prometheus server."""
 
     VLLM = "vllm"
+    SGLANG = "sglang"
     PROMETHEUS = "prometheus"
 
 
@@ -116,13 +124,21 @@ class SourceSettings(Group):
     """Where metrics come from."""
 
     kind: SourceKind = Field(
-        SourceKind.VLLM, description="vllm: scrape /metrics directly; prometheus: query a server."
+        SourceKind.VLLM,
+        description="vllm or sglang: scrape the engine's /metrics directly; prometheus: "
+        "query a server.",
     )
     urls: list[str] = Field(
         default_factory=lambda: ["http://127.0.0.1:8000/metrics"],
         description="vLLM /metrics URLs (one per replica), or one Prometheus URL.",
     )
     selector: str = Field("", description='Prometheus label selector, e.g. namespace="llm".')
+
+    @property
+    def direct(self) -> bool:
+        """The engine's own /metrics are scraped (not a Prometheus server)."""
+        return self.kind is not SourceKind.PROMETHEUS
+
     scrape_interval_s: float = Field(
         15.0, gt=0, description="Prometheus's scrape interval (the range-query step), seconds."
     )
@@ -161,45 +177,78 @@ class ModelSettings(Group):
 
 
 class EngineSettings(Group):
-    """What the running vLLM build accepts (VLLM.md) and how its flags are spelled."""
+    """Which engine serves, what its running build accepts (VLLM.md, docs/engine-rules.md) and
+    how its flags are spelled."""
 
+    kind: EngineKind = Field(
+        EngineKind.VLLM,
+        description="The serving engine: vllm, sglang, or auto (read from the first source "
+        "URL: the prefix of its /metrics series, else GET /server_info or /version).",
+    )
     capabilities: Annotated[EngineCapabilities, NoDecode] = Field(
-        default=FOLLOW_BUILD,
+        default=ENGINES[EngineKind.VLLM].follow_build,
         description="What the build accepts: `build` (the capability table's row for the "
-        "build the engine runs), or a preset that overrides the table (upstream: replay or "
-        "speculation, not both; gdn-replay: with Gated DeltaNet kernels; replay-spec: both), "
-        "or fields changed from the preset `name` names.",
+        "build the engine runs), or a preset that overrides the table (vLLM's upstream: "
+        "replay or speculation, not both; gdn-replay: with Gated DeltaNet kernels; "
+        "replay-spec: both), or fields changed from the preset `name` names.",
     )
     build: str = Field(
         AUTO,
-        description="The vLLM version the engine runs (e.g. 0.33.0, 0.32.0-cpu), over what is "
-        "read; `auto`: the image tag, else GET /version, else the table's default version.",
+        description="The engine's version (e.g. vLLM 0.33.0, 0.32.0-cpu; SGLang 0.5.23), over "
+        "what is read; `auto`: the image tag, else GET /version (vLLM) or GET /server_info "
+        "(SGLang), else the table's default version.",
     )
-    flags: FlagNames = Field(default_factory=FlagNames, description="Managed flag names.")
+    flags: FlagNames = Field(default_factory=FlagNames, description="vLLM's managed flag names.")
+
+    @property
+    def engine(self) -> Engine:
+        """The engine's package (InputError while `kind` is auto: detect it first)."""
+        return engine(self.kind)
 
     @property
     def dialect(self) -> Dialect:
-        """The engine's command line, read and written with these flag names."""
-        return VllmDialect(self.flags)
+        """The engine's command line, read and written (vLLM's with these flag names)."""
+        return self.engine.dialect(self.flags)
+
+    def settled(self, kind: EngineKind) -> EngineSettings:
+        """These settings for a detected engine: its own presets where none was set."""
+        given = {name: getattr(self, name) for name in self.model_fields_set - {"kind"}}
+        if isinstance(given.get("capabilities"), EngineCapabilities):
+            given["capabilities"] = given["capabilities"].model_dump()
+        return EngineSettings.model_validate({**given, "kind": kind})
 
     @field_validator("build")
     @classmethod
     def _version(cls, value: str) -> str:
-        return check_declared(value)
+        if value != AUTO and version_tuple(value.removesuffix(CPU_SUFFIX)) is None:
+            raise ValueError(f"not a version or 'auto': {value!r} (e.g. 0.33.0, 0.5.23)")
+        return value
 
     @field_validator("capabilities", mode="before")
     @classmethod
-    def _from_preset(cls, value: Any) -> Any:
+    def _from_preset(cls, value: Any, info: ValidationInfo) -> Any:
         """'replay-spec' -> that preset; {name: upstream, spec_schedule: false} -> the preset
-        `name` names (default upstream) with those fields changed."""
+        `name` names (default upstream) with those fields changed, among the engine's own."""
+        kind = info.data.get("kind", EngineKind.VLLM)
+        presets = ENGINES[EngineKind.VLLM if kind is EngineKind.AUTO else kind].presets
         if isinstance(value, str):
             value = {"name": value}
         if isinstance(value, Mapping):
-            name = str(value.get("name", FOLLOW_BUILD.name))
-            if name not in PRESETS:
-                raise ValueError(f"unknown engine preset {name!r}; known: {', '.join(PRESETS)}")
-            return {**PRESETS[name].model_dump(), **value}
+            name = str(value.get("name", BUILD))
+            if name not in presets:
+                raise ValueError(
+                    f"unknown engine preset {name!r} for {kind.value}; known: {', '.join(presets)}"
+                )
+            return {**presets[name].model_dump(), **value}
         return value
+
+    @model_validator(mode="after")
+    def _own_presets(self) -> EngineSettings:
+        """SGLang without capabilities set follows SGLang's table, not vLLM's default."""
+        if self.kind is EngineKind.SGLANG and "capabilities" not in self.model_fields_set:
+            follow = ENGINES[EngineKind.SGLANG].follow_build
+            object.__setattr__(self, "capabilities", follow)
+        return self
 
 
 class TargetSettings(Group):
@@ -296,6 +345,35 @@ class Settings(BaseSettings):
     loop: LoopSettings = Field(default_factory=LoopSettings)
     exporter: ExporterSettings = Field(default_factory=ExporterSettings)
     log: LogSettings = Field(default_factory=LogSettings)
+
+    @model_validator(mode="after")
+    def _one_engine(self) -> Settings:
+        """source.kind sglang and engine.kind sglang say the same engine: either one alone
+        sets the other; vLLM's on one side and SGLang's on the other is refused."""
+        source, engine = self.source, self.engine
+        scraped = {SourceKind.VLLM: EngineKind.VLLM, SourceKind.SGLANG: EngineKind.SGLANG}
+        said = scraped.get(source.kind)
+        if said is None or said is engine.kind:
+            return self
+        engine_set = "kind" in engine.model_fields_set and engine.kind is not EngineKind.AUTO
+        source_set = "kind" in source.model_fields_set
+        if engine_set and source_set:
+            raise ValueError(
+                f"source.kind {source.kind.value} scrapes {said.value}'s /metrics but "
+                f"engine.kind is {engine.kind.value}"
+            )
+        if engine_set:
+            self.source = source.model_copy(update={"kind": SourceKind(engine.kind.value)})
+        elif source_set or engine.kind is not EngineKind.AUTO:
+            self.engine = engine.settled(said)
+        return self
+
+    def detected(self, kind: EngineKind) -> Settings:
+        """These settings for the engine `engine.kind: auto` found."""
+        source = self.source
+        if source.direct:
+            source = source.model_copy(update={"kind": SourceKind(kind.value)})
+        return self.model_copy(update={"engine": self.engine.settled(kind), "source": source})
 
 
 def _problem(error: Mapping[str, Any]) -> str:

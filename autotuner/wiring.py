@@ -11,9 +11,10 @@ from autotuner.core.engine.args import EngineArgs
 from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import ModelSpec
 from autotuner.core.predict.hardware import datasheet, load_profile
-from autotuner.engines.vllm.args import live_args
-from autotuner.errors import ActuatorError, ArgsError
+from autotuner.engines.kinds import EngineKind
+from autotuner.errors import ActuatorError, ArgsError, InputError
 from autotuner.settings import Settings
+from autotuner.sources.detect import detect
 from autotuner.sources.observers import PrometheusObserver, ScrapeObserver
 from autotuner.telling.exporter import TunerMetrics
 
@@ -28,11 +29,12 @@ if TYPE_CHECKING:
 def build_controller(
     settings: Settings, metrics: TunerMetrics, logger: logging.Logger
 ) -> Controller:
-    """Wire the parts the settings name."""
+    """Wire the parts the settings name (`engine.kind: auto`: the engine detected first)."""
+    settings = settled_engine(settings)
     profile = settings.model.profile
     hardware = load_profile(profile) if profile else datasheet(settings.model.gpu)
     observe: Observer = (
-        ScrapeObserver(settings) if settings.source.kind == "vllm" else PrometheusObserver(settings)
+        ScrapeObserver(settings) if settings.source.direct else PrometheusObserver(settings)
     )
     target = settings.target
     identity = target.identity or os.environ.get("POD_NAME") or socket.gethostname()
@@ -57,6 +59,26 @@ def build_controller(
     )
 
 
+def settled_engine(settings: Settings) -> Settings:
+    """The settings with `engine.kind: auto` replaced by the engine the first source URL
+    serves (InputError when nothing there says which)."""
+    if settings.engine.kind is not EngineKind.AUTO:
+        return settings
+    source = settings.source
+    if not source.direct or not source.urls:
+        raise InputError(
+            "engine.kind auto reads the engine from its own /metrics: with a Prometheus "
+            "source, set engine.kind (vllm or sglang)"
+        )
+    found = detect(source.urls[0], deadline_s=source.timeout_s)
+    if found is None:
+        raise InputError(
+            f"engine.kind auto: {source.urls[0]} shows neither vllm: nor sglang: series and "
+            "answers neither GET /server_info nor GET /version; set engine.kind"
+        )
+    return settings.detected(found)
+
+
 def served_model(settings: Settings, actuator: Actuator | None) -> ModelSpec:
     """The model as the engine runs it: the settings' overrides first, else the dtypes the
     target's live command line gives (--mamba-ssm-cache-dtype, --mamba-cache-dtype, in args,
@@ -75,7 +97,7 @@ def _live_args(actuator: Actuator | None, settings: Settings) -> EngineArgs:
         return EngineArgs()
     try:
         live = actuator.read()
-        return live_args(live.command, live.args, settings.engine.flags)
+        return settings.engine.dialect.live_args(live.command, live.args)
     except (ActuatorError, ArgsError):
         return EngineArgs()  # the loop says so at its first step; the files' dtypes meanwhile
 
@@ -128,7 +150,7 @@ def quality_guard(settings: Settings) -> tuple[QualityGuard | None, str]:
     if not quality.enabled:
         return None, GUARD_DISABLED
     url = quality.url
-    if not url and settings.source.kind == "vllm":
+    if not url and settings.source.direct:
         url = settings.source.urls[0].removesuffix("/").removesuffix("/metrics")
     if not url:
         return None, "no canary URL: set quality.url to a replica's OpenAI-compatible base URL"

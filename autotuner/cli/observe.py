@@ -1,5 +1,5 @@
-"""`autotuner observe`: scrape vLLM (or query Prometheus) over a window and print the
-Observation."""
+"""`autotuner observe`: scrape the engine (vLLM or SGLang) or query Prometheus over a window and
+print the Observation."""
 
 from __future__ import annotations
 
@@ -20,9 +20,19 @@ if TYPE_CHECKING:
 
 def observe(
     url: Annotated[
-        list[str], typer.Option(help="vLLM /metrics URL (repeat for replicas) or Prometheus URL.")
+        list[str],
+        typer.Option(help="The engine's /metrics URL (repeat for replicas) or Prometheus URL."),
     ],
-    source: Annotated[str, typer.Option(help="vllm (direct scrape) or prometheus.")] = "vllm",
+    source: Annotated[
+        str,
+        typer.Option(
+            help="vllm or sglang (a direct scrape of that engine), auto (a direct scrape of the "
+            "engine the first URL shows), or prometheus."
+        ),
+    ] = "vllm",
+    engine_kind: Annotated[
+        str, typer.Option(help="Whose series Prometheus is asked for: vllm or sglang.")
+    ] = "vllm",
     window: Annotated[str, typer.Option(help="Evaluation window, e.g. 30s or 5m.")] = "30s",
     interval: Annotated[str, typer.Option(help="Scrape interval (vllm source).")] = "1s",
     selector: Annotated[
@@ -46,7 +56,7 @@ def observe(
     kube_server: Annotated[str | None, typer.Option(help="API server URL (k8s targets).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the Observation as JSON.")] = False,
 ) -> None:
-    """Scrape vLLM (or query Prometheus) over a window and print the Observation.
+    """Scrape the engine (or query Prometheus) over a window and print the Observation.
 
     Exit status 3 when the window is unusable (the reason is printed)."""
     from autotuner.actuators.targets import open_target
@@ -58,7 +68,15 @@ def observe(
             live = open_target(target, kube_server=kube_server).read()
     with failing_on_bad_input():
         result = _observe(
-            url, source, window, interval, selector, scrape_interval, min_drafts, timeout
+            url,
+            _source(source, url, timeout),
+            window,
+            interval,
+            selector,
+            scrape_interval,
+            min_drafts,
+            timeout,
+            engine_kind,
         )
     if live is not None:
         result = read_acceptance(result, live.setup, live.speculative_config)
@@ -79,21 +97,41 @@ def _observe(
     scrape_interval: str,
     min_drafts: float,
     timeout: str,
+    engine_kind: str = "vllm",
 ) -> Observation:
     """One window from the source the options name."""
     from autotuner.sources.prometheus_api import PrometheusSource
+    from autotuner.sources.readings import READINGS
     from autotuner.sources.vllm_scrape import VllmScraper
 
     window_s, interval_s = parse_duration(window), parse_duration(interval)
     timeout_s = parse_duration(timeout)
     limits = ObservationLimits(min_drafts=min_drafts, max_age_s=max(60.0, 2 * interval_s))
-    if source == "vllm":
-        return VllmScraper(urls, timeout_s=timeout_s).observe(window_s, interval_s, limits=limits)
+    if source in READINGS:
+        scraper = VllmScraper(urls, timeout_s=timeout_s, reading=READINGS[source])
+        return scraper.observe(window_s, interval_s, limits=limits)
     if source != "prometheus":
-        raise InputError(f"unknown source {source!r}; use vllm or prometheus")
+        raise InputError(f"unknown source {source!r}; use vllm, sglang, auto or prometheus")
+    if engine_kind not in READINGS:
+        raise InputError(f"unknown engine {engine_kind!r}; use vllm or sglang")
     if len(urls) != 1:
         raise InputError("the prometheus source takes exactly one --url")
     step = parse_duration(scrape_interval)
     limits = limits.model_copy(update={"max_age_s": max(limits.max_age_s, 3 * step)})
-    prom = PrometheusSource(urls[0], selector, timeout_s=timeout_s, scrape_interval_s=step)
+    prom = PrometheusSource(
+        urls[0], selector, timeout_s=timeout_s, scrape_interval_s=step, engine=engine_kind
+    )
     return prom.observe(window_s, limits=limits)
+
+
+def _source(source: str, urls: list[str], timeout: str) -> str:
+    """`auto`: the engine the first URL shows (its /metrics prefix, else /server_info or
+    /version); any other source as given."""
+    if source != "auto":
+        return source
+    from autotuner.sources.detect import detect
+
+    found = detect(urls[0], deadline_s=parse_duration(timeout)) if urls else None
+    if found is None:
+        raise InputError(f"--source auto: {urls[0] if urls else 'no URL'} shows no engine")
+    return found.value

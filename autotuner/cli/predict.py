@@ -27,10 +27,8 @@ from autotuner.core.predict import acceptance as acc
 from autotuner.core.predict.acceptance import AcceptanceEstimate
 from autotuner.core.predict.report import build_report
 from autotuner.core.types import Setup
-from autotuner.engines.vllm.args import parse as parse_engine_args
-from autotuner.engines.vllm.builds import AUTO, build_in_force
-from autotuner.engines.vllm.capabilities import PRESETS
-from autotuner.engines.vllm.companions import spelled
+from autotuner.engines.build_table import AUTO
+from autotuner.engines.kinds import Engine, EngineKind, engine
 from autotuner.errors import InputError
 
 
@@ -88,6 +86,20 @@ def predict(
             "--context and --drafter; the report says where each input came from."
         ),
     ] = None,
+    sglang_args: Annotated[
+        str | None,
+        typer.Option(
+            help="The engine's SGLang command line (one quoted string, with --engine-kind "
+            "sglang): its --tp-size, --max-running-requests, --context-length, --mamba-ssm-dtype "
+            "and --speculative-* are used as --vllm-args' are."
+        ),
+    ] = None,
+    engine_kind: Annotated[
+        str,
+        typer.Option(
+            help="The serving engine: vllm or sglang (its capability table, presets and flags)."
+        ),
+    ] = "vllm",
     ssm_state_dtype: Annotated[
         str | None,
         typer.Option(
@@ -137,10 +149,9 @@ def predict(
         if acceptance is not None and acceptance_per_position is not None:
             raise InputError("give --acceptance or --acceptance-per-position, not both")
         estimate = _estimate(acceptance, rates, ks)
-        live = _vllm_args(vllm_args)
+        chosen = _engine(engine_kind, engine, vllm_args, sglang_args)
+        live = _engine_args(chosen, vllm_args or sglang_args)
         kind = _drafter_kind(drafter, draft_model)
-        if engine not in PRESETS:
-            raise InputError(f"unknown engine {engine!r}; known: {', '.join(PRESETS)}")
         spec = load_model(
             model,
             weights=weights,
@@ -157,13 +168,14 @@ def predict(
             batches=batches,
             spec_tokens=ks,
             windows=windows,
-            engine=_predicted_engine(engine, adaptive_verification, live).running_on(
-                build_in_force(engine_version or AUTO, declared_by="--engine-version")
+            engine=_predicted_engine(chosen, engine, adaptive_verification, live).running_on(
+                chosen.table.build_in_force(engine_version or AUTO, declared_by="--engine-version")
             ),
             drafter=resolved.drafter,
             acceptance_measured=acceptance is not None or rates is not None,
             inputs=resolved.table(),
         )
+        report["engine_kind"] = chosen.kind.value
         report["flags"] = _winners_flags(report, engine_flags(report, resolved.model))
     if as_json:
         print(json.dumps(report, indent=2))
@@ -203,29 +215,36 @@ def _fallback(
     )
 
 
+def _engine(kind: str, preset: str, vllm_args: str | None, sglang_args: str | None) -> Engine:
+    """The engine the options name, checked against the preset and the args given."""
+    chosen = engine(kind)
+    if preset not in chosen.presets:
+        known = ", ".join(chosen.presets)
+        raise InputError(f"unknown engine {preset!r} for {kind}; known: {known}")
+    given = {EngineKind.VLLM: vllm_args, EngineKind.SGLANG: sglang_args}
+    other = next((k for k, text in given.items() if text and k is not chosen.kind), None)
+    if other is not None:
+        raise InputError(f"--{other.value}-args given with --engine-kind {kind}")
+    return chosen
+
+
 def _predicted_engine(
-    preset: str, adaptive_verification: bool, live: EngineArgs | None
+    chosen: Engine, preset: str, adaptive_verification: bool, live: EngineArgs | None
 ) -> EngineCapabilities:
     """The preset, with adaptive verification where asked for or running in the live args."""
     speculative = live.speculative if live is not None else None
     if adaptive_verification or (speculative and speculative.enable_adaptive_verification):
-        return PRESETS[preset].model_copy(update={"adaptive_verification": True})
-    return PRESETS[preset]
+        return chosen.presets[preset].model_copy(update={"adaptive_verification": True})
+    return chosen.presets[preset]
 
 
 def engine_flags(report: dict[str, Any], model: ModelSpec) -> Callable[[Setup], list[str]]:
     """A setup's flags on the predicted build: its own and the companions it needs there."""
-    engine = EngineCapabilities.model_validate(report["engine"]).serving(model)
+    capabilities = EngineCapabilities.model_validate(report["engine"]).serving(model)
+    dialect = engine(report.get("engine_kind", EngineKind.VLLM.value)).dialect()
 
     def flags(setup: Setup) -> list[str]:
-        own = []
-        if setup.spec_tokens:
-            own.append(
-                f"--speculative-config '{{..., \"num_speculative_tokens\": {setup.spec_tokens}}}'"
-            )
-        if setup.replay_window:
-            own.append(f"--use-replayssm --replayssm-buffer-len {setup.replay_window}")
-        return own + [spelled(c) for c in engine.companions(setup)]
+        return dialect.setup_flags(setup, capabilities.companions(setup))
 
     return flags
 
@@ -238,17 +257,19 @@ def _winners_flags(
     return {label: flags(Setup.parse(label)) for label in winners}
 
 
-def _vllm_args(text: str | None) -> EngineArgs | None:
-    """A vLLM command line given as one string, read as the sidecar reads the live args."""
+def _engine_args(chosen: Engine, text: str | None) -> EngineArgs | None:
+    """The engine's command line given as one string, read as the sidecar reads the live
+    args."""
     if text is None:
         return None
     import shlex
 
+    option = f"--{chosen.kind.value}-args"
     try:
         words = shlex.split(text)
     except ValueError as exc:
-        raise InputError(f"--vllm-args: cannot split the command line ({exc})") from None
-    return parse_engine_args(words)
+        raise InputError(f"{option}: cannot split the command line ({exc})") from None
+    return chosen.dialect().live_args(words, [])
 
 
 def _drafter_kind(drafter: str | None, draft_model: str | None) -> DrafterKind | None:

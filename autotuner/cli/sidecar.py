@@ -30,7 +30,11 @@ def run(
     config: ConfigFile = None,
     overrides: SetOption = None,
     mode: Annotated[str | None, typer.Option(help="advise (default) or act.")] = None,
-    url: Annotated[list[str] | None, typer.Option(help="vLLM /metrics URL(s).")] = None,
+    url: Annotated[list[str] | None, typer.Option(help="The engine's /metrics URL(s).")] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(help="engine.kind: vllm (default), sglang, or auto (detected from --url)."),
+    ] = None,
     target: Annotated[str | None, typer.Option(help="k8s://..., file://... or exec://...")] = None,
     model: Annotated[str | None, typer.Option(help="Registry id or config.json path.")] = None,
     gpu: Annotated[str | None, typer.Option(help="Datasheet GPU name.")] = None,
@@ -55,6 +59,7 @@ def run(
             **{
                 "mode": mode,
                 "source.urls": url,
+                "engine.kind": engine,
                 "target.uri": target,
                 "model.id": model,
                 "model.gpu": gpu,
@@ -77,6 +82,7 @@ def run(
         logger,
         "started",
         mode=settings.mode,
+        engine=controller.settings.engine.kind,
         target=settings.target.uri or None,
         model=controller.model.name,
         architecture=controller.model.architecture,

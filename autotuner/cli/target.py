@@ -23,8 +23,8 @@ from autotuner.core.engine.resolution import args_table
 from autotuner.core.model.registry import load_draft_model, load_model
 from autotuner.core.model.spec import DrafterKind, ModelSpec
 from autotuner.core.types import Setup
-from autotuner.engines.vllm.builds import AUTO, build_in_force, check_declared
-from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
+from autotuner.engines.build_table import AUTO
+from autotuner.engines.kinds import Engine, EngineKind, engine, kind_of_command
 from autotuner.errors import AutotunerError, InputError
 
 if TYPE_CHECKING:
@@ -57,10 +57,16 @@ def apply(
     ] = None,
     engine_version: Annotated[
         str | None,
-        typer.Option(help="The vLLM version the target runs (default: its image tag)."),
+        typer.Option(help="The engine version the target runs (default: its image tag)."),
     ] = None,
+    engine_kind: Annotated[
+        str,
+        typer.Option(
+            help="The target's engine: vllm, sglang, or auto (what its command line starts)."
+        ),
+    ] = EngineKind.AUTO.value,
 ) -> None:
-    """Write a setup into the vLLM deployment's args (only the managed flags, and the
+    """Write a setup into the engine deployment's args (only the managed flags, and the
     companion flags the engine build needs for it, change), recorded in the tuner's state on
     the target, with an Event. A setup the build refuses is refused, naming the rule."""
     from autotuner.actuators.manual import apply_by_hand
@@ -69,13 +75,15 @@ def apply(
 
     with failing_on_bad_input(target_code=1):
         wanted = Setup.parse(f"{setup}@{schedule}" if schedule else setup)
+        chosen = _target_engine(EngineKind(engine_kind), target, kube_server)
         actuator = open_target(
             target,
             kube_server=kube_server,
+            dialect=chosen.dialect(),
             allow_surge=allow_surge,
             allow_low_precision_replay=allow_low_precision_replay,
         )
-        _check_build(actuator, wanted, model, engine_version, force=force)
+        _check_build(actuator, chosen, wanted, model, engine_version, force=force)
         change = apply_by_hand(actuator, wanted, dry_run=dry_run, force=force)
     live, result = change.live, change.result
     if not result.changed:
@@ -88,18 +96,38 @@ def apply(
         print(f"autotuner: warning: event not posted: {change.event_error}", file=sys.stderr)
 
 
+def _target_engine(kind: EngineKind, target: str, kube_server: str | None) -> Engine:
+    """The engine the option names, or (auto) the one the target's command line starts."""
+    if kind is EngineKind.AUTO:
+        from autotuner.actuators.targets import open_target
+
+        live = open_target(target, kube_server=kube_server).read()
+        kind = kind_of_command(live.command, live.args) or EngineKind.VLLM
+    return engine(kind)
+
+
 def _check_build(
-    actuator: Actuator, wanted: Setup, model: str | None, version: str | None, *, force: bool
+    actuator: Actuator,
+    chosen: Engine,
+    wanted: Setup,
+    model: str | None,
+    version: str | None,
+    *,
+    force: bool,
 ) -> None:
     """Set the served model and build on the actuator (so it writes the companion flags), and
     refuse a setup the build refuses (InputError naming the rule) unless forced."""
     live = actuator.read()
-    actuator.declared_build = check_declared(version) if version else AUTO  # over the tag
+    try:  # the declared version, over the tag
+        actuator.declared_build = chosen.table.check_declared(version) if version else AUTO
+    except ValueError as exc:
+        raise InputError(f"--engine-version: {exc}") from None
     dialect = actuator.dialect
     served = model or dialect.served_model(dialect.tokens(live.command, live.args))
     spec = _loaded(served)
+    follow_build = chosen.follow_build
     if spec is not None:
-        actuator.engine = FOLLOW_BUILD.serving(spec)
+        actuator.engine = follow_build.serving(spec)
     if force or not wanted.replay_window:
         return
     build = actuator.build_of(live)
@@ -109,7 +137,7 @@ def _check_build(
             f"{build.describe()} rules for replay cannot be checked; nothing changed (--model "
             "names it, --force writes it anyway)"
         )
-    refusal = FOLLOW_BUILD.running_on(build).serving(spec).refusal(wanted)
+    refusal = follow_build.running_on(build).serving(spec).refusal(wanted)
     if refusal is not None:
         raise InputError(
             f"refused by the engine build ({build.describe()}): {refusal}; nothing changed "
@@ -144,7 +172,8 @@ def status(
 
     with failing_on_bad_input(target_code=1):
         settings, _ = load_cli_settings(config, overrides)
-        dialect = settings.engine.dialect
+        chosen = _target_engine(settings.engine.kind, target, kube_server)
+        dialect = chosen.dialect(settings.engine.flags)
         live = open_target(target, kube_server=kube_server, dialect=dialect).read()
         leader = _lease_holder(target, kube_server, lease) if lease else None
         engine_args = dialect.live_args(live.command, live.args)
@@ -157,7 +186,7 @@ def status(
             name: i.model_dump(mode="json") for name, i in args_table(engine_args).items()
         },
         "drafter": _status_drafter(engine_args.speculative),
-        "build": _status_build(live.image, settings.engine.build),
+        "build": _status_build(live.image, settings.engine.build, chosen),
         "paused": live.paused,
         "rollout": {
             "done": live.rollout.done,
@@ -212,9 +241,9 @@ def _status_drafter(spec: SpeculativeConfig | None) -> dict[str, Any]:
     return described
 
 
-def _status_build(image: str | None, declared: str) -> dict[str, Any]:
+def _status_build(image: str | None, declared: str, chosen: Engine) -> dict[str, Any]:
     """The capability table's rows in force for the target's image (or the declared build)."""
-    build = build_in_force(declared, image=image)
+    build = chosen.table.build_in_force(declared, image=image)
     return {
         "description": build.describe(),
         "version": build.version,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from autotuner.core.engine.args import EngineArgs
+from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
 from autotuner.core.engine.builds import BuildInForce, Companion
 from autotuner.core.types import Setup
 
@@ -53,6 +53,10 @@ class Dialect(Protocol):
     ) -> dict[str, Any] | None:
         """The drafter's configuration as deployed (kept to restore speculation later)."""
 
+    def drafter_of(self, saved: dict[str, Any] | None) -> SpeculativeConfig | None:
+        """A saved drafter (what `speculative_config` returned) read back leniently: None if
+        unreadable."""
+
     def render(
         self,
         command: Sequence[str],
@@ -65,6 +69,10 @@ class Dialect(Protocol):
         saved_companions: Saved | None = None,
     ) -> Rendered:
         """New (command, args) configuring `setup`, only the managed flags rewritten."""
+
+    def setup_flags(self, setup: Setup, companions: Sequence[Companion]) -> list[str]:
+        """A setup's own flags and its companions' as a reader would type them (for reports,
+        not for writing: `render` writes)."""
 
     def saved_record(self, value: object) -> Saved | None:
         """The operator's companion record read back from the target (ArgsError if bad)."""

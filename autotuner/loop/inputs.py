@@ -4,13 +4,10 @@ per step and resolved over the settings, each input with its source (for /decisi
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from functools import cache
 from typing import Any
-
-import httpx
 
 from autotuner.actuators.base import LiveTarget
 from autotuner.core.decide.state import TunerState
@@ -22,39 +19,15 @@ from autotuner.core.model.registry import load_draft_model
 from autotuner.core.model.spec import ModelSpec
 from autotuner.core.observe.observation import prefix_cache_reading
 from autotuner.core.types import Observation
-from autotuner.deadline import Cut, Deadline, read_body
-from autotuner.engines.vllm.args import live_args, speculative_of
-from autotuner.engines.vllm.builds import AUTO, build_in_force
+from autotuner.engines.build_table import AUTO
 from autotuner.errors import ArgsError
 from autotuner.settings import Settings
+from autotuner.sources.detect import engine_version
 from autotuner.telling.notifier import Notifier
 
 _draft_model_size = cache(load_draft_model)  # a deployed draft model's config, read once
-VERSION_DEADLINE_S = 2.0  # GET /version: the whole answer
+VERSION_DEADLINE_S = 2.0  # GET /version (vLLM) or /server_info (SGLang): the whole answer
 VERSION_RETRY_S = 300.0  # an engine that did not answer is asked again after this long
-
-
-def engine_version(base_url: str, deadline_s: float = VERSION_DEADLINE_S) -> str | None:
-    """vLLM's `GET /version` ({"version": "0.33.0"}), or None when it does not answer in time
-    or says something else."""
-    deadline = Deadline(deadline_s)
-    try:
-        with (
-            httpx.Client(timeout=deadline.timeout()) as client,
-            client.stream("GET", f"{base_url.rstrip('/')}/version") as response,
-        ):
-            if response.status_code != 200:
-                return None
-            body = read_body(response, deadline, 4096)
-    except httpx.HTTPError:
-        return None
-    if isinstance(body, Cut):
-        return None
-    try:
-        version = json.loads(body).get("version")
-    except (ValueError, AttributeError):
-        return None
-    return str(version) if version else None
 
 
 class LiveInputs:
@@ -64,7 +37,7 @@ class LiveInputs:
         self.settings, self.model, self.notifier = settings, model, notifier
         self.table: dict[str, Any] = {}  # the last step's inputs with their sources
         self.problem: str | None = None  # why the live args cannot be read (told once)
-        self.reported: str | None = None  # the engine's GET /version
+        self.reported: str | None = None  # the version the engine says it runs
         self.asked_at = -VERSION_RETRY_S  # when /version was last asked (monotonic)
         # A setup without prefix caching looks nothing up: the last reading with it stands.
         self.prefix: PrefixCacheReading | None = None
@@ -89,7 +62,7 @@ class LiveInputs:
             ),
             observed_context=observation.mean_context_tokens if observation.usable else None,
             observed_prefix=self.prefix,
-            saved=speculative_of(state.drafter),
+            saved=self.settings.engine.dialect.drafter_of(state.drafter),
             load_draft=_draft_model_size,
         )
         self.table = resolved.table()
@@ -98,28 +71,31 @@ class LiveInputs:
         return dataclasses.replace(resolved, build=self.build(live))
 
     def build(self, live: LiveTarget | None) -> BuildInForce:
-        """The build in force: engine.build > the image tag > GET /version > the default."""
+        """The build in force: engine.build > the image tag > the version the engine says
+        (GET /version, GET /server_info) > the default."""
         declared = self.settings.engine.build
+        table = self.settings.engine.engine.table
         image = live.image if live is not None else None
-        if declared == AUTO and build_in_force(image=image).origin.value == "default":
+        if declared == AUTO and table.build_in_force(image=image).origin.value == "default":
             self._ask_version()
-        return build_in_force(declared, image=image, reported=self.reported)
+        return table.build_in_force(declared, image=image, reported=self.reported)
 
     def _ask_version(self) -> None:
-        """Ask the first engine's /version (once, then again only while it has not answered)."""
+        """Ask the first engine its version (once, then again only while it has not
+        answered)."""
         source = self.settings.source
-        if self.reported is not None or source.kind != "vllm" or not source.urls:
+        if self.reported is not None or not source.direct or not source.urls:
             return
         if time.monotonic() - self.asked_at < VERSION_RETRY_S:
             return
         self.asked_at = time.monotonic()
-        base = source.urls[0].rstrip("/").removesuffix("/metrics")
-        self.reported = engine_version(base)
+        path = self.settings.engine.engine.version_path
+        self.reported = engine_version(source.urls[0], VERSION_DEADLINE_S, path)
 
     def _args(self, live: LiveTarget | None) -> tuple[EngineArgs | None, str | None]:
         if live is None:
             return None, None
         try:
-            return live_args(live.command, live.args, self.settings.engine.flags), None
+            return self.settings.engine.dialect.live_args(live.command, live.args), None
         except ArgsError as exc:
             return None, f"the live args cannot be read ({exc}): the settings are used"

@@ -13,6 +13,7 @@ class ScrapeObserver:
     """Direct scrape: one scrape per step into a rolling window."""
 
     def __init__(self, settings: Settings) -> None:
+        from autotuner.sources.readings import READINGS
         from autotuner.sources.vllm_scrape import VllmScraper
 
         self.window_s = settings.loop.window_s
@@ -21,6 +22,7 @@ class ScrapeObserver:
             settings.source.urls,
             timeout_s=settings.source.timeout_s,
             max_bytes=settings.source.max_bytes,
+            reading=READINGS[settings.source.kind.value],
         )
 
     def __call__(self) -> Observation:
@@ -28,7 +30,13 @@ class ScrapeObserver:
             self.scraper.record(self.scraper.scrape(), keep_s=2 * self.window_s)
         except SourceError as exc:
             now = self.scraper.clock()  # the clock the scrapes are stamped with
-            return unusable("vllm", exc.reason, exc.detail, start=now - self.window_s, end=now)
+            return unusable(
+                self.scraper.reading.source,
+                exc.reason,
+                exc.detail,
+                start=now - self.window_s,
+                end=now,
+            )
         return self.scraper.observation(self.window_s, self.limits)
 
 
@@ -43,6 +51,7 @@ class PrometheusObserver:
             settings.source.selector,
             timeout_s=settings.source.timeout_s,
             scrape_interval_s=settings.source.scrape_interval_s,
+            engine=settings.engine.engine.kind.value,
         )
 
     def __call__(self) -> Observation:

@@ -157,7 +157,7 @@ def test_the_engines_version_is_read_within_its_deadline() -> None:
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from autotuner.loop.inputs import engine_version
+    from autotuner.sources.detect import engine_version
 
     class Answers(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotuner.core.engine.args import EngineArgs
+from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
 from autotuner.core.engine.builds import BuildInForce, Companion
 from autotuner.core.types import Setup
 from autotuner.engines.companion_record import saved_record
@@ -14,6 +14,7 @@ from autotuner.engines.dialect import Rendered, Saved
 from autotuner.engines.sglang import args as sglang_args
 from autotuner.engines.sglang import builds, flags
 from autotuner.engines.sglang import setup as sglang_setup
+from autotuner.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,12 @@ class SglangDialect:
     ) -> dict[str, Any] | None:
         return sglang_setup.speculative_config(self.tokens(command, args))
 
+    def drafter_of(self, saved: dict[str, Any] | None) -> SpeculativeConfig | None:
+        try:
+            return sglang_args.speculative(sglang_setup.saved_drafter(saved)) if saved else None
+        except InputError:
+            return None
+
     def render(
         self,
         command: Sequence[str],
@@ -67,6 +74,9 @@ class SglangDialect:
             companions=tuple(companions),
             saved_companions=saved_companions,
         )
+
+    def setup_flags(self, setup: Setup, companions: Sequence[Companion]) -> list[str]:
+        return sglang_setup.setup_flags(setup, companions)
 
     def saved_record(self, value: object) -> Saved | None:
         return saved_record(value)

@@ -252,6 +252,20 @@ def render_with_companions(
     return render_companions(render(args, setup, **options), wanted, saved_companions, SPELLING)
 
 
+def setup_flags(setup: Setup, companions: Sequence[Companion]) -> list[str]:
+    """A setup's flags as `render` writes them beside the operator's drafter (for reports)."""
+    own = []
+    k = setup.spec_tokens
+    if k:
+        speculation = f"{flags.NUM_STEPS} {k} {flags.EAGLE_TOPK} 1 {flags.NUM_DRAFT_TOKENS} {k + 1}"
+        own.append(speculation + (f" {flags.ADAPTIVE}" if setup.adaptive else ""))
+    if setup.replay_window:
+        switch = flags.REPLAY_SPEC if k else flags.REPLAY
+        own.append(f"{switch} {flags.REPLAY_LEN} {setup.replay_window}")
+    wanted = companions_for(setup, companions)
+    return own + [" ".join(SPELLING.wanted(c)) for c in wanted]
+
+
 def sglang_tokens(command: Sequence[str], args: Sequence[str]) -> list[str]:
     """The SGLang argument list a container runs (command, args or a `sh -c` line)."""
     return engine_tokens(command, args, flags.MANAGED)

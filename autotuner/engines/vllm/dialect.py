@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotuner.core.engine.args import EngineArgs
+from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
 from autotuner.core.engine.builds import BuildInForce, Companion
 from autotuner.core.types import Setup
 from autotuner.engines.companion_record import saved_record
@@ -14,6 +14,7 @@ from autotuner.engines.dialect import Rendered, Saved
 from autotuner.engines.vllm import args as vllm_args
 from autotuner.engines.vllm import builds
 from autotuner.engines.vllm import setup as vllm_setup
+from autotuner.engines.vllm.companions import spelled
 from autotuner.engines.vllm.flags import FlagNames
 
 
@@ -50,6 +51,9 @@ class VllmDialect:
     ) -> dict[str, Any] | None:
         return vllm_setup.container_speculative_config(command, args, self.names)
 
+    def drafter_of(self, saved: dict[str, Any] | None) -> SpeculativeConfig | None:
+        return vllm_args.speculative_of(saved)
+
     def render(
         self,
         command: Sequence[str],
@@ -71,6 +75,20 @@ class VllmDialect:
             companions=tuple(companions),
             saved_companions=saved_companions,
         )
+
+    def setup_flags(self, setup: Setup, companions: Sequence[Companion]) -> list[str]:
+        own = []
+        if setup.spec_tokens:
+            own.append(
+                f'{self.names.speculative_config} \'{{..., "num_speculative_tokens": '
+                f"{setup.spec_tokens}}}'"
+            )
+        if setup.replay_window:
+            own.append(
+                f"{self.names.use_replayssm} {self.names.replayssm_buffer_len} "
+                f"{setup.replay_window}"
+            )
+        return own + [spelled(c) for c in companions]
 
     def saved_record(self, value: object) -> Saved | None:
         return saved_record(value)
