@@ -78,6 +78,18 @@ def _in_pod(raw: Obj, spec: Path, wanted: str | None, hint: str) -> Engine:
     return Engine((*spec, "containers", containers.index(chosen)), spec)
 
 
+def _in_group(raw: Obj, specs: list[Path], wanted: str | None, hint: str) -> list[Engine]:
+    """The engine of each pod of a group (leader and workers): the container named where the
+    pod has one by that name, else chosen as for an unnamed target (their names differ)."""
+    engines = []
+    for spec in specs:
+        names = [c.get("name") for c in at(raw, (*spec, "containers")) or []]
+        engines.append(_in_pod(raw, spec, wanted if wanted in names else None, hint))
+    if wanted is not None and not any(at(raw, (*e.container, "name")) == wanted for e in engines):
+        raise ActuatorError(f"no container named {wanted!r} in {', '.join(map(pointer, specs))}")
+    return engines
+
+
 # --------------------------------------------------------------------------- rollouts
 
 
@@ -180,7 +192,7 @@ def _lws_engines(raw: Obj, wanted: str | None, hint: str) -> list[Engine]:
     if at(raw, (*LWS_TEMPLATE, "leaderTemplate")) is not None:
         pods.append((*LWS_TEMPLATE, "leaderTemplate", "spec"))
     pods.append((*LWS_TEMPLATE, "workerTemplate", "spec"))
-    return [_in_pod(raw, spec, wanted, hint) for spec in pods]
+    return _in_group(raw, pods, wanted, hint)
 
 
 def _lws_surge(raw: Obj) -> str | None:
@@ -286,7 +298,7 @@ def _llmisvc_engines(raw: Obj, wanted: str | None, hint: str) -> list[Engine]:
     pods: list[Path] = [("spec", "template")]
     if at(raw, ("spec", "worker")) is not None:
         pods.append(("spec", "worker"))
-    return [_in_pod(raw, spec, wanted or MAIN, hint) for spec in pods]
+    return _in_group(raw, pods, wanted or MAIN, hint)
 
 
 def _llmisvc_surge(raw: Obj) -> str | None:

@@ -134,37 +134,35 @@ class KubernetesActuator(Actuator):
         return dict(found.data or {})
 
     def _sites(self, raw: Obj) -> list[tuple[Engine, Site]]:
-        """Every engine container's site; they must agree on the managed flags."""
+        """Every engine container's site (a pod that runs no engine, such as a Ray worker,
+        has none); they must agree on the managed flags."""
         where = str(self.target)
         try:
             engines = self.kind.engines(raw, self.target.container, self.dialect.container_hint)
-            sites = [
-                (
-                    e,
-                    read_site(
-                        at(raw, e.container),
-                        pointer(e.container),
-                        at(raw, e.pod_spec),
-                        self.dialect,
-                        self._config_map,
-                    ),
-                )
-                for e in engines
+            sites = [(e, self._site(raw, e)) for e in engines]
+            found = [(e, s) for e, s in sites if s is not None]
+            if not found:
+                raise ArgsError("no container runs the engine (its scripts run other commands)")
+            managed = self.dialect.managed
+            values = [
+                managed_values(self.dialect.tokens(s.command, s.args), managed) for _, s in found
             ]
         except ArgsError as exc:
             raise ActuatorError(f"{where}: {exc}") from None
         except ActuatorError as exc:  # a 403 on a ConfigMap stays a ForbiddenError
             raise type(exc)(f"{where}: {exc}") from None
-        managed = self.dialect.managed
-        values = [managed_values(self.dialect.tokens(s.command, s.args), managed) for _, s in sites]
-        for (engine, _), other in zip(sites[1:], values[1:], strict=True):
+        for (engine, _), other in zip(found[1:], values[1:], strict=True):
             if other != values[0]:
                 raise ActuatorError(
-                    f"{where}: {pointer(engine.container)} and {pointer(sites[0][0].container)} "
+                    f"{where}: {pointer(engine.container)} and {pointer(found[0][0].container)} "
                     f"disagree on the managed flags ({other} vs {values[0]}): make them agree "
                     "first (every engine of a group must run the same setup)"
                 )
-        return sites
+        return found
+
+    def _site(self, raw: Obj, engine: Engine) -> Site | None:
+        container, pod = at(raw, engine.container), at(raw, engine.pod_spec)
+        return read_site(container, pointer(engine.container), pod, self.dialect, self._config_map)
 
     def read(self) -> LiveTarget:
         raw = self._get()

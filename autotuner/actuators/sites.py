@@ -24,6 +24,7 @@ from autotuner.engines.dialect import Dialect
 from autotuner.errors import ArgsError
 
 Obj = dict[str, Any]
+SHELLS = frozenset({"sh", "bash", "dash"})
 ENV_ARGS = "VLLM_ADDITIONAL_ARGS"  # KServe's vLLM template expands it after its own flags
 CONFIG_FLAG = "--config"
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -40,16 +41,28 @@ class Site:
     args: tuple[str, ...]
     env_index: int | None = None  # the args are this env var's literal value
     advice: str | None = None  # where the args live when they cannot be written here
+    shell: ShellSpan | None = None  # the args are one command of a `sh -c` script
 
-    @property
-    def env_name(self) -> str | None:
-        return None if self.env_index is None else f"env[{self.env_index}]"
+
+NO_ENGINE = Site("", (), ())  # a script of commands none of which is the engine
+
+
+@dataclass(frozen=True)
+class ShellSpan:
+    """The engine's command inside a `sh -c` script: the container field and index of the
+    script, and the characters of the engine's command in it."""
+
+    field: str  # command or args
+    index: int
+    start: int
+    end: int
 
 
 def read_site(
     container: Obj, pointer: str, pod_spec: Obj, dialect: Dialect, config_map: ConfigMapReader
-) -> Site:
-    """Where `container` keeps the engine's args, and the command line the engine runs."""
+) -> Site | None:
+    """Where `container` keeps the engine's args, and the command line the engine runs; None
+    when its script visibly runs no engine (a Ray worker that only joins the leader)."""
     command = [str(v) for v in container.get("command") or []]
     args = [str(v) for v in container.get("args") or []]
     managed = dialect.managed
@@ -70,8 +83,99 @@ def read_site(
             )
         if _holds(site.args, managed) or (name == ENV_ARGS and not own):
             return site
-    site = Site(pointer, tuple(command), tuple(args))
+    script = _script_site(pointer, command, args, dialect)
+    if script is NO_ENGINE:
+        return None
+    site = script or Site(pointer, tuple(command), tuple(args))
     return _config_site(site, container, pod_spec, dialect, config_map)
+
+
+def _script_site(
+    pointer: str, command: list[str], args: list[str], dialect: Dialect
+) -> Site | None:
+    """The engine's command in a `sh -c` script the plain reading cannot take: a script of
+    several commands (`setup; vllm serve ...`, `... | tee log`) or one split between
+    `command: [sh, -c]` and `args: [script]`. None: leave it to the plain reading; NO_ENGINE:
+    a script that never names the engine nor a managed flag."""
+    joined = [*command, *args]
+    for i in range(2, len(joined)):
+        if joined[i - 1] != "-c" or joined[i - 2].rsplit("/", 1)[-1] not in SHELLS:
+            continue
+        split = i >= len(command) > i - 2  # `sh -c` in command, the script in args
+        line = joined[i]
+        spans = shell_segments(line)
+        if not _names_engine(line.split(), dialect) and not _holds(line.split(), dialect.managed):
+            return NO_ENGINE
+        if not split and len(spans) < 2:
+            return None
+        found = _engine_command(line, spans, dialect)
+        if found is None:
+            return NO_ENGINE if len(spans) > 1 else None
+        start, end, words = found
+        field, index = ("command", i) if i < len(command) else ("args", i - len(command))
+        return Site(pointer, (), tuple(words), shell=ShellSpan(field, index, start, end))
+    return None
+
+
+def shell_segments(line: str) -> list[tuple[int, int]]:
+    """The spans of a script's commands: split at `;`, `&&`, `||`, `|`, `&` and newlines
+    outside quotes and `$(...)`; a redirection (`2>&1`, `> log`) ends a command's words and
+    starts a span of its own (one that runs nothing)."""
+    spans: list[tuple[int, int]] = []
+    start, i, depth, quote = 0, 0, 0, ""
+    while i < len(line):
+        char = line[i]
+        if quote:
+            quote = "" if char == quote else quote
+            i += 2 if char == "\\" and quote == '"' else 1
+            continue
+        if char in "'\"":
+            quote = char
+        elif char == "\\":
+            i += 1
+        elif line.startswith("$(", i):
+            depth, i = depth + 1, i + 1
+        elif char == ")" and depth:
+            depth -= 1
+        elif not depth and char in "<>":  # a redirection ends the command's words
+            back = i
+            while back > start and line[back - 1].isdigit():
+                back -= 1
+            if back > start and not line[back - 1].isspace():
+                back = i  # `x2>log`: the digits belong to the word, not the redirection
+            spans.append((start, back))
+            start = back
+        elif not depth and char in ";|&\n" and line[i - 1 : i] not in ("<", ">"):
+            spans.append((start, i))
+            i += 2 if line[i : i + 2] in ("&&", "||") else 1
+            start = i
+            continue
+        i += 1
+    spans.append((start, len(line)))
+    return [(a, b) for a, b in spans if line[a:b].strip()]
+
+
+def _engine_command(
+    line: str, spans: Sequence[tuple[int, int]], dialect: Dialect
+) -> tuple[int, int, list[str]] | None:
+    """The script's command that runs the engine: the one holding managed flags, else the
+    last plain one that names the engine."""
+    plain: list[tuple[int, int, list[str]]] = []
+    for start, end in spans:
+        try:
+            plain.append((start, end, [t.value for t in shell_tokens(line[start:end])]))
+        except ArgsError:
+            continue  # shell syntax of its own: not a command the tuner edits
+    holding = [p for p in plain if _holds(p[2], dialect.managed)]
+    if len(holding) > 1:
+        raise ArgsError("managed flags in several commands of the shell script: refusing")
+    named = holding or [p for p in plain if _names_engine(p[2][:3], dialect)]
+    return named[-1] if named else None
+
+
+def _names_engine(words: Sequence[str], dialect: Dialect) -> bool:
+    """A word runs the engine (`vllm`, `vllm.entrypoints...`, `/usr/bin/sglang`)."""
+    return any(w.rsplit("/", 1)[-1].startswith(dialect.name) for w in words)
 
 
 def _env_site(entry: Obj, index: int, pointer: str, config_map: ConfigMapReader) -> Site | None:
@@ -174,6 +278,15 @@ def site_ops(site: Site, container: Obj, command: Sequence[str], args: Sequence[
     what changed is written."""
     if site.advice is not None:
         raise ArgsError(f"{site.pointer}: {site.advice}: advise only")
+    if site.shell is not None:
+        span = site.shell
+        line = str(container[span.field][span.index])
+        engine = edit_shell(line[span.start : span.end], lambda _: list(args))
+        if engine == line[span.start : span.end]:
+            return []
+        path = f"{site.pointer}/{span.field}/{span.index}"
+        value = line[: span.start] + engine + line[span.end :]
+        return [{"op": "replace", "path": path, "value": value}]
     if site.env_index is not None:
         entry = container["env"][site.env_index]
         value = edit_shell(str(entry["value"]), lambda _: list(args))

@@ -69,7 +69,7 @@ def assert_only(before: dict[str, Any], after: dict[str, Any], changed: list[Pat
 
 
 def test_lws_leader_and_workers_get_only_the_managed_flags(server: FakeApiServer) -> None:
-    server.put("LeaderWorkerSet", lws(ARGS))
+    server.put("LeaderWorkerSet", lws(ARGS, worker_args=ARGS))
     before = server.get("LeaderWorkerSet", "llm", "vllm")
     act = tuner(server, "k8s://llm/leaderworkerset/vllm")
     live = act.read()
@@ -77,8 +77,11 @@ def test_lws_leader_and_workers_get_only_the_managed_flags(server: FakeApiServer
     act.apply(REPLAY, state='{"v":1}', expected_version=live.version)
     after = server.get("LeaderWorkerSet", "llm", "vllm")
     leader = at(after, (*LEADER, "command", 2))
-    assert leader.startswith(f"vllm serve --model {MODEL} --tensor-parallel-size 8")
-    assert leader.endswith("--use-replayssm --replayssm-buffer-len 16")
+    ray = at(before, (*LEADER, "command", 2)).split(";")[0]
+    assert leader == (
+        f"{ray}; vllm serve --model {MODEL} --tensor-parallel-size 8 --use-replayssm "
+        "--replayssm-buffer-len 16"
+    )
     assert parse_setup(at(after, (*WORKER, "args"))) == REPLAY
     assert after["metadata"]["annotations"][STATE_ANNOTATION] == '{"v":1}'
     assert_only(before, after, [(*LEADER, "command"), (*WORKER, "args")])
@@ -93,8 +96,8 @@ def test_lws_templates_that_disagree_are_refused(server: FakeApiServer) -> None:
 
 
 def test_lws_partition_canary_rolls_the_last_group_then_the_rest(server: FakeApiServer) -> None:
-    server.put("LeaderWorkerSet", lws(ARGS, replicas=3))
-    act = tuner(server, "k8s://llm/leaderworkerset/vllm", canary=True)
+    server.put("LeaderWorkerSet", lws(ARGS, replicas=3))  # Ray workers: the leader has the args
+    act = tuner(server, "k8s://llm/leaderworkerset/vllm/vllm-leader", canary=True)
     act.apply(REPLAY, state=None, expected_version=None)
     obj = server.get("LeaderWorkerSet", "llm", "vllm")
     assert obj["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["partition"] == 2

@@ -194,11 +194,23 @@ def test_surge_deployments_are_refused_by_default(server: FakeApiServer) -> None
 
 def test_unparseable_args_are_refused_and_nothing_written(server: FakeApiServer) -> None:
     server.put(
-        "Deployment", deployment(args=[], command=["sh", "-c", "vllm serve m | tee /tmp/log"])
+        "Deployment", deployment(args=[], command=["sh", "-c", "vllm serve $(cat /m) --port 1"])
     )
     with pytest.raises(ActuatorError, match="shell syntax"):
         actuator(server).read()
     assert [r for r in server.requests if r[0] == "PATCH"] == []
+
+
+def test_the_engine_command_of_a_script_is_edited_alone(server: FakeApiServer) -> None:
+    line = f"nvidia-smi; vllm serve m --speculative-config '{MTP}' 2>&1 | tee /tmp/log"
+    server.put("Deployment", deployment(args=[], command=["sh", "-c", line]))
+    actuator(server).apply(Setup(replay_window=8), state=None, expected_version=None)
+    command = containers(server)[0]["command"]
+    assert command == [
+        "sh",
+        "-c",
+        "nvidia-smi; vllm serve m --use-replayssm --replayssm-buffer-len 8 2>&1 | tee /tmp/log",
+    ]
 
 
 def test_shell_command_line_is_edited(server: FakeApiServer) -> None:

@@ -24,20 +24,24 @@ def lws(
     replicas: int = 2,
     max_surge: int | str = 0,
 ) -> Obj:
-    """A multi-host vLLM LeaderWorkerSet: the leader runs the engine in `sh -c`, the workers
-    take the same args in a list (both carry the managed flags)."""
+    """A multi-host vLLM LeaderWorkerSet as LWS's own example has it: the leader's `sh -c`
+    script starts Ray, then the engine; the workers only join Ray, unless `worker_args` gives
+    them the engine's args too (as SGLang's workers take them)."""
+    ray = "bash /vllm-workspace/examples/online_serving/multi-node-serving.sh"
+    script = f"{ray} leader --ray_cluster_size=$(LWS_GROUP_SIZE); " + " ".join(
+        ["vllm", "serve", *(_quoted(a) for a in args)]
+    )
     leader = {
         "name": "vllm-leader",
         "image": IMAGE,
-        "command": ["sh", "-c", " ".join(["vllm", "serve", *(_quoted(a) for a in args)])],
+        "command": ["sh", "-c", script],
         "resources": GPU,
     }
-    worker = {
-        "name": "vllm-worker",
-        "image": IMAGE,
-        "args": list(worker_args if worker_args is not None else args),
-        "resources": GPU,
-    }
+    worker: Obj = {"name": "vllm-worker", "image": IMAGE, "resources": GPU}
+    if worker_args is None:
+        worker["command"] = ["sh", "-c", f"{ray} worker --ray_address=$(LWS_LEADER_ADDRESS)"]
+    else:
+        worker["args"] = list(worker_args)
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",

@@ -9,7 +9,15 @@ import pytest
 
 from autotuner.actuators.kinds import kind_named, stuck_condition, surge_pods
 from autotuner.actuators.managers import controller_owner, source_manager
-from autotuner.actuators.sites import ENV_ARGS, config_tokens, read_site, site_ops
+from autotuner.actuators.sites import (
+    ENV_ARGS,
+    ConfigMapReader,
+    Site,
+    config_tokens,
+    read_site,
+    shell_segments,
+    site_ops,
+)
 from autotuner.engines.vllm.dialect import VllmDialect
 from autotuner.errors import ArgsError, InputError
 
@@ -21,8 +29,14 @@ def no_config_maps(name: str) -> dict[str, str]:
     raise AssertionError(f"no ConfigMap should be read (asked for {name})")
 
 
-def site_of(container: dict[str, Any], pod: dict[str, Any] | None = None) -> Any:
-    return read_site(container, "/c", pod or {}, DIALECT, no_config_maps)
+def site_of(
+    container: dict[str, Any],
+    pod: dict[str, Any] | None = None,
+    config_map: ConfigMapReader = no_config_maps,
+) -> Site:
+    site = read_site(container, "/c", pod or {}, DIALECT, config_map)
+    assert site is not None
+    return site
 
 
 def test_plain_args_are_written_as_a_list_and_only_what_changed() -> None:
@@ -67,9 +81,7 @@ def test_a_configmap_reference_is_read_and_advised() -> None:
         "args": ["--model", "m", "$(EXTRA)"],
         "env": [{"name": "EXTRA", "valueFrom": {"configMapKeyRef": {"name": "e", "key": "k"}}}],
     }
-    site = read_site(
-        container, "/c", {}, DIALECT, lambda name: {"k": f"--speculative-config '{MTP}'"}
-    )
+    site = site_of(container, {}, lambda name: {"k": f"--speculative-config '{MTP}'"})
     assert site.args == ("--speculative-config", MTP)
     assert site.advice is not None
     assert "ConfigMap e key k" in site.advice
@@ -91,7 +103,7 @@ def test_a_mounted_config_file_with_managed_flags_is_advised_the_cli_winning() -
         ]
     }
     text = "speculative_config:\n  method: mtp\n  num_speculative_tokens: 2\nmax-num-seqs: 64\n"
-    site = read_site(container, "/c", pod, DIALECT, lambda name: {"engine": text})
+    site = site_of(container, pod, lambda name: {"engine": text})
     assert site.advice is not None
     assert "ConfigMap conf key engine" in site.advice
     tokens = list(site.args)
@@ -147,3 +159,27 @@ def test_owners_and_managers() -> None:
     )
     assert "Flux" in (source_manager({"labels": {"kustomize.toolkit.fluxcd.io/name": "a"}}) or "")
     assert source_manager({"managedFields": [{"manager": "kubectl-edit"}]}) is None
+
+
+@pytest.mark.parametrize(
+    ("line", "commands"),
+    [
+        ("setup.sh; vllm serve m", ["setup.sh", " vllm serve m"]),
+        ("a && b || c | d & e", ["a ", " b ", " c ", " d ", " e"]),
+        ("echo 'x; y' \"$(date; id)\"", ["echo 'x; y' \"$(date; id)\""]),
+        ("vllm serve m 2>&1 | tee l", ["vllm serve m ", "2>&1 ", " tee l"]),
+        ("run x2>log", ["run x2", ">log"]),
+    ],
+)
+def test_shell_segments(line: str, commands: list[str]) -> None:
+    assert [line[a:b] for a, b in shell_segments(line)] == commands
+
+
+def test_a_ray_worker_script_runs_no_engine_and_a_split_script_is_read() -> None:
+    ray = {"command": ["sh", "-c", "bash /vllm-workspace/ray.sh worker --addr=$(LEADER)"]}
+    assert read_site(ray, "/c", {}, DIALECT, no_config_maps) is None
+    split = {"command": ["/bin/bash", "-c"], "args": [f"vllm serve m --speculative-config '{MTP}'"]}
+    site = site_of(split)
+    assert site.args == ("vllm", "serve", "m", "--speculative-config", MTP)
+    ops = site_ops(site, split, [], ["vllm", "serve", "m"])
+    assert ops == [{"op": "replace", "path": "/c/args/0", "value": "vllm serve m"}]
