@@ -39,7 +39,7 @@ from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.clock import EngineClock
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.sglang import SglangServer, sglang_manifest
-from autotuner.sim.sglang_startup import as_run
+from autotuner.sim.sglang_startup import run_at
 from autotuner.sim.truth import WORLDS, TruthEngine
 from autotuner.sim.worlds import unchanged
 from autotuner.sources.observers import ScrapeObserver
@@ -332,7 +332,7 @@ def run_demo(
         result.restarts = deployment.restarts
     windows = settings.policy.candidates.replay_windows
     statics = statics_for(model, engine, len(acceptance), speculates, windows)
-    runs = as_run if engine_kind == SGLANG else unchanged
+    runs = run_at if engine_kind == SGLANG else unchanged
     _compare_statics(result, statics, truth, load, start, acceptance, runs)
     _write(result, out)
     return result
@@ -423,17 +423,18 @@ def _compare_statics(
     load: Load,
     start: float,
     acceptance: tuple[float, ...],
-    runs: Callable[[Setup], Setup] = unchanged,
+    runs: Callable[[Setup, float], Setup] = unchanged,
 ) -> None:
     """What each static setup would have served over the same span, step by step (no restarts,
-    no learning: the true tokens/s at each step's demand), run as the engine runs it (`runs`:
-    SGLang's as_run); setups the engine runs alike are shown once."""
+    no learning: the true tokens/s at each step's demand), run as the engine runs it at that
+    demand (`runs`: SGLang's run_at); setups the engine runs alike are shown once."""
     times = result.series.t
-    alike: dict[Setup, Setup] = {}
+    alike: dict[tuple[Setup, ...], Setup] = {}
     for static in statics:
-        alike.setdefault(runs(static), static)
-    for ran, static in alike.items():
-        rates = [truth.tokens_per_s(ran, load(start + t), acceptance) for t in times]
+        alike.setdefault(tuple(runs(static, batch) for batch in (1, 64, 512)), static)
+    for static in alike.values():
+        demands = [load(start + t) for t in times]
+        rates = [truth.tokens_per_s(runs(static, d), d, acceptance) for d in demands]
         result.series.statics[static.label] = rates
         result.statics[static.label] = sum(
             rates[i] * (times[i] - times[i - 1]) for i in range(1, len(times))

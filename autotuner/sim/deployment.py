@@ -66,6 +66,9 @@ class ServerKind(Protocol):
     def max_running(self) -> float:
         """Requests the running server admits at once (its own cap, beside memory)."""
 
+    def runs_at(self, setup: Setup, batch: float) -> Setup:
+        """The setup whose speed a server running `setup` has at this batch."""
+
     def simulator(self, **options: Any) -> SimulatedVllm:
         """The simulated engine, built with SimulatedVllm's options."""
 
@@ -122,6 +125,9 @@ class VllmServer:
 
     def max_running(self) -> float:
         return math.inf
+
+    def runs_at(self, setup: Setup, batch: float) -> Setup:
+        return setup
 
     def simulator(self, **options: Any) -> SimulatedVllm:
         return SimulatedVllm(**options)
@@ -230,7 +236,7 @@ class SimulatedDeployment:
         return f"{self.server.url}/metrics"
 
     def _step_time(self, batch: float, setup: SimSetup) -> float:
-        return self.truth.step_time(setup.setup, batch, setup.acceptance)
+        return self.truth.step_time(self.kind.runs_at(setup.setup, batch), batch, setup.acceptance)
 
     def _count_step(self, running: int, waiting: int, step_s: float) -> None:
         with self.server.lock:

@@ -42,7 +42,13 @@ from autotuner.engines.dialect import Dialect
 from autotuner.engines.sglang.dialect import SglangDialect
 from autotuner.sim.deployment import Routes
 from autotuner.sim.engine import EngineCounters, SimSetup, SimulatedVllm
-from autotuner.sim.sglang_startup import SGLANG_VERSION, Started, StartupError, start
+from autotuner.sim.sglang_startup import (
+    SGLANG_VERSION,
+    Started,
+    StartupError,
+    run_at,
+    start,
+)
 
 SCHEDULER_LABELS = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
 TOKENIZER_LABELS = ["model_name", "engine_type"]
@@ -242,6 +248,9 @@ class SglangServer:
 
     def max_running(self) -> float:
         return self.started().max_running
+
+    def runs_at(self, setup: Setup, batch: float) -> Setup:
+        return run_at(setup, batch)
 
     def simulator(self, **options: Any) -> SimulatedVllm:
         args = self.started().args

@@ -291,13 +291,23 @@ def running_setup(args: ServerArgs, model: ModelSpec) -> Setup:
 
 
 def as_run(setup: Setup) -> Setup:
-    """How SGLang runs a setup, for the speeds: replay with speculation verifies through a
-    window of the draft maximum on Gated DeltaNet (exec_.py:586-591: K + 1 whatever
-    `--linear-replayssm-cache-len` says), and `--speculative-adaptive` runs its tiers."""
+    """How SGLang runs a setup: replay with speculation verifies through a window of the draft
+    maximum on Gated DeltaNet (exec_.py:586-591: K + 1 whatever `--linear-replayssm-cache-len`
+    says), and `--speculative-adaptive` runs its batch tiers."""
     k = setup.spec_tokens
     window = k + 1 if k and setup.replay_window else setup.replay_window
     schedule = adaptive_schedule(k) if setup.adaptive else setup.schedule
     return Setup(spec_tokens=k, replay_window=window, schedule=schedule)
+
+
+def run_at(setup: Setup, batch: float) -> Setup:
+    """The static setup SGLang runs at this batch (`as_run` at the batch's K): a step that
+    drafts nothing (a tier at K = 0) decodes without the verify ring, as plain decoding."""
+    run = as_run(setup)
+    k = int(run.spec_tokens_at([max(round(batch), 1)])[0])
+    if not setup.spec_tokens:
+        return run
+    return Setup(spec_tokens=k, replay_window=k + 1 if k and run.replay_window else 0)
 
 
 def adaptive_schedule(k: int) -> tuple[ScheduleBand, ...]:

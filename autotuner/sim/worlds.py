@@ -35,14 +35,19 @@ from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import HardwareProfile, datasheet
 from autotuner.core.predict.prefill import keeps_prefix_caching
 from autotuner.core.types import Observation, Setup
-from autotuner.sim.sglang_startup import as_run
+from autotuner.sim.sglang_startup import run_at
 from autotuner.sim.truth import StepError, TruthEngine, no_error, realistic_error
+from autotuner.sources.sglang_metrics import add_speculation, marked
 
 DAY = 86400.0
 Rates = tuple[float, ...]
 
 
-def unchanged(setup: Setup) -> Setup:
+VLLM, SGLANG = "vllm", "sglang"
+
+
+def unchanged(setup: Setup, batch: float) -> Setup:
+    """The engine runs the setup it is given, at any batch."""
     return setup
 
 
@@ -76,23 +81,26 @@ class World:
     acceptance: Callable[[float], Rates]  # conditional rate per draft position at time t
     start: Setup = field(default_factory=lambda: Setup(spec_tokens=4))  # deployed at t = 0
     days: float = 1.0  # how long a run of this world lasts at least (a repeating day: several)
-    # How the world's engine runs a setup the policy names (SGLang: sim/sglang_startup.as_run).
-    runs: Callable[[Setup], Setup] = unchanged
+    # The setup the world's engine runs at a batch for one the policy names (SGLang:
+    # sim/sglang_startup.run_at).
+    runs: Callable[[Setup, float], Setup] = unchanged
+    engine: str = VLLM  # whose metrics a scrape reads (SGLANG: no per-position acceptance)
 
     def running(self, setup: Setup, t: float) -> float:
-        return max(min(self.demand(t), self.speed.capacity(self.runs(setup))), 1.0)
+        """Requests running at time t: the engine sizes its state for the first batch's K."""
+        return max(min(self.demand(t), self.speed.capacity(self.runs(setup, 1.0))), 1.0)
 
     def tokens_per_s(self, setup: Setup, t: float) -> float:
         """What one engine really serves at time t (queueing past capacity)."""
         running = self.running(setup, t)
-        setup = self.runs(setup)
+        setup = self.runs(setup, running)
         rates = self.acceptance(t)
         step = self.speed.step_time(setup, running, rates)
         return running * tau(setup, running, rates) / step
 
     def observation(self, setup: Setup, now: float, window_s: float) -> Observation:
         """The window ending at `now` as a scrape of one engine would summarise it."""
-        return observe(self, self.runs(setup), now, window_s)
+        return observe(self, setup, now, window_s)
 
 
 def spec_tokens_at(setup: Setup, batch: float) -> int:
@@ -468,10 +476,11 @@ def issue_worlds() -> dict[str, World]:
 def qwen_sglang_world(prior: Prior | None = None) -> World:
     """Qwen3.5-122B-A10B (NVFP4, one B300, MTP drafter) served by SGLang 0.5.23 over a day
     reaching batch 512: the cost model x sim.truth.realistic_error, each setup run as SGLang
-    runs it (sim/sglang_startup.as_run: replay with speculation verifies through a K + 1 window,
-    `--speculative-adaptive` runs its batch tiers). Speculation alone falls below plain at
-    batch 512 (state copies, and K state slots kept per request); replay with speculation,
-    which SGLang ships for Gated DeltaNet, is the setup to move to there."""
+    runs it (sim/sglang_startup.run_at: replay with speculation verifies through a K + 1 window,
+    `--speculative-adaptive` runs its batch tiers, a tier at K = 0 decodes plainly).
+    Speculation alone falls below plain at batch 512 (state copies, and K state slots kept per
+    request); replay with speculation, which SGLang ships for Gated DeltaNet, is the setup to
+    move to there."""
     prior = prior or qwen_on_b300()
     return World(
         name="qwen-sglang",
@@ -482,7 +491,8 @@ def qwen_sglang_world(prior: Prior | None = None) -> World:
         demand=daily_load(4, 512),
         acceptance=constant_acceptance(REFERENCE_ACCEPTANCE),
         start=Setup(spec_tokens=3),
-        runs=as_run,
+        runs=run_at,
+        engine=SGLANG,
     )
 
 
@@ -500,6 +510,7 @@ def observe(world: World, setup: Setup, now: float, window_s: float) -> Observat
     the cache config that names replay."""
     demand, rates = world.demand(now), world.acceptance(now)
     running = world.running(setup, now)
+    setup = world.runs(setup, running)
     step = world.speed.step_time(setup, running, rates)
     steps = running * window_s / step  # request-steps in the window
     totals = WindowTotals(
@@ -514,11 +525,33 @@ def observe(world: World, setup: Setup, now: float, window_s: float) -> Observat
         time_per_output_token=Ratio(step / tau(setup, running, rates), 1.0),
         prompt_length=Ratio(1024.0, 1.0),
         generation_length=Ratio(512.0, 1.0),
-        cache_config=_cache_config(setup),
     )
+    if world.engine == SGLANG:
+        return _sglang_observation(world.name, totals, setup, running, rates, steps)
+    totals.cache_config = _cache_config(setup)
     if setup.spec_tokens:
         _drafts(totals, setup, spec_tokens_at(setup, running), rates, steps)
     return build_observation(world.name, totals, now=now, limits=ObservationLimits())
+
+
+def _sglang_observation(
+    name: str,
+    totals: WindowTotals,
+    setup: Setup,
+    running: float,
+    rates: Sequence[float],
+    steps: float,
+) -> Observation:
+    """The window as the SGLang source reads it (sources/sglang_metrics.py): acceptance only
+    from the counters (one verify per request-step, the requests' first tokens from prefill),
+    per position a geometric fit to the mean, the assumption marked."""
+    k = spec_tokens_at(setup, running)
+    generated = steps * tau(setup, running, rates)
+    requests = generated / 512.0
+    counters = {"verify_calls": steps, "generation_tokens": generated + requests}
+    add_speculation(totals, {**counters, "requests": requests} if k else {}, max(k, 1))
+    observation = build_observation(name, totals, now=totals.end, limits=ObservationLimits())
+    return marked(observation)
 
 
 def _cache_config(setup: Setup) -> dict[str, str]:

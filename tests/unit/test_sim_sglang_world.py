@@ -3,6 +3,8 @@ case), replay with speculation above both, each setup run as SGLang 0.5.23 runs 
 
 from __future__ import annotations
 
+import pytest
+
 from autotuner.core.types import Setup
 from autotuner.sim.worlds import DAY, qwen_sglang_world
 
@@ -31,3 +33,15 @@ def test_adaptive_speculation_drafts_nothing_from_batch_64() -> None:
     early = WORLD.observation(adaptive, 600.0, 300.0)  # demand about 4: the first tier drafts
     assert early.acceptance is not None
     assert early.acceptance.drafts > 0
+
+
+def test_a_scrape_reads_only_the_mean_accepted_length() -> None:
+    stats = WORLD.observation(Setup(spec_tokens=3), 600.0, 300.0).acceptance
+    assert stats is not None
+    assert stats.note is not None
+    assert "geometric fit" in stats.note
+    first = stats.per_position[0]
+    assert stats.per_position == pytest.approx([first] * 3)  # one rate: no more is known
+    rates = WORLD.acceptance(600.0)
+    truth = 1 + rates[0] + rates[0] * rates[1] + rates[0] * rates[1] * rates[2]
+    assert stats.tau == pytest.approx(truth)
