@@ -166,7 +166,16 @@ def window_totals(snapshots: Sequence[Snapshot]) -> WindowTotals:
     totals.prompt_tokens_per_s = rates.get("prompt_tokens")
     for name, ratio in ratios.items():
         setattr(totals, name, ratio)
+    per_step(totals)
     return totals
+
+
+def per_step(totals: WindowTotals) -> None:
+    """SGLang's inter-token latency splits each interval over the tokens it brought
+    (metrics_collector.py:2161-2173): a decode step takes that times the tokens a step keeps
+    (1 + accepted drafts per verify; 1 without speculation)."""
+    kept = 1 + totals.accepted / totals.drafts if totals.drafts else 1.0
+    totals.step_time = Ratio(totals.step_time.total * kept, totals.step_time.count)
 
 
 def marked(observation: Observation) -> Observation:

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from autotuner.core.observe.observation import Ratio, WindowTotals
 from autotuner.engines.sglang.metrics import COUNTERS, GAUGES, HISTOGRAMS
 from autotuner.errors import SourceError, UnusableReason
-from autotuner.sources.sglang_metrics import add_speculation
+from autotuner.sources.sglang_metrics import add_speculation, per_step
 
 
 class PrometheusSource(Protocol):
@@ -68,6 +68,7 @@ def sglang_totals(source: PrometheusSource, window_s: float, now: float) -> Wind
         if count_delta is not None:
             total = source.scalar(f"increase({source.series(base + '_sum')}[{w}])", now)
             setattr(totals, name, Ratio(total or 0.0, count_delta))
+    per_step(totals)
     span = (now - window_s, now)
     totals.waiting_samples = source.samples(_scheduler(source, GAUGES["waiting"]), *span)
     totals.kv_usage_samples = source.samples(_scheduler(source, GAUGES["kv_usage"]), *span)

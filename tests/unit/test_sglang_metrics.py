@@ -42,8 +42,8 @@ def _server(t: float, *, running: float = 40.0, restarted_at: float | None = Non
         prompt_tokens=1000 * requests,
         cached_tokens=400 * requests,
         requests=requests,
-        itl_sum=0.03 * verifies,
-        itl_count=verifies,
+        itl_sum=0.03 * verifies * (1 + MEAN_ACCEPTED),  # 30 ms per output token
+        itl_count=verifies * (1 + MEAN_ACCEPTED),
     )
 
 
@@ -95,7 +95,8 @@ def test_batch_is_the_first_ranks_running_gauge_and_queued_is_waiting() -> None:
     assert batch.values == (30.0, 31.0, 32.0, 33.0, 34.0, 35.0)  # not doubled by tp_rank 1
     assert observation.waiting_mean == 5.0
     assert observation.prefix_cache_hit_rate == pytest.approx(0.4)
-    assert observation.step_time_s == pytest.approx(0.03)
+    # 0.03 s per output token; a verify keeps 1 + MEAN_ACCEPTED of them per step
+    assert observation.step_time_s == pytest.approx(0.03 * (1 + MEAN_ACCEPTED))
 
 
 def test_a_restart_inside_the_window_is_cut_not_counted_backwards() -> None:

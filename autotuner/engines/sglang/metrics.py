@@ -25,6 +25,8 @@ COUNTERS = {
     "cached_tokens": "sglang:cached_tokens_total",  # :1934
 }
 HISTOGRAMS = {
+    # Per output token, not per step: each interval is split over the tokens it brought
+    # (:2161-2173); the sources scale it by the tokens a verify keeps to get the step time.
     "step_time": "sglang:inter_token_latency_seconds",  # :2050
     "time_per_output_token": "sglang:request_time_per_output_token_seconds",  # :2057
     "prompt_length": "sglang:prompt_tokens_histogram",  # :1908
