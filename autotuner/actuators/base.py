@@ -148,9 +148,15 @@ def rendered(
         raise ActuatorError(f"{where}: {exc}") from None
 
 
+# Engine containers by the names serving stacks give them: llm-d's model server, and the
+# `main` container of Dynamo and KServe pods.
+ENGINE_CONTAINERS = ("modelserver", "main")
+
+
 def select_container(containers: Sequence[Any], wanted: str | None, where: str, hint: str) -> Any:
     """The engine's container of a pod template: the one named, else the only one, else the
-    only one whose name holds `hint` (the dialect's container hint)."""
+    only one whose name holds `hint` (the dialect's container hint), else the one a serving
+    stack names its engine's (ENGINE_CONTAINERS)."""
     names = [str(c.get("name")) for c in containers]
     if wanted is not None:
         for container, name in zip(containers, names, strict=True):
@@ -162,6 +168,9 @@ def select_container(containers: Sequence[Any], wanted: str | None, where: str, 
     hinted = [c for c, name in zip(containers, names, strict=True) if hint in name]
     if len(hinted) == 1:
         return hinted[0]
+    for known in ENGINE_CONTAINERS:
+        if names.count(known) == 1:
+            return containers[names.index(known)]
     raise ActuatorError(
         f"{where}: several containers ({', '.join(names)}); name the engine's one in the target"
     )

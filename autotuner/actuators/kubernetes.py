@@ -249,10 +249,6 @@ class KubernetesActuator(Actuator):
     def longest_call_s(self) -> float:
         return self.deadline_s
 
-    def surge_risk(self, raw: Obj | None = None) -> str | None:
-        """A reason the rollout can deadlock on GPUs (it surges), or None."""
-        return self.kind.surge(raw if raw is not None else self._get())
-
     def _apply(self, wanted: Wanted) -> ApplyResult:
         """Write the wanted setup (and state) on the object as read at the expected version;
         on a conflict, re-read and re-render from the fresh object (see the module's

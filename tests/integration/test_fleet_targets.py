@@ -111,6 +111,12 @@ def test_lws_partition_canary_rolls_the_last_group_then_the_rest(server: FakeApi
     rollout = act.read().rollout
     assert rollout.done
     assert "2 held by the partition" in rollout.detail
+    act.event("CanaryHeld", "only the last group rolls")
+    involved = server.events[-1]["involvedObject"]
+    assert (involved["apiVersion"], involved["kind"]) == (
+        "leaderworkerset.x-k8s.io/v1",
+        "LeaderWorkerSet",
+    )
     assert act.release_canary()
     released = server.get("LeaderWorkerSet", "llm", "vllm")
     assert released["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["partition"] == 0

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from autotuner.actuators.base import select_container
 from autotuner.actuators.kinds import kind_named, stuck_condition, surge_pods
 from autotuner.actuators.managers import controller_owner, source_manager
 from autotuner.actuators.sites import (
@@ -19,7 +20,7 @@ from autotuner.actuators.sites import (
     site_ops,
 )
 from autotuner.engines.vllm.dialect import VllmDialect
-from autotuner.errors import ArgsError, InputError
+from autotuner.errors import ActuatorError, ArgsError, InputError
 
 DIALECT = VllmDialect()
 MTP = '{"method":"mtp","num_speculative_tokens":3}'
@@ -183,3 +184,10 @@ def test_a_ray_worker_script_runs_no_engine_and_a_split_script_is_read() -> None
     assert site.args == ("vllm", "serve", "m", "--speculative-config", MTP)
     ops = site_ops(site, split, [], ["vllm", "serve", "m"])
     assert ops == [{"op": "replace", "path": "/c/args/0", "value": "vllm serve m"}]
+
+
+def test_the_engine_container_of_an_llm_d_pod_is_found_by_its_name() -> None:
+    containers = [{"name": "routing-proxy"}, {"name": "modelserver"}]
+    assert select_container(containers, None, "w", "vllm") == {"name": "modelserver"}
+    with pytest.raises(ActuatorError, match="name the engine's one"):
+        select_container([{"name": "a"}, {"name": "b"}], None, "w", "vllm")
