@@ -14,10 +14,15 @@ from autotuner.actuators.base import STATE_ANNOTATION, AdviceOnlyError
 from autotuner.actuators.kinds import Path, at
 from autotuner.actuators.kubeapi import K8sTarget, api_client, discover_target
 from autotuner.actuators.kubernetes import PARTITION_ANNOTATION, KubernetesActuator
-from autotuner.core.types import Setup
+from autotuner.core.model.registry import load_model
+from autotuner.core.predict.hardware import datasheet
+from autotuner.core.types import Action, Observation, Setup
 from autotuner.engines.vllm.setup import parse_setup
 from autotuner.errors import ActuatorError, ConflictError, ForbiddenError
+from autotuner.settings import cli_overrides, load_settings
+from autotuner.sim.truth import TruthEngine
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver
+from tests.support.loop import wired
 from tests.support.serving_objects import (
     dynamo_v1alpha1,
     dynamo_v1beta1,
@@ -26,6 +31,7 @@ from tests.support.serving_objects import (
     lws,
     unschedulable_pod,
 )
+from tests.support.settings import ACT_AT_ONCE
 
 MODEL = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
 MTP = '{"method":"mtp","num_speculative_tokens":3}'
@@ -349,3 +355,48 @@ def test_a_config_file_from_a_configmap_is_read_and_advised(server: FakeApiServe
     server.forbidden.add(("get", "configmaps"))
     with pytest.raises(ForbiddenError):
         act.read()
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def test_the_loop_reverts_an_lws_canary_stuck_on_gpus(server: FakeApiServer) -> None:
+    """The loop switches a LeaderWorkerSet through a partition canary; the canary group cannot
+    be scheduled (no free GPU): the rollout is stuck and the loop reverts it."""
+    model, gpu = load_model(MODEL), datasheet("H200")
+    truth, clock = TruthEngine(model, gpu), [1000.0]
+    server.put("LeaderWorkerSet", lws(ARGS, worker_args=ARGS))
+    overrides = [*ACT_AT_ONCE, "policy.estimates.batch_half_life_s=120"]
+    settings, _ = load_settings(cli=cli_overrides(overrides))
+    act = tuner(server, "k8s://llm/leaderworkerset/vllm", canary=True)
+
+    def observe() -> Observation:
+        args = at(server.get("LeaderWorkerSet", "llm", "vllm"), (*WORKER, "args"))
+        setup = parse_setup(args)
+        return truth.observation(
+            now=clock[0], window_s=60, setup=setup, batch=512.0, rates=(0.8, 0.7, 0.6)
+        )
+
+    loop = wired(settings, (model, gpu), observe, act, lambda: clock[0])
+    for _ in range(4):
+        clock[0] += 60
+        loop.step()
+    obj = server.get("LeaderWorkerSet", "llm", "vllm")
+    assert parse_setup(at(obj, (*WORKER, "args"))).replay_window  # switched
+    assert obj["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["partition"] == 1
+    obj["status"] = {
+        "observedGeneration": obj["metadata"]["generation"],
+        "replicas": 2,
+        "readyReplicas": 1,
+        "updatedReplicas": 0,
+    }
+    server.put("LeaderWorkerSet", obj)
+    server.put("Pod", unschedulable_pod("vllm-1", {"leaderworkerset.sigs.k8s.io/name": "vllm"}))
+    clock[0] += 60
+    loop.step()
+    reverted = server.get("LeaderWorkerSet", "llm", "vllm")
+    assert parse_setup(at(reverted, (*WORKER, "args"))) == Setup(spec_tokens=3)
+    decision = loop.metrics.current().decision
+    assert decision is not None
+    assert decision.action is Action.REVERT
+    assert "Insufficient nvidia.com/gpu" in decision.sentence
