@@ -333,7 +333,7 @@ def run_demo(
     windows = settings.policy.candidates.replay_windows
     statics = statics_for(model, engine, len(acceptance), speculates, windows)
     runs = run_at if engine_kind == SGLANG else unchanged
-    _compare_statics(result, statics, truth, load, start, acceptance, runs)
+    compare_statics(result, statics, truth, load, start, acceptance, runs)
     _write(result, out)
     return result
 
@@ -416,7 +416,7 @@ def _record(
         result.changing = None
 
 
-def _compare_statics(
+def compare_statics(
     result: DemoResult,
     statics: tuple[Setup, ...],
     truth: TruthEngine,
