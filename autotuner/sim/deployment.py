@@ -330,12 +330,25 @@ def demo_manifest(model_id: str, setup: Setup, drafter: str | None = "mtp") -> s
         if drafter
         else ""
     )
+    container = f"""\
+          args:
+            - --model
+            - {model_id}{speculation}
+            - --max-num-seqs
+            - "1024"
+"""
+    return deployment_yaml("A vLLM", "vllm", "vllm/vllm-openai:v0.33.0", container)
+
+
+def deployment_yaml(title: str, name: str, image: str, container: str) -> str:
+    """A one-replica Deployment (simulated: no cluster, no GPU) whose container `name` runs
+    `image` with `container` (its command and args, indented as a container's fields)."""
     return f"""\
-# A vLLM Deployment tuned by spec-autotuner (simulated: no cluster, no GPU).
+# {title} Deployment tuned by spec-autotuner (simulated: no cluster, no GPU).
 apiVersion: apps/v1
 kind: Deployment
 metadata:
-  name: vllm
+  name: {name}
   namespace: llm
 spec:
   replicas: 1
@@ -343,19 +356,14 @@ spec:
     type: RollingUpdate
     rollingUpdate: {{maxSurge: 0, maxUnavailable: 1}}  # never wait for a spare GPU
   selector:
-    matchLabels: {{app: vllm}}
+    matchLabels: {{app: {name}}}
   template:
     metadata:
-      labels: {{app: vllm}}
+      labels: {{app: {name}}}
     spec:
       containers:
-        - name: vllm
-          image: vllm/vllm-openai:v0.33.0
-          args:
-            - --model
-            - {model_id}{speculation}
-            - --max-num-seqs
-            - "1024"
-          resources:
+        - name: {name}
+          image: {image}
+{container}          resources:
             limits: {{nvidia.com/gpu: "1"}}
 """

@@ -40,7 +40,7 @@ from autotuner.core.model.spec import ModelSpec
 from autotuner.core.types import Setup
 from autotuner.engines.dialect import Dialect
 from autotuner.engines.sglang.dialect import SglangDialect
-from autotuner.sim.deployment import Routes
+from autotuner.sim.deployment import Routes, deployment_yaml
 from autotuner.sim.engine import EngineCounters, SimSetup, SimulatedVllm
 from autotuner.sim.sglang_startup import (
     SGLANG_VERSION,
@@ -290,27 +290,7 @@ def sglang_manifest(model_id: str, setup: Setup, drafter: str | None = "mtp") ->
             - "1"
             - --speculative-num-draft-tokens
             - "{k + 1}\""""
-    return f"""\
-# An SGLang Deployment tuned by spec-autotuner (simulated: no cluster, no GPU).
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: sglang
-  namespace: llm
-spec:
-  replicas: 1
-  strategy:
-    type: RollingUpdate
-    rollingUpdate: {{maxSurge: 0, maxUnavailable: 1}}  # never wait for a spare GPU
-  selector:
-    matchLabels: {{app: sglang}}
-  template:
-    metadata:
-      labels: {{app: sglang}}
-    spec:
-      containers:
-        - name: sglang
-          image: lmsysorg/sglang:v{SGLANG_VERSION}
+    container = f"""\
           command: ["python3", "-m", "sglang.launch_server"]
           args:
             - --model-path
@@ -318,6 +298,5 @@ spec:
             - --max-running-requests
             - "1024"
             - --enable-metrics
-          resources:
-            limits: {{nvidia.com/gpu: "1"}}
 """
+    return deployment_yaml("An SGLang", "sglang", f"lmsysorg/sglang:v{SGLANG_VERSION}", container)

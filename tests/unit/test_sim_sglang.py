@@ -29,14 +29,8 @@ from tests.support.clock import Clock
 QWEN = load_model("Qwen/Qwen3.5-122B-A10B")
 NEMOTRON = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
 BASE = ["--model-path", "Qwen/Qwen3.5-122B-A10B", "--enable-metrics"]
-SPEC = [
-    "--speculative-algorithm",
-    "NEXTN",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-]
+NEXTN = ["--speculative-algorithm", "NEXTN"]
+SPEC = [*NEXTN, "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]
 NO_BUFFER = ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"]
 REPLAY = ["--enable-linear-replayssm", "--linear-replayssm-cache-len", "16"]
 
