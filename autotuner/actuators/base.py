@@ -8,10 +8,11 @@ import os
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from autotuner.actuators.sites import Site
 from autotuner.core.engine.builds import BuildInForce, Companion
 from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.types import Setup
@@ -196,6 +197,7 @@ class Change:
     args: list[str]
     state: str | None  # the state record written with it (None: leave the record)
     dry_run: bool  # only say what would change
+    wanted: Wanted  # what the apply asked for (to render the target's other engines alike)
     operator_args: Saved | None = None  # the operator's values of the companion flags
 
 
@@ -283,7 +285,7 @@ class Actuator(ABC):
                 f"({wanted.expected_version} -> {live.version})"
             )
         command, args, record = self.render_for(live, wanted)
-        change = Change(live, command, args, wanted.state, wanted.dry_run, operator_args=record)
+        change = Change(live, command, args, wanted.state, wanted.dry_run, wanted, record)
         return self._write(change, read)
 
     def render_for(self, live: LiveTarget, wanted: Wanted) -> Rendered:
@@ -298,6 +300,11 @@ class Actuator(ABC):
             allow_low_precision_replay=self.allow_low_precision_replay,
             companions=self.companions(live, wanted.setup),
         )
+
+    def render_other(self, change: Change, site: Site) -> Rendered:
+        """Another engine container of the target (a worker), rendered like the first."""
+        live = replace(change.live, command=site.command, args=site.args)
+        return self.render_for(live, change.wanted)
 
     def release_canary(self, *, dry_run: bool = False) -> bool:
         """Let the rest of the target roll after a verified canary; False when no canary

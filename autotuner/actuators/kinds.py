@@ -15,7 +15,9 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from autotuner.actuators.base import RolloutStatus, select_container
-from autotuner.errors import ActuatorError, InputError
+from autotuner.actuators.sites import ConfigMapReader, Site, check_agreement, read_site
+from autotuner.engines.dialect import Dialect
+from autotuner.errors import ActuatorError, ArgsError, InputError
 
 Obj = dict[str, Any]
 Path = tuple[str | int, ...]
@@ -406,6 +408,24 @@ VERSIONS: dict[tuple[str, str], Kind] = {
     ),
 }
 BY_KIND = {kind.kind: kind for kind in KINDS.values()}
+
+
+def engine_sites(
+    kind: Kind, raw: Obj, wanted: str | None, dialect: Dialect, config_map: ConfigMapReader
+) -> list[tuple[Engine, Site]]:
+    """Every engine container of the object with where its args sit (a pod that runs no
+    engine, such as a Ray worker, has none); they must agree on the managed flags (ArgsError,
+    or ActuatorError for a container that is not there)."""
+    found = []
+    for engine in kind.engines(raw, wanted, dialect.container_hint):
+        container, pod = at(raw, engine.container), at(raw, engine.pod_spec)
+        site = read_site(container, pointer(engine.container), pod, dialect, config_map)
+        if site is not None:
+            found.append((engine, site))
+    if not found:
+        raise ArgsError("no container runs the engine (its scripts run other commands)")
+    check_agreement([site for _, site in found], dialect)
+    return found
 
 
 def kind_named(word: str) -> Kind:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubernetes import client as k8s
@@ -47,15 +47,16 @@ from autotuner.actuators.kinds import (
     Engine,
     Path,
     at,
+    engine_sites,
     kind_named,
     lws_partition,
     pointer,
 )
 from autotuner.actuators.kubeapi import K8sTarget, request
 from autotuner.actuators.managers import controller_owner, source_manager
-from autotuner.actuators.sites import Site, managed_values, read_site, site_ops
+from autotuner.actuators.sites import Site, site_ops
 from autotuner.deadline import Deadline, backoff_s
-from autotuner.engines.dialect import Dialect, Rendered
+from autotuner.engines.dialect import Dialect
 from autotuner.engines.vllm.dialect import VllmDialect
 from autotuner.errors import ActuatorError, ArgsError, ConflictError
 
@@ -67,14 +68,12 @@ PARTITION_ANNOTATION = "spec-autotuner.io/operator-partition"
 Obj = dict[str, Any]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Read:
-    """One read of the object, as apply needs it: the raw object, each engine's site, and the
-    (command, args) rendered for every site but the first."""
+    """One read of the object, as apply needs it: the raw object and each engine's site."""
 
     raw: Obj
     sites: list[tuple[Engine, Site]]
-    others: list[Rendered] = field(default_factory=list)
 
 
 class KubernetesActuator(Actuator):
@@ -134,35 +133,15 @@ class KubernetesActuator(Actuator):
         return dict(found.data or {})
 
     def _sites(self, raw: Obj) -> list[tuple[Engine, Site]]:
-        """Every engine container's site (a pod that runs no engine, such as a Ray worker,
-        has none); they must agree on the managed flags."""
         where = str(self.target)
         try:
-            engines = self.kind.engines(raw, self.target.container, self.dialect.container_hint)
-            sites = [(e, self._site(raw, e)) for e in engines]
-            found = [(e, s) for e, s in sites if s is not None]
-            if not found:
-                raise ArgsError("no container runs the engine (its scripts run other commands)")
-            managed = self.dialect.managed
-            values = [
-                managed_values(self.dialect.tokens(s.command, s.args), managed) for _, s in found
-            ]
+            return engine_sites(
+                self.kind, raw, self.target.container, self.dialect, self._config_map
+            )
         except ArgsError as exc:
             raise ActuatorError(f"{where}: {exc}") from None
         except ActuatorError as exc:  # a 403 on a ConfigMap stays a ForbiddenError
             raise type(exc)(f"{where}: {exc}") from None
-        for (engine, _), other in zip(found[1:], values[1:], strict=True):
-            if other != values[0]:
-                raise ActuatorError(
-                    f"{where}: {pointer(engine.container)} and {pointer(found[0][0].container)} "
-                    f"disagree on the managed flags ({other} vs {values[0]}): make them agree "
-                    "first (every engine of a group must run the same setup)"
-                )
-        return found
-
-    def _site(self, raw: Obj, engine: Engine) -> Site | None:
-        container, pod = at(raw, engine.container), at(raw, engine.pod_spec)
-        return read_site(container, pointer(engine.container), pod, self.dialect, self._config_map)
 
     def read(self) -> LiveTarget:
         raw = self._get()
@@ -260,17 +239,13 @@ class KubernetesActuator(Actuator):
             for attempt in range(self.conflict_attempts):
                 live, read = self._read_for_apply()
                 command, args, record = self.render_for(live, wanted)
-                read.others = [
-                    self.render_for(replace(live, command=site.command, args=site.args), wanted)
-                    for _, site in read.sites[1:]
-                ]
                 if attempt and _written(live, command, args, wanted.state):
                     return _landed(seen or live, live, self.where)  # an earlier try landed
                 if expected is not None and live.version != expected:
                     _same_inputs(seen, live, self.where)
                 try:
                     change = Change(
-                        live, command, args, wanted.state, wanted.dry_run, operator_args=record
+                        live, command, args, wanted.state, wanted.dry_run, wanted, record
                     )
                     return self._write(change, read)
                 except ConflictError:
@@ -312,7 +287,8 @@ class KubernetesActuator(Actuator):
         ops: list[Obj] = [
             {"op": "replace", "path": "/metadata/resourceVersion", "value": live.version}
         ]
-        renders = [(change.command, change.args), *[(c, a) for c, a, _ in read.others]]
+        others = [self.render_other(change, site) for _, site in read.sites[1:]]
+        renders = [(change.command, change.args), *[(c, a) for c, a, _ in others]]
         for (engine, site), (command, args) in zip(read.sites, renders, strict=True):
             ops += site_ops(site, at(raw, engine.container), command, args)
         annotations: dict[str, str | None] = {}

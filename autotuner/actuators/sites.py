@@ -309,6 +309,19 @@ def site_ops(site: Site, container: Obj, command: Sequence[str], args: Sequence[
     return ops
 
 
+def check_agreement(sites: Sequence[Site], dialect: Dialect) -> None:
+    """The engines of one group (leader and workers) must set the managed flags alike: they
+    are tuned as one (ArgsError otherwise)."""
+    values = [managed_values(dialect.tokens(s.command, s.args), dialect.managed) for s in sites]
+    for site, other in zip(sites[1:], values[1:], strict=True):
+        if other != values[0]:
+            raise ArgsError(
+                f"{site.pointer} and {sites[0].pointer} disagree on the managed flags ({other} "
+                f"vs {values[0]}): make them agree first (every engine of a group must run "
+                "the same setup)"
+            )
+
+
 def managed_values(tokens: Sequence[str], managed: Collection[str]) -> dict[str, str | None]:
     """Each managed flag the command line sets, with its value (None: a bare switch)."""
     values: dict[str, str | None] = {}
