@@ -32,6 +32,8 @@ from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.engine.workload import Workload
 from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import DrafterKind, ModelSpec
+from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import PLAIN, Action, Decision, Setup
 from autotuner.errors import InputError
@@ -40,7 +42,7 @@ from autotuner.sim.clock import EngineClock
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.sglang import SglangServer, sglang_manifest
 from autotuner.sim.sglang_startup import run_at
-from autotuner.sim.truth import WORLDS, TruthEngine
+from autotuner.sim.truth import WORLDS, StepError, TruthEngine
 from autotuner.sim.worlds import unchanged
 from autotuner.sources.observers import ScrapeObserver
 from autotuner.telling.exporter import TunerMetrics
@@ -255,6 +257,35 @@ def restart_gap(duration_s: float) -> float:
     return max(0.5, 180 * duration_s / 86400 * 4)
 
 
+FITTING_TP = (1, 2, 4, 8)
+PEAK = 512  # requests per engine at the ramp's top
+
+
+def fitting_truth(
+    model: ModelSpec,
+    gpu: str,
+    tensor_parallel: int | None,
+    drafter: DrafterKind | None,
+    error: StepError,
+) -> TruthEngine:
+    """The simulated engine's truth on `tensor_parallel` GPUs; None: the fewest of FITTING_TP
+    on which plain decoding holds the ramp's peak (512 requests), else the fewest it fits on.
+    InputError where the model does not fit."""
+    fitting: list[TruthEngine] = []
+    for tp in [tensor_parallel] if tensor_parallel else FITTING_TP:
+        workload = Workload(tensor_parallel=tp, drafter=drafter)
+        truth = TruthEngine(model, datasheet(gpu), workload, error=error)
+        room = predict(model, truth.hardware, PLAIN, [1], from_conditional([]), workload)
+        if room.max_batch >= PEAK:
+            return truth
+        if room.max_batch >= 1:
+            fitting.append(truth)
+    if fitting:
+        return fitting[0]
+    given = f"{tensor_parallel} x {gpu}" if tensor_parallel else f"{FITTING_TP[-1]} x {gpu}"
+    raise InputError(f"{model.name} does not fit {given}: give a larger --tp (or another --gpu)")
+
+
 def run_demo(
     *,
     model_id: str,
@@ -262,7 +293,7 @@ def run_demo(
     duration_s: float,
     out: Path,
     acceptance: tuple[float, ...],
-    tensor_parallel: int = 1,
+    tensor_parallel: int | None = 1,
     drafter: str | None = None,
     console: Console | None = None,
     live: bool = True,
@@ -271,22 +302,14 @@ def run_demo(
     engine_kind: str = "vllm",
 ) -> DemoResult:
     """`fast`: on a simulated clock (EngineClock), as fast as the CPU allows. `engine_kind`:
-    the simulated engine, vllm or sglang (SGLang 0.5.23: its args, start-up rules, metrics)."""
+    the simulated engine, vllm or sglang (SGLang 0.5.23: its args, start-up rules, metrics).
+    `tensor_parallel` None: the fewest GPUs the model fits on."""
     console = console or Console()
     model = load_model(model_id)
     kind = DrafterKind(drafter) if drafter else None
     speculates = (kind or model.drafter) is not DrafterKind.NONE
-    truth = TruthEngine(
-        model,
-        datasheet(gpu),
-        Workload(tensor_parallel=tensor_parallel, drafter=kind),
-        error=WORLDS[world],
-    )
-    if truth.tokens_per_s(PLAIN, 1, ()) <= 0:
-        raise InputError(
-            f"{model.name} does not fit {tensor_parallel} x {gpu}: give a larger --tp "
-            "(or another --gpu)"
-        )
+    truth = fitting_truth(model, gpu, tensor_parallel, kind, WORLDS[world])
+    tensor_parallel = truth.workload.tensor_parallel
     manifest = Path(tempfile.mkdtemp(prefix="autotuner-demo-")) / f"{engine_kind}.yaml"
     first = Setup(spec_tokens=len(acceptance)) if speculates else PLAIN
     method = (kind or model.drafter).value if speculates else None
@@ -307,7 +330,8 @@ def run_demo(
     load = world_load(world, start, duration_s)
     result = DemoResult(
         series=plots.DemoSeries(
-            title=f"{model.name} on a simulated {gpu}", seconds_per_hour=duration_s / 24
+            title=f"{model.name} on {tensor_parallel} simulated {gpu}",
+            seconds_per_hour=duration_s / 24,
         )
     )
     with SimulatedDeployment(

@@ -15,12 +15,19 @@ from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import SsmKind
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Setup
-from autotuner.demo import DemoResult, compare_statics, demo_settings, run_demo, statics_for
+from autotuner.demo import (
+    DemoResult,
+    compare_statics,
+    demo_settings,
+    fitting_truth,
+    run_demo,
+    statics_for,
+)
 from autotuner.engines.kinds import EngineKind
 from autotuner.engines.sglang.capabilities import FOLLOW_BUILD
 from autotuner.errors import InputError
 from autotuner.sim.sglang_startup import run_at
-from autotuner.sim.truth import TruthEngine
+from autotuner.sim.truth import TruthEngine, no_error
 
 QWEN = load_model("Qwen/Qwen3.5-122B-A10B")
 
@@ -67,3 +74,9 @@ def test_a_model_that_does_not_fit_is_refused_before_anything_runs(tmp_path: Pat
             engine_kind="sglang",
         )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_without_a_tp_the_demo_takes_the_fewest_gpus_that_hold_batch_512() -> None:
+    truth = fitting_truth(QWEN, "H200", None, None, no_error)
+    assert truth.workload.tensor_parallel == 4  # 2 x H200 holds Qwen3.5-122B, not 512 requests
+    assert fitting_truth(QWEN, "H200", 2, None, no_error).workload.tensor_parallel == 2
