@@ -4,6 +4,7 @@ live configuration, and serves `/metrics` only with `--enable-metrics`."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import httpx
@@ -12,7 +13,10 @@ from autotuner.core.engine.workload import Workload
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Setup
+from autotuner.sim.__main__ import sglang_server
+from autotuner.sim.completions import CompletionsEngine
 from autotuner.sim.deployment import SimulatedDeployment
+from autotuner.sim.engine import SimSetup
 from autotuner.sim.sglang import SglangServer, sglang_manifest
 from autotuner.sim.truth import TruthEngine
 from tests.support.clock import Clock
@@ -72,3 +76,15 @@ def test_metrics_only_with_enable_metrics(tmp_path: Path) -> None:
         body = httpx.get(dep.url).text
         assert 'sglang:num_running_reqs{engine_type="unified",model_name="' in body
         assert "sglang:spec_verify_calls_total" in body
+
+
+def test_the_standalone_simulator_serves_sglang() -> None:
+    """`python -m autotuner.sim --engine sglang --spec-tokens 3`: SGLang as an operator starts
+    it for K = 3, at a fixed step time."""
+    options = argparse.Namespace(port=0, spec_tokens=3, model=QWEN.name, step_ms=20.0)
+    setup = SimSetup(spec_tokens=3, acceptance=ACCEPTANCE)
+    engine = CompletionsEngine(lambda: setup, lambda batch, s: 0.02)
+    with sglang_server(options, engine) as server:
+        answer = httpx.get(f"{server.url}/server_info").json()
+        assert (answer["speculative_algorithm"], answer["speculative_num_steps"]) == ("EAGLE", 3)
+        assert "sglang:spec_num_steps" in httpx.get(f"{server.url}/metrics").text
