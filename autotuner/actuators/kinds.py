@@ -76,6 +76,8 @@ def pointer(path: Path) -> str:
 
 def _in_pod(raw: Obj, spec: Path, wanted: str | None, hint: str) -> Engine:
     containers = at(raw, (*spec, "containers")) or []
+    if not containers:
+        raise ActuatorError(f"no pod template containers at {pointer(spec)}")
     chosen = select_container(containers, wanted, pointer(spec), hint)
     return Engine((*spec, "containers", containers.index(chosen)), spec)
 

@@ -1,8 +1,11 @@
-"""The GitOps actuator: the same change applied to a Deployment YAML file on disk.
+"""The GitOps actuator: the same change applied to a serving object's YAML file on disk (any
+kind a Kubernetes target can be: a Deployment, a LeaderWorkerSet, a DynamoGraphDeployment ...).
 
 Round-trip YAML (ruamel.yaml) keeps comments, key order, anchors and formatting of everything
-else; only the managed flags inside the container's args change. The write is atomic (temp
-file + rename) and the diff is returned for review. This is also how the demo acts.
+else; only the managed flags where each engine container keeps them change (actuators/sites.py),
+leader and workers alike. A ConfigMap the args come from is read from the same file, and
+advised, never written. The write is atomic (temp file + rename) and the diff is returned for
+review. This is also how the demo acts.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from autotuner.actuators.base import (
     OPERATOR_ANNOTATION,
     STATE_ANNOTATION,
     Actuator,
+    AdviceOnlyError,
     ApplyResult,
     Change,
     LiveTarget,
@@ -29,13 +33,14 @@ from autotuner.actuators.base import (
     atomic_write,
     live_target,
     record_text,
-    select_container,
 )
+from autotuner.actuators.kinds import BY_KIND, Engine, at, engine_sites, kind_named, pointer
+from autotuner.actuators.sites import Site, site_ops
 from autotuner.engines.dialect import Dialect
 from autotuner.engines.vllm.dialect import VllmDialect
-from autotuner.errors import ActuatorError
+from autotuner.errors import ActuatorError, ArgsError
 
-WORKLOAD_KINDS = ("Deployment", "StatefulSet")
+Sites = list[tuple[Engine, Site]]
 
 
 class ManifestActuator(Actuator):
@@ -81,12 +86,12 @@ class ManifestActuator(Actuator):
             d
             for d in documents
             if isinstance(d, dict)
-            and d.get("kind") in WORKLOAD_KINDS
+            and d.get("kind") in BY_KIND
             and (self.name is None or (d.get("metadata") or {}).get("name") == self.name)
         ]
         if not found:
             raise ActuatorError(
-                f"{self.path}: no Deployment or StatefulSet"
+                f"{self.path}: no {', '.join(BY_KIND)}"
                 + (f" named {self.name!r}" if self.name else "")
             )
         if len(found) > 1:
@@ -95,15 +100,23 @@ class ManifestActuator(Actuator):
         assert isinstance(workload, CommentedMap)
         return workload
 
-    def _container(self, workload: CommentedMap) -> CommentedMap:
+    def _sites(self, workload: CommentedMap, documents: list[Any]) -> Sites:
+        """Every engine container of the workload and where its args sit."""
+        version = str(workload.get("apiVersion", "")).rpartition("/")[2]
+        word = BY_KIND[workload["kind"]].word
+        kind = kind_named(f"{word}.{version}" if version else word)
+
+        def config_map(name: str) -> dict[str, str]:
+            for document in documents:
+                meta = document.get("metadata") or {} if isinstance(document, dict) else {}
+                if document.get("kind") == "ConfigMap" and meta.get("name") == name:
+                    return {str(k): str(v) for k, v in (document.get("data") or {}).items()}
+            raise ArgsError(f"the engine args come from ConfigMap {name}, not in this file")
+
         try:
-            containers = workload["spec"]["template"]["spec"]["containers"]
-        except (KeyError, TypeError):
-            raise ActuatorError(f"{self.path}: workload has no pod template containers") from None
-        container: CommentedMap = select_container(
-            containers, self.container_name, str(self.path), self.dialect.container_hint
-        )
-        return container
+            return engine_sites(kind, workload, self.container_name, self.dialect, config_map)
+        except (ArgsError, ActuatorError) as exc:
+            raise ActuatorError(f"{self.path}: {exc}") from None
 
     def read(self) -> LiveTarget:
         text, documents = self._load()
@@ -111,17 +124,18 @@ class ManifestActuator(Actuator):
 
     def _live(self, text: str, documents: list[Any]) -> LiveTarget:
         workload = self._workload(documents)
-        container = self._container(workload)
+        engine, site = self._sites(workload, documents)[0]
+        image = at(workload, (*engine.container, "image"))
         return live_target(
             str(self.path),
-            description=f"file://{self.path} container {container.get('name')}",
-            command=[str(v) for v in container.get("command") or []],
-            args=[str(v) for v in container.get("args") or []],
+            description=f"file://{self.path} {pointer(engine.container)}",
+            command=site.command,
+            args=site.args,
             annotations=dict((workload.get("metadata") or {}).get("annotations") or {}),
             dialect=self.dialect,
             version=hashlib.sha256(text.encode()).hexdigest()[:16],
             rollout=RolloutStatus(True, None, "a manifest has no rollout; GitOps applies it"),
-            image=str(container["image"]) if container.get("image") else None,
+            image=str(image) if image else None,
         )
 
     @property
@@ -137,10 +151,15 @@ class ManifestActuator(Actuator):
         dry_run, operator_args = change.dry_run, change.operator_args
         text, documents = read
         workload = self._workload(documents)
-        container = self._container(workload)
-        for key, values in (("command", command), ("args", args)):
-            if key in container or values:
-                _edit_sequence(container, key, values)
+        sites = self._sites(workload, documents)
+        renders = [(command, args)]
+        renders += [self.render_other(change, site)[:2] for _, site in sites[1:]]
+        try:
+            for (engine, site), (new_command, new_args) in zip(sites, renders, strict=True):
+                container = at(workload, engine.container)
+                _apply_ops(workload, site_ops(site, container, new_command, new_args))
+        except ArgsError as exc:
+            raise AdviceOnlyError(f"{self.path}: not written: {exc}") from None
         if state is not None:
             _annotate(workload, STATE_ANNOTATION, state)
         if operator_args != live.operator_args:
@@ -187,6 +206,23 @@ def _edit_sequence(container: CommentedMap, key: str, values: list[str]) -> None
             del existing[index]
         for offset, value in enumerate(values[j1:j2]):
             existing.insert(i1 + offset, value)
+
+
+def _apply_ops(document: CommentedMap, ops: list[dict[str, Any]]) -> None:
+    """The JSON patch operations of the sites, applied to the round-trip document so that a
+    list edited keeps its items' comments and quoting."""
+    for op in ops:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        parent: Any = document
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+        key: Any = int(parts[-1]) if isinstance(parent, list) else parts[-1]
+        if op["op"] == "remove":
+            del parent[key]
+        elif isinstance(op["value"], list):
+            _edit_sequence(parent, key, [str(v) for v in op["value"]])
+        else:
+            parent[key] = op["value"]
 
 
 def _annotate(workload: CommentedMap, key: str, value: str | None) -> None:

@@ -276,6 +276,8 @@ def _holds(tokens: Sequence[str], managed: Collection[str]) -> bool:
 def site_ops(site: Site, container: Obj, command: Sequence[str], args: Sequence[str]) -> list[Obj]:
     """The JSON patch operations that write (command, args) where the site keeps them; only
     what changed is written."""
+    if (tuple(command), tuple(args)) == (site.command, site.args):
+        return []
     if site.advice is not None:
         raise ArgsError(f"{site.pointer}: {site.advice}: advise only")
     if site.shell is not None:

@@ -3,6 +3,7 @@ the pure parts of the fleet targets."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from autotuner.actuators.base import select_container
 from autotuner.actuators.kinds import kind_named, stuck_condition, surge_pods
 from autotuner.actuators.managers import controller_owner, source_manager
+from autotuner.actuators.manifest import ManifestActuator
 from autotuner.actuators.sites import (
     ENV_ARGS,
     ConfigMapReader,
@@ -19,6 +21,7 @@ from autotuner.actuators.sites import (
     shell_segments,
     site_ops,
 )
+from autotuner.core.types import Setup
 from autotuner.engines.vllm.dialect import VllmDialect
 from autotuner.errors import ActuatorError, ArgsError, InputError
 
@@ -191,3 +194,43 @@ def test_the_engine_container_of_an_llm_d_pod_is_found_by_its_name() -> None:
     assert select_container(containers, None, "w", "vllm") == {"name": "modelserver"}
     with pytest.raises(ActuatorError, match="name the engine's one"):
         select_container([{"name": "a"}, {"name": "b"}], None, "w", "vllm")
+
+
+LWS_FILE = """\
+apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata:
+  name: vllm  # the multi-host engine
+spec:
+  replicas: 2
+  leaderWorkerTemplate:
+    leaderTemplate:
+      spec:
+        containers:
+          - name: vllm-leader
+            command:
+              - sh
+              - -c
+              - 'ray start --head; vllm serve m --speculative-config ''{spec}'' '
+    workerTemplate:
+      spec:
+        containers:
+          - name: vllm-worker
+            args:
+              - --model  # kept
+              - m
+              - --speculative-config
+              - '{spec}'
+"""
+
+
+def test_a_leaderworkerset_file_is_edited_leader_and_workers(tmp_path: Path) -> None:
+    path = tmp_path / "lws.yaml"
+    path.write_text(LWS_FILE.format(spec=MTP))
+    target = ManifestActuator(path)
+    assert target.read().setup == Setup(spec_tokens=3)
+    target.apply(Setup(replay_window=8), state=None, expected_version=None)
+    text = path.read_text()
+    assert "- 'ray start --head; vllm serve m --use-replayssm --replayssm-buffer-len 8 '" in text
+    assert "- --model  # kept\n              - m\n              - --use-replayssm\n" in text
+    assert "name: vllm  # the multi-host engine" in text
