@@ -292,6 +292,8 @@ def site_ops(site: Site, container: Obj, command: Sequence[str], args: Sequence[
     if site.env_index is not None:
         entry = container["env"][site.env_index]
         value = edit_shell(str(entry["value"]), lambda _: list(args))
+        if value[:1].isspace() and not str(entry["value"])[:1].isspace():
+            value = value[1:]  # edit_shell's blank before a word that now comes first
         if value == entry["value"]:
             return []
         path = f"{site.pointer}/env/{site.env_index}/value"

@@ -277,6 +277,45 @@ def test_inference_service_predictor_args_and_serverless_surge(server: FakeApiSe
         )
 
 
+@pytest.mark.parametrize(
+    ("kind", "obj", "uri"),
+    [
+        (
+            "LLMInferenceService",
+            llm_inference_service("--max-model-len 4096"),
+            "llminferenceservice",
+        ),
+        ("InferenceService", inference_service(ARGS), "inferenceservice"),
+    ],
+)
+def test_kserve_rollout_progress_and_stuck(
+    server: FakeApiServer, kind: str, obj: dict[str, Any], uri: str
+) -> None:
+    server.put(kind, obj)
+    act = tuner(server, f"k8s://llm/{uri}/qwen")
+    assert act.read().rollout.done
+    obj = server.get(kind, "llm", "qwen")
+    obj["metadata"]["generation"] = 2  # a new spec the controller has not reconciled yet
+    server.put(kind, obj)
+    rollout = act.read().rollout
+    assert (rollout.done, rollout.stuck) == (False, None)
+    obj["status"] = {
+        "observedGeneration": 2,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "RevisionFailed",
+                "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+            }
+        ],
+    }
+    server.put(kind, obj)
+    stuck = act.read().rollout.stuck
+    assert stuck is not None
+    assert stuck.startswith("RevisionFailed")
+
+
 # --------------------------------------------------------------------------- who else writes
 
 

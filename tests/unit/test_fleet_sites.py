@@ -71,6 +71,17 @@ def test_the_env_var_holds_the_args_and_is_edited_in_place() -> None:
     ]
 
 
+def test_a_literal_env_var_referenced_in_the_args_is_written_in_place() -> None:
+    container = {
+        "args": ["--model", "m", "$(EXTRA)"],
+        "env": [{"name": "EXTRA", "value": f"--speculative-config '{MTP}'"}],
+    }
+    site = site_of(container)
+    assert (site.env_index, site.args) == (0, ("--speculative-config", MTP))
+    ops = site_ops(site, container, [], ["--use-replayssm"])
+    assert ops == [{"op": "replace", "path": "/c/env/0/value", "value": "--use-replayssm"}]
+
+
 def test_managed_flags_in_both_places_are_refused() -> None:
     container = {
         "args": ["--speculative-config", MTP],
