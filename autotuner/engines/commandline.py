@@ -60,6 +60,32 @@ def truthy(text: str) -> bool:
     return text.strip().lower() not in ("false", "0", "no", "off")
 
 
+def integer_value(text: str | None, name: str, *, minimum: int) -> int | None:
+    """A flag's integer value (None: not given); ArgsError naming the flag if it is not one."""
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ArgsError(f"{name}: not an integer: {text!r}") from None
+    if value < minimum:
+        raise ArgsError(f"{name}: must be >= {minimum}, got {value}")
+    return value
+
+
+def fraction_value(text: str | None, name: str) -> float | None:
+    """A flag's value in (0, 1] (None: not given); ArgsError naming the flag otherwise."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ArgsError(f"{name}: not a number: {text!r}") from None
+    if not 0 < value <= 1:
+        raise ArgsError(f"{name}: must lie in (0, 1], got {value}")
+    return value
+
+
 def set_value(args: Sequence[str], flag: Flag | None, name: str, value: str) -> list[str]:
     """Give `name` this value where it stands (`--x=v` or `--x v`), or append it."""
     if flag is None:

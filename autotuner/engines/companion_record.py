@@ -9,12 +9,12 @@ byte. Each engine says where a companion stands in its args and how it writes it
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from autotuner.core.engine.builds import Companion
-from autotuner.engines.commandline import Flag
-from autotuner.engines.dialect import Saved
+from autotuner.engines.commandline import Flag, edit_container
+from autotuner.engines.dialect import Rendered, Saved
 from autotuner.errors import ArgsError
 
 
@@ -82,3 +82,23 @@ def saved_record(value: object) -> Saved | None:
     ):
         raise ArgsError(f"the saved operator args are not a companion record: {value!r}")
     return {str(k): v for k, v in value.items()}
+
+
+def render_container(
+    command: Sequence[str],
+    args: Sequence[str],
+    managed: Collection[str],
+    render: Callable[[list[str]], tuple[list[str], Saved | None]],
+    saved: Saved | None,
+) -> Rendered:
+    """New (command, args) with the engine's argument list rendered (`render`: the new list
+    and the operator's companion record), and the record to keep (`saved` when the list
+    without the engine's args is returned unchanged)."""
+    kept: list[Saved | None] = [saved]
+
+    def edit(words: list[str]) -> list[str]:
+        out, kept[0] = render(words)
+        return out
+
+    new_command, new_args = edit_container(command, args, managed, edit)
+    return new_command, new_args, kept[0]

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from autotuner.core.types import Setup
 from autotuner.engines.kinds import EngineKind, kind_of_command
 from autotuner.engines.sglang.dialect import SglangDialect
 from autotuner.engines.vllm.dialect import VllmDialect
@@ -50,7 +51,12 @@ def test_engine_kind_sglang_brings_its_dialect_table_and_scrape() -> None:
     build = settings.engine.capabilities.build
     assert build is not None
     assert build.describe().startswith("SGLang 0.5.23")
-    assert not settings.engine.capabilities.spec_schedule  # SGLang has no K schedule
+    capabilities = settings.engine.capabilities
+    assert not capabilities.spec_schedule  # SGLang has no K schedule
+    assert capabilities.accepts(Setup.parse("spec:3@adaptive"))
+    refusal = capabilities.refusal(Setup.parse("spec:2@adaptive"))  # not a candidate step
+    assert refusal is not None
+    assert "1, 3, 5, 7" in refusal
     assert isinstance(Settings().engine.dialect, VllmDialect)  # the default stays vLLM
 
 

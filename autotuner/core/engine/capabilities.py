@@ -66,6 +66,11 @@ class EngineCapabilities(BaseModel):
         "from 2026-08): the engine verifies per step the drafts its cost profile and "
         "confidence favour, K being the ceiling.",
     )
+    adaptive_spec_tokens: tuple[int, ...] = Field(
+        (),
+        description="The K an adaptive setup may start from (empty: any up to max_spec_tokens); "
+        "SGLang's --speculative-num-steps must be a candidate step of its adaptive tiers.",
+    )
     max_spec_tokens: int = Field(8, ge=0, le=16, description="Largest K the drafter allows.")
     build: BuildInForce | None = Field(
         None,
@@ -130,6 +135,10 @@ class EngineCapabilities(BaseModel):
             return f"{self.name}: no num_speculative_tokens_per_batch_size"
         if setup.adaptive and not self.adaptive_verification:
             return f"{self.name}: no enable_adaptive_verification (PR #47808)"
+        allowed = self.adaptive_spec_tokens
+        if setup.adaptive and allowed and setup.spec_tokens not in allowed:
+            starts = ", ".join(map(str, allowed))
+            return f"{self.name}: adaptive K={setup.spec_tokens} is not one of {starts}"
         return None
 
     def _replay_refusal(self, setup: Setup) -> str | None:

@@ -6,7 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
-from autotuner.engines.commandline import Flag, engine_tokens, find
+from autotuner.engines.commandline import (
+    Flag,
+    engine_tokens,
+    find,
+    fraction_value,
+    integer_value,
+)
 from autotuner.engines.sglang import flags
 from autotuner.errors import ArgsError
 
@@ -48,29 +54,7 @@ def text(args: Sequence[str], *names: str) -> str | None:
 
 
 def integer(args: Sequence[str], *names: str, minimum: int) -> int | None:
-    value = text(args, *names)
-    if value is None:
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise ArgsError(f"{names[0]}: not an integer: {value!r}") from None
-    if number < minimum:
-        raise ArgsError(f"{names[0]}: must be >= {minimum}, got {number}")
-    return number
-
-
-def _fraction(args: Sequence[str], name: str) -> float | None:
-    value = text(args, name)
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        raise ArgsError(f"{name}: not a number: {value!r}") from None
-    if not 0 < number <= 1:
-        raise ArgsError(f"{name}: must lie in (0, 1], got {number}")
-    return number
+    return integer_value(text(args, *names), names[0], minimum=minimum)
 
 
 def speculative(args: Sequence[str]) -> SpeculativeConfig | None:
@@ -93,7 +77,9 @@ def parse(args: Sequence[str]) -> EngineArgs:
     a malformed value raises ArgsError naming the flag."""
     return EngineArgs(
         tensor_parallel_size=integer(args, "--tp-size", "--tensor-parallel-size", minimum=1),
-        gpu_memory_utilization=_fraction(args, "--mem-fraction-static"),
+        gpu_memory_utilization=fraction_value(
+            text(args, "--mem-fraction-static"), "--mem-fraction-static"
+        ),
         max_num_seqs=integer(args, flags.MAX_RUNNING, minimum=1),
         max_model_len=integer(args, "--context-length", minimum=1),
         max_model_len_text=text(args, "--context-length"),

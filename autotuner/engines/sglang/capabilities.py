@@ -9,6 +9,7 @@ from __future__ import annotations
 from autotuner.core.engine.capabilities import BUILD, EngineCapabilities
 from autotuner.core.model.spec import SsmKind
 from autotuner.engines.sglang.builds import build_in_force
+from autotuner.engines.sglang.setup import ADAPTIVE_STEPS
 
 FOLLOW_BUILD = EngineCapabilities(
     name=BUILD,
@@ -16,6 +17,7 @@ FOLLOW_BUILD = EngineCapabilities(
     replay_families=(SsmKind.GATED_DELTANET,),
     spec_schedule=False,
     adaptive_verification=True,
+    adaptive_spec_tokens=tuple(sorted(k for k in ADAPTIVE_STEPS if k)),
     build=build_in_force(),
 )
 PRESETS = {c.name: c for c in (FOLLOW_BUILD,)}

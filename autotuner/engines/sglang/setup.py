@@ -17,15 +17,14 @@ from typing import Any
 
 from autotuner.core.engine.builds import Companion
 from autotuner.core.types import Setup, SetupKind
+from autotuner.engines import companion_record
 from autotuner.engines.commandline import (
     Flag,
-    edit_container,
     engine_tokens,
     find,
     remove,
     set_value,
 )
-from autotuner.engines.companion_record import render_companions
 from autotuner.engines.dialect import Rendered, Saved
 from autotuner.engines.sglang import flags
 from autotuner.engines.sglang.args import integer, last, speculative, switched, text
@@ -249,7 +248,9 @@ def render_with_companions(
     if setup == parse_setup(args):
         return list(args), saved_companions
     wanted = companions_for(setup, companions)
-    return render_companions(render(args, setup, **options), wanted, saved_companions, SPELLING)
+    return companion_record.render_companions(
+        render(args, setup, **options), wanted, saved_companions, SPELLING
+    )
 
 
 def setup_flags(setup: Setup, companions: Sequence[Companion]) -> list[str]:
@@ -275,11 +276,10 @@ def render_container(
     command: Sequence[str], args: Sequence[str], setup: Setup, **options: Any
 ) -> Rendered:
     """New (command, args) for `setup` and the operator's companion record to keep."""
-    kept: list[Saved | None] = [options.get("saved_companions")]
-
-    def edit(words: list[str]) -> list[str]:
-        out, kept[0] = render_with_companions(words, setup, **options)
-        return out
-
-    new_command, new_args = edit_container(command, args, flags.MANAGED, edit)
-    return new_command, new_args, kept[0]
+    return companion_record.render_container(
+        command,
+        args,
+        flags.MANAGED,
+        lambda words: render_with_companions(words, setup, **options),
+        options.get("saved_companions"),
+    )

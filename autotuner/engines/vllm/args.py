@@ -8,7 +8,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
-from autotuner.engines.commandline import Flag, engine_tokens, find, read_json, truthy
+from autotuner.engines.commandline import (
+    Flag,
+    engine_tokens,
+    find,
+    fraction_value,
+    integer_value,
+    read_json,
+    truthy,
+)
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import ArgsError, InputError
 
@@ -125,29 +133,11 @@ def _text(args: Sequence[str], *names: str) -> str | None:
 
 
 def _integer(args: Sequence[str], *names: str, minimum: int) -> int | None:
-    text = _text(args, *names)
-    if text is None:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise ArgsError(f"{names[0]}: not an integer: {text!r}") from None
-    if value < minimum:
-        raise ArgsError(f"{names[0]}: must be >= {minimum}, got {value}")
-    return value
+    return integer_value(_text(args, *names), names[0], minimum=minimum)
 
 
 def _fraction(args: Sequence[str], name: str) -> float | None:
-    text = _text(args, name)
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise ArgsError(f"{name}: not a number: {text!r}") from None
-    if not 0 < value <= 1:
-        raise ArgsError(f"{name}: must lie in (0, 1], got {value}")
-    return value
+    return fraction_value(_text(args, name), name)
 
 
 _HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)(k|m|g|t|K|M|G|T|Ki|Mi|Gi|Ti)?")

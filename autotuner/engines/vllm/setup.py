@@ -13,9 +13,9 @@ from typing import Any
 
 from autotuner.core.engine.builds import Companion
 from autotuner.core.types import ScheduleBand, Setup
+from autotuner.engines import companion_record
 from autotuner.engines.commandline import (
     Flag,
-    edit_container,
     edit_shell,
     engine_tokens,
     find,
@@ -24,8 +24,7 @@ from autotuner.engines.commandline import (
     set_value,
     shell_tokens,
 )
-from autotuner.engines.companion_record import render_companions
-from autotuner.engines.dialect import Saved
+from autotuner.engines.dialect import Rendered, Saved
 from autotuner.engines.vllm.args import speculative
 from autotuner.engines.vllm.companions import SPELLING
 from autotuner.engines.vllm.flags import FlagNames
@@ -176,7 +175,9 @@ def render_with_companions(
     names = options.get("names") or FlagNames()
     if setup == parse_setup(args, names):
         return list(args), saved_companions
-    return render_companions(render(args, setup, **options), companions, saved_companions, SPELLING)
+    return companion_record.render_companions(
+        render(args, setup, **options), companions, saved_companions, SPELLING
+    )
 
 
 def render_shell(line: str, setup: Setup, **options: Any) -> str:
@@ -212,16 +213,15 @@ def container_speculative_config(
 
 def render_container(
     command: Sequence[str], args: Sequence[str], setup: Setup, **options: Any
-) -> tuple[list[str], list[str], Saved | None]:
+) -> Rendered:
     """New (command, args) for `setup` with its companion flags (see render_with_companions),
     and the record of the operator's companion tokens to keep; the list without vLLM flags is
     returned unchanged."""
     names = options.get("names") or FlagNames()
-    kept: list[Saved | None] = [options.get("saved_companions")]
-
-    def edit(words: list[str]) -> list[str]:
-        out, kept[0] = render_with_companions(words, setup, **options)
-        return out
-
-    new_command, new_args = edit_container(command, args, names.managed, edit)
-    return new_command, new_args, kept[0]
+    return companion_record.render_container(
+        command,
+        args,
+        names.managed,
+        lambda words: render_with_companions(words, setup, **options),
+        options.get("saved_companions"),
+    )
