@@ -160,21 +160,12 @@ class PrometheusSource:
         def increase(metric: str) -> float | None:
             return self.scalar(f"increase({self.series(metric)}[{w}])", now)
 
-        running = self.series(GAUGES["running"][0])
-        present = self.instant(f"timestamp({running})", now)
-        if not present:
-            raise SourceError(UnusableReason.EMPTY_RESULT, f"no {running} series at {self.url}")
-        resets = self.scalar(f"resets({self.series(COUNTERS['generation_tokens'])}[{w}])", now)
-        if resets:
-            raise SourceError(
-                UnusableReason.RESET, "a vLLM engine restarted inside the window (counter reset)"
-            )
-        totals = WindowTotals(
-            start=now - window_s,
-            end=now,
-            last_sample_at=max(float(s["value"][1]) for s in present),
-            series=len(present),
-            batch_samples=self.samples(running, now - window_s, now),
+        totals = self.opened(
+            self.series(GAUGES["running"][0]),
+            self.series(COUNTERS["generation_tokens"]),
+            window_s,
+            now,
+            "a vLLM engine",
         )
         self._speculation(totals, w, now)
         rate = "rate({}[" + w + "])"
@@ -211,6 +202,27 @@ class PrometheusSource:
                 if k not in ("__name__", "engine", "model_name", "instance", "job")
             }
         return totals
+
+    def opened(
+        self, running: str, counter: str, window_s: float, now: float, engine: str
+    ) -> WindowTotals:
+        """The window with its batch samples (the `running` gauge): EMPTY_RESULT without that
+        series, RESET when `counter` was reset inside it."""
+        w = f"{max(round(window_s * 1000), 1)}ms"
+        present = self.instant(f"timestamp({running})", now)
+        if not present:
+            raise SourceError(UnusableReason.EMPTY_RESULT, f"no {running} series at {self.url}")
+        if self.scalar(f"resets({counter}[{w}])", now):
+            raise SourceError(
+                UnusableReason.RESET, f"{engine} restarted inside the window (counter reset)"
+            )
+        return WindowTotals(
+            start=now - window_s,
+            end=now,
+            last_sample_at=max(float(s["value"][1]) for s in present),
+            series=len(present),
+            batch_samples=self.samples(running, now - window_s, now),
+        )
 
     def _speculation(self, totals: WindowTotals, window: str, now: float) -> None:
         """The drafts, draft tokens and accepted tokens of the window, by position too."""

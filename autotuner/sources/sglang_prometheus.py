@@ -8,20 +8,21 @@ from typing import Any, Protocol
 
 from autotuner.core.observe.observation import Ratio, WindowTotals
 from autotuner.engines.sglang.metrics import COUNTERS, GAUGES, HISTOGRAMS
-from autotuner.errors import SourceError, UnusableReason
 from autotuner.sources.sglang_metrics import add_speculation, per_step
 
 
 class PrometheusSource(Protocol):
     """The queries of sources/prometheus_api.py's PrometheusSource this module asks."""
 
-    url: str
     selector: str
 
     def series(self, metric: str) -> str: ...
     def instant(self, query: str, at: float) -> list[dict[str, Any]]: ...
     def scalar(self, query: str, at: float) -> float | None: ...
     def samples(self, query: str, start: float, end: float) -> list[float]: ...
+    def opened(
+        self, running: str, counter: str, window_s: float, now: float, engine: str
+    ) -> WindowTotals: ...
 
 
 def _scheduler(source: PrometheusSource, metric: str) -> str:
@@ -33,21 +34,12 @@ def _scheduler(source: PrometheusSource, metric: str) -> str:
 def sglang_totals(source: PrometheusSource, window_s: float, now: float) -> WindowTotals:
     """The window's totals from SGLang's series (SourceError when it has none, or restarted)."""
     w = f"{max(round(window_s * 1000), 1)}ms"
-    running = _scheduler(source, GAUGES["running"])
-    present = source.instant(f"timestamp({running})", now)
-    if not present:
-        raise SourceError(UnusableReason.EMPTY_RESULT, f"no {running} series at {source.url}")
-    generation = source.series(COUNTERS["generation_tokens"])
-    if source.scalar(f"resets({generation}[{w}])", now):
-        raise SourceError(
-            UnusableReason.RESET, "an SGLang server restarted inside the window (counter reset)"
-        )
-    totals = WindowTotals(
-        start=now - window_s,
-        end=now,
-        last_sample_at=max(float(s["value"][1]) for s in present),
-        series=len(present),
-        batch_samples=source.samples(running, now - window_s, now),
+    totals = source.opened(
+        _scheduler(source, GAUGES["running"]),
+        source.series(COUNTERS["generation_tokens"]),
+        window_s,
+        now,
+        "an SGLang server",
     )
     delta = {
         name: value
@@ -55,7 +47,7 @@ def sglang_totals(source: PrometheusSource, window_s: float, now: float) -> Wind
         if (value := source.scalar(f"increase({source.series(metric)}[{w}])", now)) is not None
     }
     steps = source.scalar(f"avg_over_time({_scheduler(source, GAUGES['spec_steps'])}[{w}])", now)
-    count = len(present)
+    count = totals.series
     add_speculation(totals, delta, max(1, round((steps or 0.0) / count)) if steps else 1)
     for name in ("generation_tokens", "prompt_tokens"):
         if name in delta:
