@@ -179,6 +179,8 @@ class Controller:
         self.metrics.count(planned.decision.action)
         for notice in planned.notices:
             self.notifier.tell(notice)
+        if ctx.advisory is None and before.verification and not planned.state.verification:
+            self._release_canary(planned.decision.action)
         if not planned.acts or ctx.advisory is not None:
             return planned
         if planned.decision.action is Action.SWITCH:
@@ -189,6 +191,17 @@ class Controller:
                 decision = decision.noted(f"quality: {check.summary}")
             planned = replace(planned, decision=decision, state=state)
         return self._apply(planned, before, live, ctx)
+
+    def _release_canary(self, ended_by: Action) -> None:
+        """A verification ended: a canary (one group of a LeaderWorkerSet) that held up lets
+        the rest roll; one reverted keeps the rest where they were (the revert rewrites it)."""
+        if ended_by is not Action.KEEP or self.actuator is None:
+            return
+        try:
+            if self.actuator.release_canary():
+                self.notifier.log("verified on the canary group: the remaining groups roll")
+        except ActuatorError as exc:
+            self.notifier.failed(ErrorKind.PATCH, f"cannot release the canary: {exc}")
 
     def _apply(
         self, planned: Step, before: TunerState, live: LiveTarget | None, ctx: Context

@@ -439,3 +439,50 @@ def test_the_loop_reverts_an_lws_canary_stuck_on_gpus(server: FakeApiServer) -> 
     assert decision is not None
     assert decision.action is Action.REVERT
     assert "Insufficient nvidia.com/gpu" in decision.sentence
+
+
+def test_the_loop_releases_an_lws_canary_once_verified(server: FakeApiServer) -> None:
+    """The canary group rolls and holds up: once verification keeps the setup, the loop lets
+    the remaining groups roll (the operator's partition is back)."""
+    model, gpu = load_model(MODEL), datasheet("H200")
+    truth, clock = TruthEngine(model, gpu), [1000.0]
+    server.put("LeaderWorkerSet", lws(ARGS, worker_args=ARGS))
+    overrides = [*ACT_AT_ONCE, "policy.estimates.batch_half_life_s=120"]
+    settings, _ = load_settings(cli=cli_overrides(overrides))
+    act = tuner(server, "k8s://llm/leaderworkerset/vllm", canary=True)
+
+    def observe() -> Observation:
+        args = at(server.get("LeaderWorkerSet", "llm", "vllm"), (*WORKER, "args"))
+        return truth.observation(
+            now=clock[0], window_s=60, setup=parse_setup(args), batch=512.0, rates=(0.8, 0.7, 0.6)
+        )
+
+    def partition() -> Any:
+        obj = server.get("LeaderWorkerSet", "llm", "vllm")
+        return obj["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"].get("partition")
+
+    loop = wired(settings, (model, gpu), observe, act, lambda: clock[0])
+    while partition() != 1:  # until the switch holds the other group back
+        assert clock[0] < 1000.0 + 3600, "the loop never switched"
+        clock[0] += 60
+        loop.step()
+    rolled = server.get("LeaderWorkerSet", "llm", "vllm")
+    rolled["status"] = {
+        "observedGeneration": rolled["metadata"]["generation"],
+        "replicas": 2,
+        "readyReplicas": 2,
+        "updatedReplicas": 1,
+    }
+    server.put("LeaderWorkerSet", rolled)
+    while partition() == 1:
+        assert clock[0] < 1000.0 + 7200, "verification never released the canary"
+        clock[0] += 60
+        loop.step()
+    decision = loop.metrics.current().decision
+    assert decision is not None
+    assert decision.action is Action.KEEP
+    assert decision.sentence.startswith("verified")
+    assert (
+        PARTITION_ANNOTATION
+        not in server.get("LeaderWorkerSet", "llm", "vllm")["metadata"]["annotations"]
+    )
