@@ -102,6 +102,8 @@ def _observe(
     """One window from the source the options name."""
     from autotuner.sources.prometheus_api import PrometheusSource
     from autotuner.sources.readings import READINGS
+    from autotuner.sources.sglang_info import with_live_config
+    from autotuner.sources.sglang_metrics import SOURCE as SGLANG
     from autotuner.sources.vllm_scrape import VllmScraper
 
     window_s, interval_s = parse_duration(window), parse_duration(interval)
@@ -109,7 +111,10 @@ def _observe(
     limits = ObservationLimits(min_drafts=min_drafts, max_age_s=max(60.0, 2 * interval_s))
     if source in READINGS:
         scraper = VllmScraper(urls, timeout_s=timeout_s, reading=READINGS[source])
-        return scraper.observe(window_s, interval_s, limits=limits)
+        observation = scraper.observe(window_s, interval_s, limits=limits)
+        if source == SGLANG:  # its setup is in /server_info, not in its metrics
+            return with_live_config(observation, urls[0], timeout_s)
+        return observation
     if source != "prometheus":
         raise InputError(f"unknown source {source!r}; use vllm, sglang, auto or prometheus")
     if engine_kind not in READINGS:

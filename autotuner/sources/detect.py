@@ -21,7 +21,7 @@ def base_url(url: str) -> str:
     return url.rstrip("/").removesuffix("/metrics")
 
 
-def _get(url: str, deadline: Deadline) -> bytes | None:
+def get_body(url: str, deadline: Deadline) -> bytes | None:
     """The body of a 200 answer within the deadline, else None."""
     try:
         with (
@@ -47,12 +47,12 @@ def detect(url: str, deadline_s: float = DETECT_DEADLINE_S) -> EngineKind | None
     """The engine behind `url` (a /metrics or base URL), or None when nothing says."""
     deadline = Deadline(deadline_s)
     base = base_url(url)
-    body = _get(f"{base}/metrics", deadline)
+    body = get_body(f"{base}/metrics", deadline)
     found = _by_prefix(body.decode("utf-8", errors="replace")) if body else None
     if found is not None:
         return found
     for kind in (EngineKind.SGLANG, EngineKind.VLLM):
-        if deadline.remaining() > 0 and _get(f"{base}{ENGINES[kind].version_path}", deadline):
+        if deadline.remaining() > 0 and get_body(f"{base}{ENGINES[kind].version_path}", deadline):
             return kind
     return None
 
@@ -65,7 +65,7 @@ def engine_version(
     """The version the engine says at `path` (vLLM's GET /version, SGLang's GET /server_info:
     both answer {"version": ...}), or None when it does not answer in time or says something
     else."""
-    body = _get(f"{base_url(url)}{path}", Deadline(deadline_s))
+    body = get_body(f"{base_url(url)}{path}", Deadline(deadline_s))
     if body is None:
         return None
     try:

@@ -7,6 +7,8 @@ from autotuner.core.observe.observation import unusable
 from autotuner.core.types import Observation
 from autotuner.errors import SourceError
 from autotuner.settings import Settings
+from autotuner.sources.sglang_info import with_live_config
+from autotuner.sources.sglang_metrics import SOURCE as SGLANG
 
 
 class ScrapeObserver:
@@ -37,7 +39,10 @@ class ScrapeObserver:
                 start=now - self.window_s,
                 end=now,
             )
-        return self.scraper.observation(self.window_s, self.limits)
+        observation = self.scraper.observation(self.window_s, self.limits)
+        if self.scraper.reading.source == SGLANG:  # its setup is in /server_info, not metrics
+            return with_live_config(observation, self.scraper.urls[0], self.scraper.timeout_s)
+        return observation
 
 
 class PrometheusObserver:

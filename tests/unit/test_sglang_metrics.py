@@ -14,12 +14,14 @@ import pytest
 
 from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.predict.acceptance import tokens_kept
-from autotuner.core.types import AcceptanceStats, Observation
+from autotuner.core.types import AcceptanceStats, Observation, Setup
 from autotuner.errors import UnusableReason
 from autotuner.sources.prometheus_api import PrometheusSource
 from autotuner.sources.readings import SGLANG
+from autotuner.sources.sglang_info import live_setup_of, with_live_config
 from autotuner.sources.sglang_metrics import ASSUMPTION, geometric_rate
 from autotuner.sources.vllm_scrape import VllmScraper
+from tests.support.pages import serving
 from tests.support.sglang_exposition import Server, exposition
 
 LIMITS = ObservationLimits(min_batch_samples=3, min_drafts=100, max_age_s=60)
@@ -161,3 +163,33 @@ def test_through_prometheus_the_same_acceptance_and_assumption() -> None:
     assert ASSUMPTION in (observation.acceptance.note or "")
     assert observation.batch is not None
     assert observation.batch.mean == 40.0
+
+
+# /server_info's resolved fields as SGLang 0.5.23 names them (server_args.py:316-333).
+INFO = {
+    "version": "0.5.23",
+    "speculative_algorithm": "EAGLE",
+    "speculative_num_steps": 3,
+    "speculative_adaptive": True,
+    "enable_linear_replayssm": False,
+    "enable_linear_replayssm_spec": True,
+    "linear_replayssm_cache_len": 16,
+    "mamba_ssm_dtype": "float32",
+}
+
+
+def test_the_live_setup_is_read_from_server_info_not_the_moving_gauge() -> None:
+    live = live_setup_of(INFO)
+    assert live is not None
+    assert live.setup == Setup.parse("replay+spec:3:16")
+    plain = live_setup_of({**INFO, "speculative_algorithm": None})
+    assert plain is not None
+    assert plain.setup == Setup()  # the -spec ring replays nothing without verifies
+    assert live_setup_of({"version": "0.33.0"}) is None  # not SGLang's answer
+    observation = _observe([_server(t) for t in range(6)])
+    with serving({"/server_info": json.dumps(INFO)}) as base:
+        read = with_live_config(observation, f"{base}/metrics", 5.0)
+    assert read.live_setup is not None
+    assert read.live_setup.setup == Setup.parse("replay+spec:3:16")
+    with serving({}) as base:  # no answer: the metrics' reading stands
+        assert with_live_config(observation, base, 5.0) == observation
