@@ -38,6 +38,7 @@ BASES = {
         "--speculative-algorithm=EAGLE",
         "--speculative-draft-model-path",
         "org/qwen3.5-eagle",
+        "--speculative-use-rejection-sampling",
         "--mamba-radix-cache-strategy",
         "extra_buffer",
         "--enable-metrics",
@@ -103,6 +104,7 @@ def test_speculation_back_on_uses_the_operators_drafter_never_an_invented_one() 
             "--speculative-algorithm=EAGLE",
             "--speculative-draft-model-path",
             "org/qwen3.5-eagle",
+            "--speculative-use-rejection-sampling",
         ]
     }
     on = render(off, Setup.parse("spec:2"), saved_speculative_config=saved)

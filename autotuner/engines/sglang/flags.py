@@ -42,4 +42,17 @@ MANAGED = (
     MODEL,
     MODEL_ALIAS,
 )
-SWITCHES = frozenset({ADAPTIVE, REPLAY, REPLAY_SPEC, OVERLAP_OFF, METRICS})
+# The store_true switches among them and among the drafter's own --speculative-* flags
+# (arg_groups/fields/spec.py:98-123): they take no value, so a following word is not theirs.
+SWITCHES = frozenset(
+    {
+        ADAPTIVE,
+        REPLAY,
+        REPLAY_SPEC,
+        OVERLAP_OFF,
+        METRICS,
+        "--speculative-use-rejection-sampling",
+        "--speculative-use-block-verification",
+        "--speculative-dspark-align-verify-tokens-to-graph-tier",
+    }
+)
