@@ -22,6 +22,7 @@ from typing import Any
 
 from autotuner.core.model.spec import ModelSpec, SsmKind
 from autotuner.core.types import MAX_BATCH, ScheduleBand, Setup
+from autotuner.engines.sglang.setup import ADAPTIVE_TIERS  # the tiers as read from the wheel
 
 SGLANG_VERSION = "0.5.23"
 
@@ -212,8 +213,6 @@ def _linear_attention(args: ServerArgs) -> ServerArgs:
 # speculative/spec_info.py:36-47 and the NEXTN alias (:60-61).
 ALGORITHMS = {"DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE"}
 ALGORITHMS |= {"NGRAM", "NEXTN"}
-# speculative/adaptive_spec_params.py:28-53: the candidate steps of each batch tier.
-ADAPTIVE_TIERS = {1: (1, 3, 5, 7), 8: (0, 1, 3), 32: (0, 1), 64: (0,)}
 SPECULATION_CAP = 48  # speculative_hook.py:1086-1094
 
 

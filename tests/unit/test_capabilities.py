@@ -106,3 +106,35 @@ def test_the_real_capture_shows_a_build_with_replay() -> None:
 def test_unknown_replay_families_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown SSM families"):
         EngineCapabilities(name="x", replay_families=("mamba3",))
+
+
+def test_sglang_prices_a_setup_as_it_runs_it() -> None:
+    """SGLang's --speculative-adaptive runs its batch tiers (K = 0 from batch 64) and Gated
+    DeltaNet verifies replay under speculation through a K+1 window: the predictor prices that,
+    not vLLM's adaptive verification or the written window; vLLM runs what is written."""
+    from autotuner.core.engine.workload import Workload
+    from autotuner.core.predict.acceptance import from_conditional
+    from autotuner.core.predict.attribution import Attribution
+    from autotuner.core.predict.hardware import datasheet
+    from autotuner.core.predict.predictor import Predictor
+    from autotuner.engines.sglang.capabilities import FOLLOW_BUILD as SGLANG
+    from autotuner.engines.vllm.capabilities import FOLLOW_BUILD as VLLM
+
+    qwen = load_model("Qwen/Qwen3.5-122B-A10B")
+    written = Setup.parse("replay+spec:3:16@adaptive")
+    ran = SGLANG.serving(qwen).as_run(written)
+    assert ran.replay_window == 4
+    assert [int(k) for k in ran.spec_tokens_at([1, 8, 32, 64, 512])] == [3, 3, 1, 0, 0]
+    assert VLLM.serving(qwen).as_run(written) == written
+    mamba = SGLANG.serving(load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"))
+    assert mamba.as_run(Setup.parse("replay+spec:3:16")).replay_window == 16
+
+    gpu, accept = datasheet("B300"), from_conditional([0.8, 0.7, 0.6])
+    sglang = Predictor(
+        qwen, gpu, Workload(), Attribution(), 0.0, 3600.0, as_run=SGLANG.serving(qwen).as_run
+    )
+    curve = sglang.model_curve(Setup.parse("spec:3@adaptive"), [4, 512], accept)
+    assert curve.setup == Setup.parse("spec:3@adaptive")
+    assert [int(k) for k in curve.spec_tokens] == [3, 0]
+    vllm = Predictor(qwen, gpu, Workload(), Attribution(), 0.0, 3600.0)
+    assert int(vllm.model_curve(Setup.parse("spec:3@adaptive"), [512], accept).spec_tokens[0]) > 0

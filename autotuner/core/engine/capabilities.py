@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autotuner.core.engine.builds import BuildInForce, BuildRow, Companion
 from autotuner.core.model.spec import ModelSpec, SsmKind
-from autotuner.core.types import LiveSetup, Setup, SetupKind
+from autotuner.core.types import MAX_BATCH, LiveSetup, ScheduleBand, Setup, SetupKind
 from autotuner.core.vocabulary import Word
 
 BUILD = "build"  # the preset whose replay rules are the capability table's row in force
@@ -31,6 +31,17 @@ class Capability(Word):
     REPLAY_WITH_SPECULATION = "replay_with_speculation"
     SPEC_SCHEDULE = "spec_schedule"
     ADAPTIVE_VERIFICATION = "adaptive_verification"
+
+
+class AdaptiveTier(BaseModel):
+    """One batch tier of an engine's own adaptive speculation (SGLang's
+    --speculative-adaptive): from this batch up, K is the largest candidate not above the K the
+    engine started with (0: the tier drafts nothing)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    start_batch: int = Field(ge=1, description="The first batch of the tier.")
+    candidates: tuple[int, ...] = Field(description="The K the tier may run.")
 
 
 class EngineCapabilities(BaseModel):
@@ -70,6 +81,18 @@ class EngineCapabilities(BaseModel):
         (),
         description="The K an adaptive setup may start from (empty: any up to max_spec_tokens); "
         "SGLang's --speculative-num-steps must be a candidate step of its adaptive tiers.",
+    )
+    adaptive_tiers: tuple[AdaptiveTier, ...] = Field(
+        (),
+        description="An adaptive setup runs these batch tiers (SGLang's --speculative-adaptive, "
+        "adaptive_spec_params.py:28-53) and is priced as that K schedule; empty: adaptive is "
+        "vLLM's adaptive verification, priced per step by the cost model.",
+    )
+    draft_window_families: tuple[SsmKind, ...] = Field(
+        (),
+        description="SSM families whose replay under speculation verifies through a window of "
+        "the draft maximum K+1 whatever window is written (SGLang's Gated DeltaNet): the setup "
+        "is priced with that window.",
     )
     max_spec_tokens: int = Field(8, ge=0, le=16, description="Largest K the drafter allows.")
     build: BuildInForce | None = Field(
@@ -159,6 +182,33 @@ class EngineCapabilities(BaseModel):
 
     def accepts(self, setup: Setup) -> bool:
         return self.refusal(setup) is None
+
+    def as_run(self, setup: Setup) -> Setup:
+        """The setup whose speed the engine runs when `setup` is written: its adaptive tiers as
+        a K schedule, replay under speculation through the draft window where the family does
+        that; `setup` itself elsewhere."""
+        k, window = setup.spec_tokens, setup.replay_window
+        if k and window and self.served_family in self.draft_window_families:
+            window = k + 1
+        if setup.adaptive and self.adaptive_tiers:
+            return Setup(spec_tokens=k, replay_window=window, schedule=self._tiers(k))
+        return (
+            setup
+            if window == setup.replay_window
+            else setup.model_copy(update={"replay_window": window})
+        )
+
+    def _tiers(self, k: int) -> tuple[ScheduleBand, ...]:
+        tiers = sorted(self.adaptive_tiers, key=lambda t: t.start_batch)
+        ends = [*(t.start_batch - 1 for t in tiers[1:]), MAX_BATCH]
+        return tuple(
+            ScheduleBand(
+                start_batch=tier.start_batch,
+                end_batch=end,
+                spec_tokens=max((c for c in tier.candidates if c <= k), default=0),
+            )
+            for tier, end in zip(tiers, ends, strict=True)
+        )
 
     def serving(self, model: ModelSpec) -> EngineCapabilities:
         """These capabilities for this model (its SSM family decides what replay means)."""

@@ -5,7 +5,7 @@ all ask the same Predictor, so they cannot disagree within one step."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -38,6 +38,9 @@ class Predictor:
     # Whether the engine keeps prefix caching under a setup (the build's rules: the caller's
     # input); a setup without it pays the workload's prefix-cache hits in recomputed prefill.
     prefix_caching: Callable[[Setup], bool] = keeps_prefix_caching
+    # The setup whose speed the engine runs when a setup is written (the engine's own adaptive
+    # tiers, a replay window it sizes itself): the caller's input, as the engine's rules say.
+    as_run: Callable[[Setup], Setup] = lambda setup: setup
 
     @cached_property
     def fit(self) -> Fit:
@@ -51,16 +54,19 @@ class Predictor:
         batches: Sequence[int] | npt.NDArray[np.int64],
         accept: AcceptanceEstimate,
     ) -> SetupCurve:
-        """The cost model alone (what calibration compares the measurement with)."""
-        return predict(
+        """The cost model alone (what calibration compares the measurement with), for the
+        setup as the engine runs it."""
+        run = self.as_run(setup)
+        curve = predict(
             self.model,
             self.hardware,
-            setup,
+            run,
             batches,
             accept,
             self.workload,
             prefix_caching=self.prefix_caching(setup),
         )
+        return curve if run == setup else replace(curve, setup=setup)
 
     def prefill_cost(self, setup: Setup) -> PrefillCost | None:
         """What `setup` pays in recomputed prefill (None: it keeps prefix caching, or the hit

@@ -2,14 +2,14 @@
 
 `build` (the default) follows the capability table (builds.yaml). SGLang has no per-batch K
 schedule; its `--speculative-adaptive` (K tiers by batch, K = 0 among them) is the adaptive
-setup."""
+setup, priced as those tiers."""
 
 from __future__ import annotations
 
-from autotuner.core.engine.capabilities import BUILD, EngineCapabilities
+from autotuner.core.engine.capabilities import BUILD, AdaptiveTier, EngineCapabilities
 from autotuner.core.model.spec import SsmKind
 from autotuner.engines.sglang.builds import build_in_force
-from autotuner.engines.sglang.setup import ADAPTIVE_STEPS
+from autotuner.engines.sglang.setup import ADAPTIVE_STEPS, ADAPTIVE_TIERS
 
 FOLLOW_BUILD = EngineCapabilities(
     name=BUILD,
@@ -18,6 +18,12 @@ FOLLOW_BUILD = EngineCapabilities(
     spec_schedule=False,
     adaptive_verification=True,
     adaptive_spec_tokens=tuple(sorted(k for k in ADAPTIVE_STEPS if k)),
+    adaptive_tiers=tuple(
+        AdaptiveTier(start_batch=b, candidates=k) for b, k in ADAPTIVE_TIERS.items()
+    ),
+    # Under speculation Gated DeltaNet verifies through a ring of the draft maximum
+    # (layers/attention/linear/gdn_backend.py; exec_.py:586-591), KDA keeps the written one.
+    draft_window_families=(SsmKind.GATED_DELTANET,),
     build=build_in_force(),
 )
 PRESETS = {c.name: c for c in (FOLLOW_BUILD,)}

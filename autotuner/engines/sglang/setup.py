@@ -35,9 +35,10 @@ CONTAINER_HINT = "sglang"  # among several containers, the engine's is the one n
 DRAFTER_KEY = "args"  # the saved drafter: {"args": the operator's --speculative-* tokens}
 # Flags of speculation the tuner writes; every other --speculative-* flag is the drafter's.
 _WRITTEN = frozenset({flags.NUM_STEPS, flags.EAGLE_TOPK, flags.NUM_DRAFT_TOKENS, flags.ADAPTIVE})
-# The union of the default adaptive tiers' candidate steps (adaptive_spec_params.py:28-53):
-# --speculative-num-steps must be one of them (speculative_hook.py:1415-1421).
-ADAPTIVE_STEPS = frozenset({0, 1, 3, 5, 7})
+# The default adaptive tiers (adaptive_spec_params.py:28-53): from each batch up, the candidate
+# steps; --speculative-num-steps must be one of their union (speculative_hook.py:1415-1421).
+ADAPTIVE_TIERS = {1: (1, 3, 5, 7), 8: (0, 1, 3), 32: (0, 1), 64: (0,)}
+ADAPTIVE_STEPS = frozenset(k for steps in ADAPTIVE_TIERS.values() for k in steps)
 # Adaptive runs only for the EAGLE family at topk 1; elsewhere SGLang warns and runs static
 # K (adaptive_spec_params.py:56-100, speculative_hook.py:1374-1389).
 ADAPTIVE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN"})
