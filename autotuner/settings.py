@@ -256,14 +256,30 @@ class TargetSettings(Group):
 
     uri: str = Field(
         "",
-        description="k8s://NS/deployment/NAME[/C], file://PATH or exec://... "
-        "Empty in a pod: found from the pod's owner chain.",
+        description="k8s://NS/KIND[.VERSION]/NAME[/CONTAINER|COMPONENT] (KIND: deployment, "
+        "statefulset, leaderworkerset, dynamographdeployment, llminferenceservice, "
+        "inferenceservice), file://PATH or exec://... Empty in a pod: found from the pod's "
+        "owner chain.",
     )
     kube_server: str | None = Field(None, description="API server URL; default in-cluster.")
     lease_name: str = Field("", description="Lease for leader election; default derived.")
     lease_duration_s: float = Field(15.0, gt=0, description="Lease validity, seconds.")
     identity: str = Field("", description="This instance's name; default the pod name.")
-    allow_surge: bool = Field(False, description="Patch even with maxSurge >= 1.")
+    allow_surge: bool = Field(
+        False,
+        description="Patch even when the rollout starts new GPU pods before old ones stop "
+        "(maxSurge >= 1, Dynamo's 25% default, a serverless InferenceService).",
+    )
+    write_managed: bool = Field(
+        False,
+        description="Patch even an object Helm or a GitOps tool re-applies (default: advise, "
+        "since the next sync reverts a direct patch).",
+    )
+    canary: bool = Field(
+        False,
+        description="LeaderWorkerSet: roll only the last group first (partition), and the rest "
+        "once the switch is verified.",
+    )
     paused: bool = Field(False, description="Stop all patching (as the paused annotation does).")
     rollout_deadline_s: float = Field(
         900.0, gt=0, description="A rollout not done by then is stuck: revert, seconds."

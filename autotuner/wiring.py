@@ -125,6 +125,8 @@ def _actuator(settings: Settings, uri: str, identity: str) -> Actuator:
         identity=identity,
         timeout_s=settings.target.request_timeout_s,
         deadline_s=settings.target.call_deadline_s,
+        write_managed=settings.target.write_managed,
+        canary=settings.target.canary,
     )
 
 

@@ -109,7 +109,20 @@ def demo(
         "autotuner-demo"
     ),
     no_live: Annotated[bool, typer.Option(help="No live view (logs and summary only).")] = False,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per simulated replica.")] = 1,
+    tp: Annotated[
+        int | None,
+        typer.Option(
+            help="Tensor-parallel GPUs per simulated replica (default: 1 for vLLM; for SGLang "
+            "the fewest of 1, 2, 4, 8 that hold batch 512)."
+        ),
+    ] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="The simulated engine: vllm, or sglang (SGLang 0.5.23: its args, start-up "
+            "rules, /metrics and /server_info)."
+        ),
+    ] = "vllm",
     drafter: Annotated[
         str | None, typer.Option(help="Drafter kind when the model has none (eagle, ngram).")
     ] = None,
@@ -130,7 +143,7 @@ def demo(
         ),
     ] = False,
 ) -> None:
-    """Simulated vLLM + the sidecar in act mode against a manifest, load 4 -> 512 -> 4."""
+    """Simulated vLLM or SGLang + the sidecar in act mode against a manifest, load 4 -> 512 -> 4."""
     from autotuner.demo import describe_load, log_lines, run_demo, summary_table
     from autotuner.sim.truth import WORLDS
 
@@ -139,26 +152,32 @@ def demo(
         rates = tuple(parse_rates(acceptance))
         if world not in WORLDS:
             raise InputError(f"unknown world {world!r}; known: {', '.join(WORLDS)}")
+        if engine not in ("vllm", "sglang"):
+            raise InputError(f"unknown engine {engine!r}; known: vllm, sglang")
     except AutotunerError as exc:
         fail(one_line(exc))
     console = Console()
     console.print(
-        f"[bold]spec-autotuner demo[/]: {model} on a simulated {gpu}, "
+        f"[bold]spec-autotuner demo[/]: {model} on a simulated {engine} ({gpu}), "
         f"{seconds:.0f}s{' (simulated clock)' if fast else ''}, {describe_load(world)}"
     )
-    result = run_demo(
-        model_id=model,
-        gpu=gpu,
-        duration_s=seconds,
-        out=out,
-        acceptance=rates,
-        tensor_parallel=tp,
-        drafter=drafter,
-        console=console,
-        live=not no_live,
-        world=world,
-        fast=fast,
-    )
+    try:
+        result = run_demo(
+            model_id=model,
+            gpu=gpu,
+            duration_s=seconds,
+            out=out,
+            acceptance=rates,
+            tensor_parallel=tp if tp is not None or engine == "sglang" else 1,
+            drafter=drafter,
+            console=console,
+            live=not no_live,
+            world=world,
+            fast=fast,
+            engine_kind=engine,
+        )
+    except AutotunerError as exc:
+        fail(one_line(exc))
     console.print(summary_table(result))
     for line in log_lines(result):
         console.print(line, markup=False)

@@ -34,7 +34,12 @@ if TYPE_CHECKING:
 def apply(
     setup: Annotated[str, typer.Option(help="plain | spec:K | replay:L | replay+spec:K:L")],
     target: Annotated[
-        str, typer.Option(help="k8s://NS/deployment/NAME(/CONTAINER), file://PATH or exec://PATH")
+        str,
+        typer.Option(
+            help="k8s://NS/KIND[.VERSION]/NAME[/CONTAINER|COMPONENT] (KIND: deployment, "
+            "statefulset, leaderworkerset, dynamographdeployment, llminferenceservice, "
+            "inferenceservice), file://PATH or exec://PATH"
+        ),
     ],
     schedule: Annotated[
         str | None, typer.Option(help="Per-batch K bands, e.g. 1-64:3,65-128:1,129-512:0.")
@@ -43,7 +48,14 @@ def apply(
     kube_server: Annotated[
         str | None, typer.Option(help="API server URL (e.g. kubectl proxy); default in-cluster.")
     ] = None,
-    allow_surge: Annotated[bool, typer.Option(help="Patch even with maxSurge >= 1.")] = False,
+    allow_surge: Annotated[
+        bool,
+        typer.Option(help="Patch even when the rollout starts new GPU pods before old ones stop."),
+    ] = False,
+    write_managed: Annotated[
+        bool,
+        typer.Option(help="Patch even an object Helm or a GitOps tool re-applies (else: advise)."),
+    ] = False,
     allow_low_precision_replay: Annotated[
         bool, typer.Option(help="Allow replay with a non-fp32 SSM state (it drifts).")
     ] = False,
@@ -82,6 +94,7 @@ def apply(
             dialect=chosen.dialect(),
             allow_surge=allow_surge,
             allow_low_precision_replay=allow_low_precision_replay,
+            write_managed=write_managed,
         )
         _check_build(actuator, chosen, wanted, model, engine_version, force=force)
         change = apply_by_hand(actuator, wanted, dry_run=dry_run, force=force)
@@ -156,7 +169,12 @@ def _loaded(model_id: str | None) -> ModelSpec | None:
 
 def status(
     target: Annotated[
-        str, typer.Option(help="k8s://NS/deployment/NAME(/CONTAINER), file://PATH or exec://PATH")
+        str,
+        typer.Option(
+            help="k8s://NS/KIND[.VERSION]/NAME[/CONTAINER|COMPONENT] (KIND: deployment, "
+            "statefulset, leaderworkerset, dynamographdeployment, llminferenceservice, "
+            "inferenceservice), file://PATH or exec://PATH"
+        ),
     ],
     kube_server: Annotated[str | None, typer.Option(help="API server URL.")] = None,
     lease: Annotated[
@@ -188,6 +206,7 @@ def status(
         "drafter": _status_drafter(engine_args.speculative),
         "build": _status_build(live.image, settings.engine.build, chosen),
         "paused": live.paused,
+        "advice": live.advice,
         "rollout": {
             "done": live.rollout.done,
             "stuck": live.rollout.stuck,

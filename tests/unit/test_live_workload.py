@@ -154,29 +154,10 @@ def test_decision_says_which_build_row_is_in_force_and_where_it_came_from(
 
 
 def test_the_engines_version_is_read_within_its_deadline() -> None:
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     from autotuner.sources.detect import engine_version
+    from tests.support.pages import serving
 
-    class Answers(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b'{"version": "0.32.0"}' if self.path == "/version" else b"{}"
-            self.send_response(200 if self.path == "/version" else 404)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Answers)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        base = f"http://127.0.0.1:{server.server_address[1]}"
+    with serving({"/version": '{"version": "0.32.0"}'}) as base:
         assert engine_version(base) == "0.32.0"
         assert engine_version(f"{base}/nowhere") is None  # a 404: not read
-    finally:
-        server.shutdown()
-        server.server_close()
     assert engine_version(base, deadline_s=0.5) is None  # nothing listens any more

@@ -59,7 +59,7 @@ def _print_acceptance(a: AcceptanceStats, console: Console) -> None:
             a.per_position, a.per_position_low, a.per_position_high, bounds, strict=True
         )
     )
-    trust = "" if a.sufficient else f" ({a.note})"
+    trust = f" ({escape(a.note)})" if a.note else ""
     console.print(
         f"  acceptance per position: {rates}; tau {a.tau:.2f} over {a.drafts:.0f} drafts{trust}"
     )

@@ -24,7 +24,7 @@ def render_status(
     given = [f"{k} {v['value']}" for k, v in inputs.items() if v["source"] == LIVE]
     left = [k for k, v in inputs.items() if v["source"] != LIVE]
     console.print(f"  from the live args: {', '.join(given) or 'none of the modelled flags'}")
-    console.print(f"  vLLM's defaults (not in the args): {', '.join(left) or '-'}")
+    console.print(f"  the engine's defaults (not in the args): {', '.join(left) or '-'}")
     drafter = report["drafter"]
     console.print(
         f"  drafter: {escape(drafter['description'])}"
@@ -36,6 +36,8 @@ def render_status(
             f"  engine build: {escape(build['description'])}; rows: "
             + escape(", ".join(build["rows"]))
         )
+    if report.get("advice"):
+        console.print(f"  [yellow]advice only[/]: {escape(report['advice'])}")
     rollout = report["rollout"]
     console.print(
         f"  rollout: {'done' if rollout['done'] else 'in progress'} "
