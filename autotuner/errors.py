@@ -12,6 +12,8 @@ catching `AutotunerError`; the tree, as httpx draws its own:
   + ActuatorError - a change could not be read or written
     - ConflictError - the target changed since it was read (HTTP 409)
     - ForbiddenError - RBAC refused the verb (HTTP 403)
+    - AdviceOnlyError - the target is not the place to write (an owner, Helm, GitOps, a
+      ConfigMap keeps the args): nothing written, the message says where the change belongs
     - RestartError - the args were written but the engine did not come up with them
   + CanaryError - the server did not answer the quality canary
   + SweepError - a bench sweep cannot go on
@@ -26,7 +28,7 @@ from enum import Enum
 class UnusableReason(str, Enum):
     """Why a window yields no Observation (DESIGN.md rule 1: never act on bad data)."""
 
-    EMPTY = "empty"  # no vLLM series at all
+    EMPTY = "empty"  # no engine series at all
     STALE = "stale"  # the newest sample is older than allowed
     INVALID_VALUE = "invalid_value"  # NaN, Inf or a negative counter/gauge
     RESET = "reset"  # too little left of the window after cutting at a counter reset
@@ -90,6 +92,11 @@ class RestartError(ActuatorError):
 
 class ForbiddenError(ActuatorError):
     """RBAC refused the verb (HTTP 403)."""
+
+
+class AdviceOnlyError(ActuatorError):
+    """The target is not the place to write (its controller, a ConfigMap, Helm or GitOps
+    keeps the args): nothing was written; the message says where the change belongs."""
 
 
 class CanaryError(AutotunerError):

@@ -52,11 +52,6 @@ class LiveTarget:
     advice: str | None = None  # why the tuner only advises here (it writes nothing), if so
 
 
-class AdviceOnlyError(ActuatorError):
-    """The target is not the place to write (its controller, a ConfigMap, Helm or GitOps
-    keeps the args): nothing was written; the message says where the change belongs."""
-
-
 @dataclass(frozen=True)
 class ApplyResult:
     changed: bool

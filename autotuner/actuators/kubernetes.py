@@ -32,7 +32,6 @@ from autotuner.actuators.base import (
     OPERATOR_ANNOTATION,
     STATE_ANNOTATION,
     Actuator,
-    AdviceOnlyError,
     ApplyResult,
     Change,
     LiveTarget,
@@ -58,7 +57,7 @@ from autotuner.actuators.sites import Site, site_ops
 from autotuner.deadline import Deadline, backoff_s
 from autotuner.engines.dialect import Dialect
 from autotuner.engines.vllm.dialect import VllmDialect
-from autotuner.errors import ActuatorError, ArgsError, ConflictError
+from autotuner.errors import ActuatorError, AdviceOnlyError, ArgsError, ConflictError
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

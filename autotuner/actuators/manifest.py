@@ -25,7 +25,6 @@ from autotuner.actuators.base import (
     OPERATOR_ANNOTATION,
     STATE_ANNOTATION,
     Actuator,
-    AdviceOnlyError,
     ApplyResult,
     Change,
     LiveTarget,
@@ -38,7 +37,7 @@ from autotuner.actuators.kinds import BY_KIND, Engine, at, engine_sites, kind_na
 from autotuner.actuators.sites import Site, site_ops
 from autotuner.engines.dialect import Dialect
 from autotuner.engines.vllm.dialect import VllmDialect
-from autotuner.errors import ActuatorError, ArgsError
+from autotuner.errors import ActuatorError, AdviceOnlyError, ArgsError
 
 Sites = list[tuple[Engine, Site]]
 

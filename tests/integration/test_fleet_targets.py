@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from autotuner.actuators.base import STATE_ANNOTATION, AdviceOnlyError
+from autotuner.actuators.base import STATE_ANNOTATION
 from autotuner.actuators.kinds import Path, at
 from autotuner.actuators.kubeapi import K8sTarget, api_client, discover_target
 from autotuner.actuators.kubernetes import PARTITION_ANNOTATION, KubernetesActuator
@@ -18,7 +18,7 @@ from autotuner.core.model.registry import load_model
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, Observation, Setup
 from autotuner.engines.vllm.setup import parse_setup
-from autotuner.errors import ActuatorError, ConflictError, ForbiddenError
+from autotuner.errors import ActuatorError, AdviceOnlyError, ConflictError, ForbiddenError
 from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver
