@@ -4,6 +4,8 @@ switched-to engine that stops serving is reverted past the down deadline, not wa
 
 from __future__ import annotations
 
+import numpy as np
+
 from autotuner.core.decide.context import Context
 from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.step import step
@@ -21,19 +23,25 @@ SPEC3 = Setup(spec_tokens=3)
 SWITCHED = "switched"
 
 
-def _holds(first_compile_s: float) -> list[BlockReason | str | None]:
-    """Why each of eight steps at batch 480 held (SWITCHED where it switched), the engine
-    left on spec:3."""
+def _holds(
+    first_compile_s: float, dwell_s: float = 1.0, steps: int = 8, watched_s: float = 0.0
+) -> list[BlockReason | str | None]:
+    """Why each step at batch 480 held (SWITCHED where it switched), the engine left on
+    spec:3; with `watched_s`, the demand of that long before is remembered (as if watched)."""
     settings = policy_settings(
-        switch={"dwell_s": 1.0},
+        switch={"dwell_s": dwell_s},
         restart={"horizon_s": 60.0, "downtime_s": 0.5, "first_compile_s": first_compile_s},
         estimates={"batch_half_life_s": 1.5, "min_batch_weight": 2},
         exploration={"enabled": False},
     )
     engine = FOLLOW_BUILD.serving(MODEL)
     state, now = TunerState(), 1000.0
+    load = state.load
+    for back in np.arange(watched_s, 0.0, -0.25):
+        load = load.add(480.0, now - float(back), settings.forecast)
+    state = state.updated(load=load)
     reasons: list[BlockReason | str | None] = []
-    for _ in range(8):
+    for _ in range(steps):
         now += 0.25
         ctx = Context(now=now, model=MODEL, hardware=H200, engine=engine, deployed=SPEC3)
         window = TRUTH.observation(
@@ -57,6 +65,35 @@ def test_a_change_that_pays_waits_out_the_dwell_and_goes() -> None:
     reasons = _holds(first_compile_s=0.0)
     assert SWITCHED in reasons
     assert reasons[: reasons.index(SWITCHED)][-1] is BlockReason.DWELL  # waited it out
+
+
+def test_a_large_gain_ends_the_dwell_early_and_still_waits_one_step() -> None:
+    # At batch 480 replay serves far more than spec:3: its net gain summed over the steps it
+    # pointed reaches what the smallest gain would need over the whole dwell well before it,
+    # once the load has been watched for a dwell.
+    reasons = _holds(first_compile_s=0.0, dwell_s=10.0, steps=20, watched_s=10.0)
+    assert SWITCHED in reasons
+    waited = reasons[: reasons.index(SWITCHED)]
+    assert waited[-1] is BlockReason.DWELL  # one step of evidence at least
+    assert waited.count(BlockReason.DWELL) * 0.25 < 10.0 / 2
+
+
+def test_the_first_minutes_of_a_run_wait_the_whole_dwell() -> None:
+    # Nothing watched before: the first windows show no trend, so even a large gain waits.
+    reasons = _holds(first_compile_s=0.0, dwell_s=10.0, steps=20)
+    assert SWITCHED not in reasons
+    assert set(reasons[1:]) == {BlockReason.DWELL}
+
+
+def test_the_dwell_evidence_adds_the_gain_over_the_time_it_pointed() -> None:
+    replay = Setup(replay_window=16)
+    state = TunerState().pending_since(replay, 10.0, gain=0.5)
+    assert state.pending is not None
+    assert state.pending.evidence == 0  # a first sight proves nothing yet
+    state = state.pending_since(replay, 70.0, gain=0.2).pending_since(SPEC3, 100.0, gain=-0.1)
+    assert state.pending is not None
+    assert state.pending.since == 10.0
+    assert state.pending.evidence == 0.2 * 60  # a step that sees no gain adds nothing
 
 
 def test_an_engine_that_stops_serving_after_a_switch_is_reverted() -> None:

@@ -14,8 +14,9 @@ def test_the_learned_restart_costs_are_exported_and_nothing_before() -> None:
     metrics = TunerMetrics()
     assert "autotuner_restart_seconds{" not in metrics.render().decode()
     replay = Setup(replay_window=16)
-    costs = RestartCosts().measured(replay, 240.0, True, RestartSettings(downtime_s=180))
-    costs = costs.measured(replay, 100.0, False, RestartSettings())
+    first = RestartSettings(downtime_s=180)
+    costs = RestartCosts().measured(replay, 240.0, True, first, prefix_caching=True)
+    costs = costs.measured(replay, 100.0, False, RestartSettings(), prefix_caching=True)
     metrics.update(Snapshot(state=TunerState(restart_costs=costs)))
     text = metrics.render().decode()
     assert 'autotuner_restart_seconds{kind="cached",setup="replay:16"} 100.0' in text

@@ -19,33 +19,49 @@ DEFAULTS = RestartSettings(downtime_s=180, first_compile_s=60)
 SPEC3, REPLAY16, REPLAY8 = Setup(spec_tokens=3), Setup(replay_window=16), Setup(replay_window=8)
 
 
+ON, OFF = {"prefix_caching": True}, {"prefix_caching": False}
+
+
+def key(setup: Setup) -> str:
+    return compile_key(setup, prefix_caching=True)
+
+
 def test_the_compile_key_follows_replay_the_window_and_the_largest_k() -> None:
-    assert compile_key(REPLAY16) != compile_key(REPLAY8)
-    assert compile_key(SPEC3) != compile_key(Setup(spec_tokens=2))
+    assert key(REPLAY16) != key(REPLAY8)
+    assert key(SPEC3) != key(Setup(spec_tokens=2))
     schedule = Setup.parse("spec:3@1-63:3,64-8191:1")
-    assert compile_key(schedule) == compile_key(SPEC3)
+    assert key(schedule) == key(SPEC3)
+
+
+def test_turning_prefix_caching_off_is_a_new_compile_key() -> None:
+    # On a hybrid, prefix caching sets mamba_cache_mode and mamba_block_size, which the key
+    # holds: the same setup with the cache turned off compiles anew.
+    assert compile_key(REPLAY16, prefix_caching=False) != key(REPLAY16)
+    costs = RestartCosts().seen_running(REPLAY16, **ON)
+    assert costs.expected_s(REPLAY16, DEFAULTS, **ON) == 180
+    assert costs.expected_s(REPLAY16, DEFAULTS, **OFF) == 240
 
 
 def test_a_first_start_is_charged_its_compile_until_the_engine_has_run_it() -> None:
-    costs = RestartCosts().seen_running(SPEC3)
-    assert costs.expected_s(SPEC3, DEFAULTS) == 180
-    assert costs.expected_s(REPLAY16, DEFAULTS) == 240
-    ran = costs.measured(REPLAY16, 300.0, True, DEFAULTS)
+    costs = RestartCosts().seen_running(SPEC3, **ON)
+    assert costs.expected_s(SPEC3, DEFAULTS, **ON) == 180
+    assert costs.expected_s(REPLAY16, DEFAULTS, **ON) == 240
+    ran = costs.measured(REPLAY16, 300.0, True, DEFAULTS, **ON)
     assert ran.first_compile is not None
     assert ran.first_compile.seconds == 120  # 300 s, of which 180 a cached restart
-    assert ran.expected_s(REPLAY16, DEFAULTS) == 180  # compiled now
-    assert ran.expected_s(REPLAY8, DEFAULTS) == 300  # another window: a compile of its own
+    assert ran.expected_s(REPLAY16, DEFAULTS, **ON) == 180  # compiled now
+    assert ran.expected_s(REPLAY8, DEFAULTS, **ON) == 300  # another window: a compile of its own
 
 
 def test_cached_restarts_are_learned_per_setup_and_lent_to_unmeasured_ones() -> None:
-    costs = RestartCosts().seen_running(SPEC3).seen_running(REPLAY16)
-    costs = costs.measured(REPLAY16, 90.0, False, DEFAULTS).measured(
-        REPLAY16, 110.0, False, DEFAULTS
+    costs = RestartCosts().seen_running(SPEC3, **ON).seen_running(REPLAY16, **ON)
+    costs = costs.measured(REPLAY16, 90.0, False, DEFAULTS, **ON).measured(
+        REPLAY16, 110.0, False, DEFAULTS, **ON
     )
     assert costs.cached_s(REPLAY16, DEFAULTS) == 100
     assert costs.cached_s(SPEC3, DEFAULTS) == 100  # another setup's restarts say more than 180
-    assert costs.at_most(REPLAY16, 60.0).cached_s(REPLAY16, DEFAULTS) == 60
-    assert costs.at_most(REPLAY16, 500.0).cached_s(REPLAY16, DEFAULTS) == 100
+    assert costs.at_most(REPLAY16, 60.0, **ON).cached_s(REPLAY16, DEFAULTS) == 60
+    assert costs.at_most(REPLAY16, 500.0, **ON).cached_s(REPLAY16, DEFAULTS) == 100
 
 
 def test_a_watched_restart_is_timed_from_patch_to_ready() -> None:
@@ -91,4 +107,4 @@ def test_a_watched_restart_is_timed_from_patch_to_ready() -> None:
     learned = state.restart_costs.first_compile
     assert learned is not None
     assert 0 < learned.seconds <= 2 * interval
-    assert compile_key(deployed) in state.restart_costs.compiled
+    assert key(deployed) in state.restart_costs.compiled

@@ -224,7 +224,7 @@ def test_a_schema_3_state_reads_with_an_empty_demand_memory_and_no_learned_resta
 def test_the_demand_memory_and_the_restart_costs_persist() -> None:
     settings = ForecastSettings()
     load = LoadMemory().add(40.0, NOW, settings).add(60.0, NOW + 300, settings)
-    costs = RestartCosts().measured(SPEC3, 170.0, False, RestartSettings())
+    costs = RestartCosts().measured(SPEC3, 170.0, False, RestartSettings(), prefix_caching=True)
     state = switched().updated(load=load, restart_costs=costs)
     read = read_state(state.model_dump_json())
     assert read.state == state

@@ -90,6 +90,19 @@ class Situation:
     def with_state(self, state: TunerState) -> Situation:
         return replace(self, state=state)
 
+    def restart_s(self, setup: Setup) -> float:
+        """Seconds from patch to ready a restart into `setup` is expected to take now."""
+        caching = self.ctx.prefix_caching(setup)
+        return self.state.restart_costs.expected_s(
+            setup, self.settings.restart, prefix_caching=caching
+        )
+
+    def first_start(self, setup: Setup) -> bool:
+        """Whether a restart into `setup` compiles anew (its compile key has not run)."""
+        caching = self.ctx.prefix_caching(setup)
+        costs = self.state.restart_costs
+        return costs.compile_s(setup, self.settings.restart, prefix_caching=caching) > 0
+
 
 NO_ACCEPTANCE = from_conditional([])
 

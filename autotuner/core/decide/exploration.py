@@ -52,7 +52,7 @@ def explore(
         baseline_rate=state.last_rate,
         baseline_batch=state.last_batch,
         exploration=True,
-        first_start=state.restart_costs.compile_s(target, settings.restart) > 0,
+        first_start=sit.first_start(target),
     )
     until = sit.now + settings.quarantine.setup_s
     state = state.exploring(Exploration(target.kind, band), until).verifying(verification)

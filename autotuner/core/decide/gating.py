@@ -14,6 +14,9 @@ HOUR = 3600.0
 # Holds that mean "the prediction is not sure enough": where an exploration may ask instead.
 UNSURE = (BlockReason.BELOW_MIN_GAIN, BlockReason.LOW_CONFIDENCE)
 
+# The least gain the dwell's evidence is counted against (a min_gain of 0 keeps a dwell).
+EVIDENCE_FLOOR = 0.01
+
 Check = tuple[bool, BlockReason, str]  # (failed, the rule, why it holds the change)
 
 
@@ -48,13 +51,31 @@ def _worth(sit: Situation, evaluation: Evaluation, dwell: bool) -> list[Check]:
         (
             # Without a pending change the plan holds: the dwell never starts, and the
             # restart cost below says why.
-            dwell and pending is not None and dwelt < switch.dwell_s,
+            dwell and pending is not None and not _dwelt(sit, dwelt),
             BlockReason.DWELL,
             f"the forecast has pointed at a change for {dwelt:.0f}s of the "
-            f"{switch.dwell_s:.0f}s dwell",
+            f"{switch.dwell_s:.0f}s dwell (sooner as its gain is larger)",
         ),
         (not pays, BlockReason.RESTART_COST, why),
     ]
+
+
+def _dwelt(sit: Situation, dwelt: float) -> bool:
+    """Whether the change has pointed long enough: for the whole dwell, or sooner when its net
+    gain summed over the time it pointed reaches what the smallest gain would need over the
+    dwell (hysteresis is against noise, and noise does not hold a large gain window after
+    window; a marginal change still waits the whole dwell). The early way needs the load
+    watched for a dwell first: the first windows of a run show no trend, and a change chosen
+    for the load of the first minutes was measured worse in the demo's worlds."""
+    switch, pending = sit.settings.switch, sit.state.pending
+    assert pending is not None
+    if dwelt >= switch.dwell_s:
+        return True
+    recent = sit.state.load.recent
+    watched = recent[-1][0] - recent[0][0] if recent else 0.0
+    need = max(switch.min_gain, EVIDENCE_FLOOR) * switch.dwell_s
+    enough = min(switch.dwell_s, sit.settings.forecast.trend_window_s)
+    return watched >= enough and pending.evidence >= need
 
 
 def _pays(sit: Situation, evaluation: Evaluation) -> tuple[bool, str]:
@@ -77,7 +98,7 @@ def _pays(sit: Situation, evaluation: Evaluation) -> tuple[bool, str]:
             f"over the {format_duration(restart.horizon_s)} horizon no change pays its restarts, "
             f"the way back counted ({plan.describe(current)})"
         )
-    seconds = sit.state.restart_costs.expected_s(evaluation.best, restart)
+    seconds = sit.restart_s(evaluation.best)
     gain_tokens = (evaluation.best_value - evaluation.current_value) * restart.horizon_s
     restart_tokens = seconds * evaluation.current_value * restart.share
     return gain_tokens > restart_tokens * restart.margin, (
@@ -145,4 +166,4 @@ def track_dwell(sit: Situation, current: Setup, evaluation: Evaluation) -> Tuner
     moves = plan.changes(current) if plan is not None else []
     if not moves:
         return state.not_pending()
-    return state.pending_since(moves[0][1], sit.now)
+    return state.pending_since(moves[0][1], sit.now, plan.gain if plan is not None else 0.0)

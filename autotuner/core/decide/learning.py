@@ -64,7 +64,10 @@ def _watch_restart(
     serving = observation.usable and observation.batch is not None and not ctx.rollout_in_progress
     if verification is None or verification.ready_s is not None:
         if serving and state.current is not None:
-            return state.updated(restart_costs=state.restart_costs.seen_running(state.current))
+            costs = state.restart_costs.seen_running(
+                state.current, prefix_caching=ctx.prefix_caching(state.current)
+            )
+            return state.updated(restart_costs=costs)
         return state
     live = observation.live_setup.setup if observation.live_setup else None
     target = verification.target
@@ -74,11 +77,13 @@ def _watch_restart(
             return state  # a window reaching back before the patch tells nothing yet
         return state.updated(verification=verification.with_fields(seen_down=True))
     took = ctx.now - verification.switched_at
-    costs = state.restart_costs
+    costs, caching = state.restart_costs, ctx.prefix_caching(target)
     if verification.seen_down:
-        costs = costs.measured(target, took, verification.first_start, settings.restart)
+        costs = costs.measured(
+            target, took, verification.first_start, settings.restart, prefix_caching=caching
+        )
     else:
-        costs = costs.at_most(target, took)
+        costs = costs.at_most(target, took, prefix_caching=caching)
     return state.updated(verification=verification.with_fields(ready_s=took), restart_costs=costs)
 
 

@@ -94,8 +94,7 @@ def _choose(sit: Situation, evaluation: Evaluation, make: Make) -> tuple[Decisio
 
 def _switch(sit: Situation, evaluation: Evaluation, make: Make) -> tuple[Decision, TunerState]:
     current, best, restart = make.current, evaluation.best, sit.settings.restart
-    costs = sit.state.restart_costs
-    seconds = costs.expected_s(best, restart)
+    seconds = sit.restart_s(best)
     state = sit.state.verifying(
         Verification(
             target=best,
@@ -104,7 +103,7 @@ def _switch(sit: Situation, evaluation: Evaluation, make: Make) -> tuple[Decisio
             predicted_gain=evaluation.gain,
             baseline_rate=sit.state.last_rate,
             baseline_batch=sit.state.last_batch,
-            first_start=costs.compile_s(best, restart) > 0,
+            first_start=sit.first_start(best),
         )
     )
     payback = (

@@ -63,12 +63,16 @@ ExplorationKey = Annotated[
 
 
 class Pending(BaseModel):
-    """Since when recent load has pointed at leaving the running setup for `target`."""
+    """Since when recent load has pointed at leaving the running setup for `target`, and how
+    strongly: `evidence` is the plan's net gain over holding (a fraction, restarts charged)
+    summed over the seconds it has pointed, up to `seen_at`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     target: Setup
     since: float
+    seen_at: float | None = None  # the last step that saw the change pointed at (None: since)
+    evidence: float = 0.0  # gain-seconds
 
 
 class QualityCheck(BaseModel):
@@ -164,11 +168,17 @@ class TunerState(BaseModel):
         """What the target (or the engine) says runs now."""
         return self if setup == self.current else self.updated(current=setup)
 
-    def pending_since(self, target: Setup, now: float) -> TunerState:
-        """Recent load favours leaving for `target`; the dwell clock keeps its start while
-        load keeps favouring a change (the best sibling may change meanwhile)."""
-        since = self.pending.since if self.pending is not None else now
-        return self.updated(pending=Pending(target=target, since=since))
+    def pending_since(self, target: Setup, now: float, gain: float = 0.0) -> TunerState:
+        """Recent load favours leaving for `target` by `gain` (the plan's net gain); the dwell
+        clock keeps its start while load keeps favouring a change (the best sibling may change
+        meanwhile), and the evidence grows by the gain over the time since the last step."""
+        before = self.pending
+        if before is None:
+            return self.updated(pending=Pending(target=target, since=now, seen_at=now))
+        last = before.seen_at if before.seen_at is not None else before.since
+        evidence = before.evidence + max(gain, 0.0) * max(now - last, 0.0)
+        pending = Pending(target=target, since=before.since, seen_at=now, evidence=evidence)
+        return self.updated(pending=pending)
 
     def not_pending(self) -> TunerState:
         return self if self.pending is None else self.updated(pending=None)

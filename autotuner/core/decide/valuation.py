@@ -194,10 +194,10 @@ def _plan(
 ) -> Plan:
     """The best plan over the horizon among the setups that can run, restarts charged at their
     learned cost (times the margin and the share of replicas restarting)."""
-    restart, costs = sit.settings.restart, sit.state.restart_costs
+    restart = sit.settings.restart
     options = [current, *(s for s in finite if s != current)]
     table = np.vstack([np.where(np.isfinite(rates[s]), rates[s], 0.0) for s in options])
-    lost = [costs.expected_s(s, restart) * restart.margin * restart.share for s in options]
+    lost = [sit.restart_s(s) * restart.margin * restart.share for s in options]
     room = restart.max_per_day - len(sit.state.recent_changes(sit.now)) - 1
     return best_plan(
         current,

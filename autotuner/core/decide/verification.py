@@ -98,7 +98,7 @@ def _stopped_serving_s(sit: Situation, verification: Verification) -> float | No
     if sit.ctx.rollout_in_progress or observation.usable or observation.reason not in NOT_SERVING:
         return None
     since = sit.now - verification.switched_at
-    expected = sit.state.restart_costs.expected_s(verification.target, sit.settings.restart)
+    expected = sit.restart_s(verification.target)
     allowed = max(sit.settings.verification.down_deadline_s, 2 * expected)
     return since if since > allowed else None
 
