@@ -9,7 +9,8 @@ over batch, no cost model), `verify-cost`, `replay-gain`, `acceptance-drift` and
 `bursts`, `drift`, `step` (the cost model times sim.truth.realistic_error). Every strategy is
 charged the same restart downtime. Reported per world and engine capability set: tokens served
 (ratio to the restart-aware oracle), time-weighted efficiency (mean of throughput now / the
-best setup's throughput now, zero while restarting), restarts per day and explorations
+best setup's throughput now, zero while restarting), restarts per day (on average, and the
+most in any 24 hours, which the target counts) and explorations
 (decisions whose sentence says it explores); a summary table against issue 28's targets ends
 the run.
 """
@@ -129,23 +130,31 @@ def candidate_setups(engine: EngineCapabilities, max_k: int = 4) -> list[Setup]:
 class Outcome:
     tokens: float
     efficiency: float
-    restarts: float
+    restarts: float  # a day, on average over the run
+    worst_day: int = 0  # the most restarts in any 24 hours of the run
 
 
 def simulate(
     series: Sequence[Setup], truth_tps: dict[str, np.ndarray], best: np.ndarray, interval: float
 ) -> Outcome:
     """Tokens and efficiency of a setup sequence (one per interval), restarts charged."""
-    tokens, efficiency, restarts = 0.0, 0.0, 0
+    tokens, efficiency, restarts = 0.0, 0.0, []
     for i, setup in enumerate(series):
         uptime = 1.0
         if i and setup != series[i - 1]:
-            restarts += 1
+            restarts.append(i * interval)
             uptime = max(interval - DOWNTIME_S, 0.0) / interval
         rate = truth_tps[setup.label][i]
         tokens += rate * interval * uptime
         efficiency += uptime * rate / best[i]
-    return Outcome(tokens, efficiency / len(series), restarts * DAY / (len(series) * interval))
+    per_day = len(restarts) * DAY / (len(series) * interval)
+    return Outcome(tokens, efficiency / len(series), per_day, worst_day(restarts))
+
+
+def worst_day(restarts: Sequence[float]) -> int:
+    """The most restarts in any 24 hours (a rolling day, as the policy's budget counts)."""
+    times = np.asarray(restarts)
+    return max((int(np.sum((times >= t) & (times < t + DAY))) for t in times), default=0)
 
 
 def oracle(
@@ -269,7 +278,8 @@ class Result:
             f"tokens >= {TARGET_ORACLE} oracle": self.share() >= TARGET_ORACLE,
             "tokens >= every static": self.versus_static() >= 1.0,
             "time-eff above every static": self.policy.efficiency > self.best_static[1].efficiency,
-            f"<= {TARGET_RESTARTS:.0f} restarts/day": self.policy.restarts <= TARGET_RESTARTS,
+            f"<= {TARGET_RESTARTS:.0f} restarts in any day": self.policy.worst_day
+            <= TARGET_RESTARTS,
         }
 
 
@@ -341,11 +351,11 @@ def print_result(result: Result, about: str) -> None:
 def print_summary(results: Sequence[Result]) -> None:
     print(
         f"\nsummary (issue 28 targets: tokens >= {TARGET_ORACLE} x oracle and >= every static, "
-        f"time-eff above every static, <= {TARGET_RESTARTS:.0f} restarts/day)"
+        f"time-eff above every static, <= {TARGET_RESTARTS:.0f} restarts in any 24 hours)"
     )
     print(
         f"  {'world':17} {'engine':12} {'tok/oracle':>10} {'tok/or<=N':>9} {'tok/static':>10} "
-        f"{'time-eff':>8} {'best static eff':>24} {'restarts/d':>10} {'explor.':>7} "
+        f"{'time-eff':>8} {'best static eff':>24} {'restarts/d':>10} {'worst d':>7} {'explor.':>7} "
         f"{'reverted':>8}  met"
     )
     for r in results:
@@ -356,6 +366,7 @@ def print_summary(results: Sequence[Result]) -> None:
             f"  {r.world:17} {r.engine:12} {r.share():10.3f} {r.share(limited):9.3f} "
             f"{r.versus_static():10.3f} {r.policy.efficiency:8.3f} "
             f"{f'{static.efficiency:.3f} ({label})':>24} {r.policy.restarts:10.1f} "
+            f"{r.policy.worst_day:7d} "
             f"{r.explorations:7d} {r.explorations_reverted:8d}  {met}/{of}"
         )
 
