@@ -174,6 +174,19 @@ def test_explorations_leave_the_budget_a_predicted_change_needs() -> None:
     assert len(explorations(room.run(20))) == 1
 
 
+def test_no_question_on_the_way_through_a_load() -> None:
+    # The last hour fell 8x to this load, so the forecast goes on down: what replay does here
+    # is stale before it could pay, and the question waits for the load the hours ahead hold.
+    world = World(replay_faster)
+    load, settings = world.state.load, world.settings.forecast
+    for minute in range(60, 0, -1):
+        demand = world.batch * 8 ** (minute / 60)
+        load = load.add(demand, world.now - 60 * minute, settings)
+    world.state = world.state.updated(load=load)
+    made = world.run(20)  # where a steady load is asked within 20 minutes
+    assert not explorations(made), [d.sentence for d in made]
+
+
 @pytest.mark.parametrize("error", [replay_slower, replay_faster], ids=["slower", "faster"])
 def test_each_decision_carries_intervals(error: StepError) -> None:
     world = World(error)

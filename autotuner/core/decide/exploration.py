@@ -3,13 +3,17 @@ its interval says it could and the prediction alone is not sure enough to switch
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
+
+import numpy as np
 
 from autotuner.core.decide.context import Situation
 from autotuner.core.decide.decisions import Make, numbers, percent
 from autotuner.core.decide.gating import first_block
 from autotuner.core.decide.state import Exploration, TunerState, Verification
 from autotuner.core.decide.valuation import Evaluation
+from autotuner.core.decide.verification import SIMILAR_DEMAND_OCTAVES
 from autotuner.core.predict.attribution import calibration_band
 from autotuner.core.types import Action, Decision, Setup
 
@@ -31,6 +35,8 @@ def explore(
         return None
     if sit.observation.batch is None or calibration_band(sit.demand_mean) != band:
         return None
+    if not _load_stays(sit):
+        return None  # asked on the way through, the answer is stale before it pays
     restarts = len(state.recent_changes(sit.now))
     if restarts + 2 + settings.exploration.reserve > settings.restart.max_per_day:
         return None  # a question must not spend the restarts a predicted change needs
@@ -66,6 +72,19 @@ def explore(
         f"band every {settings.quarantine.setup_s / 3600:.0f} h, reverted if it measures worse",
         **numbers(trial),
     ), state
+
+
+def _load_stays(sit: Situation) -> bool:
+    """Whether the load now is the load of the hours ahead: the demand within
+    SIMILAR_DEMAND_OCTAVES of the forecast's mean level over the horizon (the neighbourhood
+    verification compares in). On a rising morning a family that loses at 80 may win at the
+    300 the forecast is going to, so the question waits for the load it is about."""
+    ahead = sit.forecast
+    if ahead is None or not math.isfinite(sit.demand_mean):
+        return True
+    levels = np.log2(np.maximum(np.asarray(ahead.level), 1.0))
+    mean = float(np.average(levels, weights=np.asarray(ahead.durations)))
+    return abs(math.log2(max(sit.demand_mean, 1.0)) - mean) < SIMILAR_DEMAND_OCTAVES
 
 
 def _widest_chance(
