@@ -6,7 +6,9 @@ Run: python -m benchmarks.decision_quality [--worlds measured,verify-cost,...] [
 Worlds (autotuner/sim/worlds.py): `measured` (MEASUREMENTS.md's published points interpolated
 over batch, no cost model), `verify-cost`, `replay-gain`, `acceptance-drift` and `combined`
 (the cost model distorted so that its ranking is wrong), and the older traces `diurnal`,
-`bursts`, `drift`, `step` (the cost model times sim.truth.realistic_error). Every strategy is
+`bursts`, `drift`, `step` (the cost model times sim.truth.realistic_error), `working-days`
+(three days), `prefix-pays` / `prefix-idle` (vLLM 0.33's rows) and `qwen-sglang` (SGLang
+0.5.23's table, each setup run as SGLang runs it). Every strategy is
 charged the same restart downtime. Reported per world and engine capability set: tokens served
 (ratio to the restart-aware oracle), time-weighted efficiency (mean of throughput now / the
 best setup's throughput now, zero while restarting), restarts per day (on average, and the
@@ -35,6 +37,7 @@ from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, Decision, Setup
+from autotuner.engines.sglang.capabilities import FOLLOW_BUILD as SGLANG_BUILD
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD, GDN_REPLAY, REPLAY_SPEC
 from autotuner.sim.truth import realistic_error
 from autotuner.sim.worlds import (
@@ -45,6 +48,7 @@ from autotuner.sim.worlds import (
     issue_worlds,
     model_speed,
     prefix_cache_worlds,
+    sglang_worlds,
 )
 
 DOWNTIME_S = 180.0
@@ -98,6 +102,7 @@ WORLD_NAMES = (
 )
 TRACE_NAMES = ("diurnal", "bursts", "drift", "step")
 PREFIX_NAMES = ("prefix-pays", "prefix-idle")  # Nemotron-3-Super on vLLM 0.33's rules only
+SGLANG_NAMES = ("qwen-sglang",)  # Qwen3.5 on SGLang 0.5.23's capability table only
 
 # --- Strategies -------------------------------------------------------------------------------
 
@@ -289,7 +294,11 @@ def evaluate_world(
     settings: PolicySettings,
     times: np.ndarray,
     interval: float,
+    label: str | None = None,
 ) -> Result:
+    """The policy, every static and the oracles on `world`; `label` names the engine in the
+    results (its preset's name by default)."""
+    engine_label = label or engine.name
     engine = engine.serving(world.prior.model)
     setups = [s for s in candidate_setups(engine, world.start.spec_tokens) if engine.accepts(s)]
     truth_tps = truth_table(world, setups, times, interval)
@@ -308,7 +317,7 @@ def evaluate_world(
         outcomes[name] = simulate(path, truth_tps, best, interval)
     return Result(
         world=world.name,
-        engine=engine.name,
+        engine=engine_label,
         outcomes=outcomes,
         best_static=(by_efficiency, statics[by_efficiency]),
         most_tokens=(by_tokens, statics[by_tokens]),
@@ -377,7 +386,7 @@ def options() -> argparse.Namespace:
     parser.add_argument(
         "--worlds",
         "--traces",
-        default=",".join(WORLD_NAMES + TRACE_NAMES + PREFIX_NAMES),
+        default=",".join(WORLD_NAMES + TRACE_NAMES + PREFIX_NAMES + SGLANG_NAMES),
         dest="worlds",
     )
     parser.add_argument(
@@ -405,7 +414,7 @@ def options() -> argparse.Namespace:
 
 def chosen_names(args: argparse.Namespace) -> list[str]:
     names = [n.strip() for n in args.worlds.split(",") if n.strip()]
-    known = WORLD_NAMES + TRACE_NAMES + PREFIX_NAMES
+    known = WORLD_NAMES + TRACE_NAMES + PREFIX_NAMES + SGLANG_NAMES
     unknown = set(names) - set(known)
     if unknown:
         raise SystemExit(f"unknown world(s) {sorted(unknown)}: use {known}")
@@ -415,6 +424,8 @@ def chosen_names(args: argparse.Namespace) -> list[str]:
 def build_world(name: str, model: str, gpu: str) -> World:
     if name in WORLD_NAMES:
         return issue_worlds()[name]
+    if name in SGLANG_NAMES:
+        return sglang_worlds()[name]
     if name in PREFIX_NAMES:
         engine = BUILD_033.serving(load_model(NEMOTRON))
         return prefix_cache_worlds(engine.keeps_prefix_caching)[name]
@@ -424,7 +435,9 @@ def build_world(name: str, model: str, gpu: str) -> World:
 def engines_of(name: str) -> tuple[str, ...]:
     """The prefix-cache worlds run on vLLM 0.33's rows (replay only without prefix caching);
     the others on a build with GDN replay kernels and on one with replay and speculation."""
-    return (BUILD_033.name,) if name in PREFIX_NAMES else (GDN_REPLAY.name, REPLAY_SPEC.name)
+    if name in SGLANG_NAMES:
+        return (SGLANG_0523,)
+    return (VLLM_033,) if name in PREFIX_NAMES else (GDN_REPLAY.name, REPLAY_SPEC.name)
 
 
 @dataclass(frozen=True)
@@ -440,7 +453,13 @@ class Task:
 # Replay or speculation (upstream with the GDN replay kernels the published Qwen3.5 points ran:
 # the same as upstream for Mamba-2 models), and replay with speculation.
 BUILD_033 = FOLLOW_BUILD  # the capability table's rows for the default build, vLLM 0.33
-ENGINES = {e.name: e for e in (GDN_REPLAY, REPLAY_SPEC, BUILD_033)}
+VLLM_033, SGLANG_0523 = "vllm-0.33", "sglang-0.5.23"  # both builds' presets are named `build`
+ENGINES = {
+    GDN_REPLAY.name: GDN_REPLAY,
+    REPLAY_SPEC.name: REPLAY_SPEC,
+    VLLM_033: BUILD_033,
+    SGLANG_0523: SGLANG_BUILD,
+}
 
 
 def run_task(task: Task) -> tuple[Result, str]:
@@ -450,7 +469,9 @@ def run_task(task: Task) -> tuple[Result, str]:
     # Every restart of these worlds takes DOWNTIME_S, a first compile or not.
     settings = PolicySettings(restart=RestartSettings(downtime_s=DOWNTIME_S, first_compile_s=0))
     times = np.arange(0.0, task.hours * world.days * 3600, task.interval)
-    result = evaluate_world(world, ENGINES[task.engine], settings, times, task.interval)
+    result = evaluate_world(
+        world, ENGINES[task.engine], settings, times, task.interval, label=task.engine
+    )
     about = (
         f"{world.about}; prior {world.prior.model.name} on {world.prior.hardware.name}, "
         f"start {world.start.label}"
