@@ -144,3 +144,19 @@ def test_qwen3_5_on_vllm_0_33_gets_no_replay_and_says_why() -> None:
     assert all(Setup.parse(row["setup"]).replay_window == 0 for row in report["best"])
     forked = json.loads(runner.invoke(app, [*args, "--engine", "gdn-replay", "--json"]).stdout)
     assert any(Setup.parse(row["setup"]).replay_window for row in forked["best"])
+
+
+def test_sglang_adaptive_is_predicted_as_its_batch_tiers() -> None:
+    """On SGLang, --speculative-adaptive drafts nothing from batch 64: `predict` prices it so
+    (K = 0 there), where vLLM's adaptive verification keeps verifying drafts."""
+    args = ["predict", "--model", "Qwen/Qwen3.5-122B-A10B", "--gpu", "B300", "--batch", "4,512"]
+    report = json.loads(runner.invoke(app, [*args, "--engine-kind", "sglang", "--json"]).stdout)
+    adaptive = {
+        row["batch"]: row["spec_tokens"]
+        for row in report["predictions"]
+        if row["setup"]["label"] == "spec:3@adaptive"
+    }
+    assert adaptive == {4: 3, 512: 0}
+    assert all(
+        not Setup.parse(row["setup"]).adaptive for row in report["best"] if row["batch"] == 512
+    )

@@ -55,6 +55,7 @@ class Context:
             settings.calibration.half_life_s,
             settings.calibration.bounds,
             prefix_caching=self.prefix_caching,
+            as_run=self.engine.as_run,
         )
 
     def acceptance(self, state: TunerState, settings: PolicySettings) -> AcceptanceEstimate | None:

@@ -13,7 +13,7 @@ online attribution fits on.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -230,14 +230,18 @@ def predict_all(
     workload: Workload | None = None,
     *,
     prefix_caching: Callable[[Setup], bool] = keeps_prefix_caching,
+    as_run: Callable[[Setup], Setup] = lambda setup: setup,
 ) -> dict[str, SetupCurve]:
-    """`prefix_caching(setup)`: whether the engine keeps prefix caching under that setup."""
-    return {
-        s.label: predict(
-            model, hardware, s, batch, acceptance, workload, prefix_caching=prefix_caching(s)
+    """`prefix_caching(setup)`: whether the engine keeps prefix caching under that setup;
+    `as_run(setup)`: the setup whose speed the engine runs when `setup` is written."""
+    curves = {}
+    for s in setups:
+        run = as_run(s)
+        curve = predict(
+            model, hardware, run, batch, acceptance, workload, prefix_caching=prefix_caching(s)
         )
-        for s in setups
-    }
+        curves[s.label] = curve if run == s else replace(curve, setup=s)
+    return curves
 
 
 def _adaptive_verified(

@@ -92,10 +92,12 @@ def build_report(
         spec_tokens, windows if model.is_hybrid else (), adaptive=engine.adaptive_verification
     )
     runnable = [s for s in setups if engine.accepts(s)]
-    asked = predict_all(model, hardware, setups, sorted(set(batches)), acceptance, workload)
+    asked = predict_all(
+        model, hardware, setups, sorted(set(batches)), acceptance, workload, as_run=engine.as_run
+    )
     # Crossovers are found on every integer batch, not just the ones asked for.
     grid = np.arange(1, max(batches) + 1)
-    dense = predict_all(model, hardware, runnable, grid, acceptance, workload)
+    dense = predict_all(model, hardware, runnable, grid, acceptance, workload, as_run=engine.as_run)
     plain = dense[PLAIN.label]
     versus_plain = {
         label: [c.batch for c in crossover_batches(curve, plain)]
