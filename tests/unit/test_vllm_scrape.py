@@ -13,7 +13,7 @@ from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sources.invariants import check_scrape
 from autotuner.sources.promtext import parse
 from autotuner.sources.vllm_metrics import engine_samples, wanted_names
-from autotuner.sources.vllm_scrape import VllmScraper
+from autotuner.sources.vllm_scrape import DEFAULT_MAX_BYTES, VllmScraper
 from tests.support.clock import Clock
 
 LIMITS = ObservationLimits(min_batch_samples=2, min_drafts=10, max_age_s=30)
@@ -50,11 +50,11 @@ Respond = Callable[[httpx.Request], httpx.Response]
 
 
 def replica(
-    respond: Respond, clock: Callable[[], float] = time.time, **options: int
+    respond: Respond, clock: Callable[[], float] = time.time, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> VllmScraper:
     """A scraper of one replica (http://a/metrics) that `respond` answers."""
     client = httpx.Client(transport=httpx.MockTransport(respond))
-    return VllmScraper(["http://a/metrics"], client=client, clock=clock, **options)
+    return VllmScraper(["http://a/metrics"], client=client, clock=clock, max_bytes=max_bytes)
 
 
 def window_after(scraper: VllmScraper, clock: Clock, scrapes: int) -> Observation:
