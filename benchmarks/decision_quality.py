@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autotuner.core.decide.backtrack import best_path
 from autotuner.core.decide.context import Context
 from autotuner.core.decide.settings import PolicySettings, RestartSettings
 from autotuner.core.decide.state import TunerState
@@ -193,13 +194,7 @@ def oracle(
             new[r] = np.where(better, moved, new[r])
             choice[r, better] = (source_layer, source)
         value, back[i] = new, choice
-    r, j = (int(x) for x in np.unravel_index(int(np.argmax(value)), value.shape))
-    path = [j]
-    for i in range(steps - 1, 0, -1):
-        r, j = (int(x) for x in back[i, r, j])
-        path.append(j)
-    path.reverse()
-    return [setups[k] for k in path]
+    return [setups[j] for _, j in best_path(value, back)]
 
 
 @dataclass

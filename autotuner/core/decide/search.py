@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from autotuner.core.decide.backtrack import best_path
 from autotuner.core.decide.context import Context
 from autotuner.core.decide.estimates import BATCH_BINS, BIN_MIDDLES
 from autotuner.core.decide.settings import PolicySettings
@@ -137,13 +138,7 @@ def monotone_ks(table: npt.NDArray[np.float64], mass: npt.NDArray[np.float64]) -
                 after[k, n] = best + gain[k, b]
                 back[b, k, n] = source
         value = after
-    k, n = (int(x) for x in np.unravel_index(int(np.argmax(value)), value.shape))
-    ks = [k]
-    for b in range(bins - 1, 0, -1):
-        k, n = (int(x) for x in back[b, k, n])
-        ks.append(k)
-    ks.reverse()
-    return ks
+    return [k for k, _ in best_path(value, back)]
 
 
 def _merged(best_k: Sequence[int], edges: npt.NDArray[np.int64]) -> list[ScheduleBand]:
