@@ -18,8 +18,8 @@ from autotuner.core.decide.step import step
 from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.types import Action, Decision, Setup
 from autotuner.engines.vllm.capabilities import GDN_REPLAY
-from autotuner.sim.worlds import DAY, World, constant_acceptance, model_speed, qwen_on_b300
-from tests.support.policy import policy_settings
+from autotuner.sim.worlds import DAY, World, qwen_on_b300
+from tests.support.policy import SPEC3, cost_model_world, policy_settings
 
 INTERVAL = 300.0
 SETTINGS = policy_settings(
@@ -29,16 +29,8 @@ SETTINGS = policy_settings(
 PRIOR = qwen_on_b300()
 
 
-def _world(demand: Callable[[float], float]) -> World:
-    return World(
-        name="test",
-        about="the cost model's own speeds",
-        prior=PRIOR,
-        speed=model_speed(PRIOR),
-        demand=demand,
-        acceptance=constant_acceptance((0.85, 0.75, 0.65)),
-        start=Setup(spec_tokens=3),
-    )
+def _world(demand: Callable[[float], float], start: Setup = SPEC3) -> World:
+    return cost_model_world(PRIOR, demand, (0.85, 0.75, 0.65), start)
 
 
 def _drive(
@@ -145,8 +137,7 @@ def test_schedules_the_policy_proposes_never_raise_k_with_batch() -> None:
 def test_a_schedule_that_differs_only_where_the_load_never_goes_is_no_reason_to_restart() -> None:
     # The load stays at 16-24: a schedule identical there to the running one gains nothing.
     running = Setup.parse("spec:3@1-63:3,64-8191:1")
-    world = _world(lambda t: 16.0 if int(t / INTERVAL) % 2 else 24.0)
-    world = World(**{**world.__dict__, "start": running})
+    world = _world(lambda t: 16.0 if int(t / INTERVAL) % 2 else 24.0, running)
     engine = EngineCapabilities(name="schedules", spec_schedule=True)
     changes = _drive(world, 4, engine)
     differing_high = [

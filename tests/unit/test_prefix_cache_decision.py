@@ -4,6 +4,8 @@ policy weighs the prefill its hits were saving against what replay gains."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from autotuner.core.decide.context import Context
@@ -12,40 +14,31 @@ from autotuner.core.decide.step import step
 from autotuner.core.engine.workload import Workload
 from autotuner.core.types import Decision, Setup, SetupKind
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
-from autotuner.sim.worlds import Prior, World, constant_acceptance, model_speed
-from tests.support.policy import H200, MODEL, policy_settings
+from autotuner.sim.worlds import Prior
+from tests.support.policy import H200, MODEL, SPEC3, cost_model_world, policy_settings
 
 ENGINE = FOLLOW_BUILD.serving(MODEL)  # vLLM 0.33's rows for NemotronH
 SETTINGS = policy_settings(switch={"dwell_s": 0}, exploration={"enabled": False})
-SPEC3 = Setup(spec_tokens=3)
 INTERVAL = 60.0
 
 
 def _decide_at_batch_256(workload: Workload) -> list[Decision]:
     """The decisions of ten steps at batch 256 from spec:3, the workload's prefix cache as
     given (the truth: the cost model itself)."""
-    prior = Prior(MODEL, H200, workload)
-    world = World(
-        name="busy",
-        about="batch 256 all day",
-        prior=prior,
-        speed=model_speed(prior),
-        demand=lambda t: 256.0,
-        acceptance=constant_acceptance((0.8, 0.7, 0.6)),
-        start=SPEC3,
+    world = cost_model_world(Prior(MODEL, H200, workload), lambda t: 256.0, (0.8, 0.7, 0.6))
+    ctx = Context(
+        now=0.0,
+        model=MODEL,
+        hardware=H200,
+        engine=ENGINE,
+        workload=workload,
+        deployed=SPEC3,
+        prefix_caching=ENGINE.keeps_prefix_caching,
     )
     state, decisions = TunerState(), []
     for t in np.arange(INTERVAL, 11 * INTERVAL, INTERVAL):
-        ctx = Context(
-            now=float(t),
-            model=MODEL,
-            hardware=H200,
-            engine=ENGINE,
-            workload=workload,
-            deployed=SPEC3,
-            prefix_caching=ENGINE.keeps_prefix_caching,
-        )
-        result = step(state, world.observation(SPEC3, float(t), INTERVAL), ctx, SETTINGS)
+        observation = world.observation(SPEC3, float(t), INTERVAL)
+        result = step(state, observation, replace(ctx, now=float(t)), SETTINGS)
         state = result.state
         decisions.append(result.decision)
     return decisions

@@ -12,8 +12,8 @@ from autotuner.core.observe.observation import unusable
 from autotuner.core.types import Action, Setup
 from autotuner.engines.vllm.capabilities import GDN_REPLAY
 from autotuner.errors import UnusableReason
-from autotuner.sim.worlds import World, constant_acceptance, model_speed, qwen_on_b300
-from tests.support.policy import policy_settings
+from autotuner.sim.worlds import qwen_on_b300
+from tests.support.policy import cost_model_world, policy_settings
 
 DEFAULTS = RestartSettings(downtime_s=180, first_compile_s=60)
 SPEC3, REPLAY16, REPLAY8 = Setup(spec_tokens=3), Setup(replay_window=16), Setup(replay_window=8)
@@ -66,15 +66,7 @@ def test_cached_restarts_are_learned_per_setup_and_lent_to_unmeasured_ones() -> 
 
 def test_a_watched_restart_is_timed_from_patch_to_ready() -> None:
     prior = qwen_on_b300()
-    world = World(
-        name="restart",
-        about="a load where replay wins at once",
-        prior=prior,
-        speed=model_speed(prior),
-        demand=lambda t: 450.0,
-        acceptance=constant_acceptance((0.85, 0.75, 0.65)),
-        start=SPEC3,
-    )
+    world = cost_model_world(prior, lambda t: 450.0, (0.85, 0.75, 0.65))  # replay wins at once
     settings = policy_settings(
         switch={"dwell_s": 0}, restart={"cooldown_s": 0}, exploration={"enabled": False}
     )
