@@ -14,6 +14,7 @@ from autotuner.actuators.base import STATE_ANNOTATION
 from autotuner.actuators.kinds import Path, at
 from autotuner.actuators.kubeapi import K8sTarget, api_client, discover_target
 from autotuner.actuators.kubernetes import PARTITION_ANNOTATION, KubernetesActuator
+from autotuner.controller import Controller
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, Observation, Setup
@@ -399,9 +400,9 @@ def test_a_config_file_from_a_configmap_is_read_and_advised(server: FakeApiServe
 # --------------------------------------------------------------------------- the loop
 
 
-def test_the_loop_reverts_an_lws_canary_stuck_on_gpus(server: FakeApiServer) -> None:
-    """The loop switches a LeaderWorkerSet through a partition canary; the canary group cannot
-    be scheduled (no free GPU): the rollout is stuck and the loop reverts it."""
+def canary_loop(server: FakeApiServer) -> tuple[Controller, list[float]]:
+    """The loop over a LeaderWorkerSet with the partition canary, observing the simulated engine
+    as the object's worker args set it up; the clock is the list's one value."""
     model, gpu = load_model(MODEL), datasheet("H200")
     truth, clock = TruthEngine(model, gpu), [1000.0]
     server.put("LeaderWorkerSet", lws(ARGS, worker_args=ARGS))
@@ -411,25 +412,37 @@ def test_the_loop_reverts_an_lws_canary_stuck_on_gpus(server: FakeApiServer) -> 
 
     def observe() -> Observation:
         args = at(server.get("LeaderWorkerSet", "llm", "vllm"), (*WORKER, "args"))
-        setup = parse_setup(args)
         return truth.observation(
-            now=clock[0], window_s=60, setup=setup, batch=512.0, rates=(0.8, 0.7, 0.6)
+            now=clock[0], window_s=60, setup=parse_setup(args), batch=512.0, rates=(0.8, 0.7, 0.6)
         )
 
-    loop = wired(settings, (model, gpu), observe, act, lambda: clock[0])
+    return wired(settings, (model, gpu), observe, act, lambda: clock[0]), clock
+
+
+def groups_report(server: FakeApiServer, ready: int, updated: int) -> None:
+    """The LeaderWorkerSet controller's status of the canary loop's two groups at the object's
+    generation: `ready` serving, `updated` on the current template."""
+    obj = server.get("LeaderWorkerSet", "llm", "vllm")
+    obj["status"] = {
+        "observedGeneration": obj["metadata"]["generation"],
+        "replicas": 2,
+        "readyReplicas": ready,
+        "updatedReplicas": updated,
+    }
+    server.put("LeaderWorkerSet", obj)
+
+
+def test_the_loop_reverts_an_lws_canary_stuck_on_gpus(server: FakeApiServer) -> None:
+    """The loop switches a LeaderWorkerSet through a partition canary; the canary group cannot
+    be scheduled (no free GPU): the rollout is stuck and the loop reverts it."""
+    loop, clock = canary_loop(server)
     for _ in range(4):
         clock[0] += 60
         loop.step()
     obj = server.get("LeaderWorkerSet", "llm", "vllm")
     assert parse_setup(at(obj, (*WORKER, "args"))).replay_window  # switched
     assert obj["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["partition"] == 1
-    obj["status"] = {
-        "observedGeneration": obj["metadata"]["generation"],
-        "replicas": 2,
-        "readyReplicas": 1,
-        "updatedReplicas": 0,
-    }
-    server.put("LeaderWorkerSet", obj)
+    groups_report(server, ready=1, updated=0)
     server.put("Pod", unschedulable_pod("vllm-1", {"leaderworkerset.sigs.k8s.io/name": "vllm"}))
     clock[0] += 60
     loop.step()
@@ -444,36 +457,17 @@ def test_the_loop_reverts_an_lws_canary_stuck_on_gpus(server: FakeApiServer) -> 
 def test_the_loop_releases_an_lws_canary_once_verified(server: FakeApiServer) -> None:
     """The canary group rolls and holds up: once verification keeps the setup, the loop lets
     the remaining groups roll (the operator's partition is back)."""
-    model, gpu = load_model(MODEL), datasheet("H200")
-    truth, clock = TruthEngine(model, gpu), [1000.0]
-    server.put("LeaderWorkerSet", lws(ARGS, worker_args=ARGS))
-    overrides = [*ACT_AT_ONCE, "policy.estimates.batch_half_life_s=120"]
-    settings, _ = load_settings(cli=cli_overrides(overrides))
-    act = tuner(server, "k8s://llm/leaderworkerset/vllm", canary=True)
-
-    def observe() -> Observation:
-        args = at(server.get("LeaderWorkerSet", "llm", "vllm"), (*WORKER, "args"))
-        return truth.observation(
-            now=clock[0], window_s=60, setup=parse_setup(args), batch=512.0, rates=(0.8, 0.7, 0.6)
-        )
+    loop, clock = canary_loop(server)
 
     def partition() -> Any:
         obj = server.get("LeaderWorkerSet", "llm", "vllm")
         return obj["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"].get("partition")
 
-    loop = wired(settings, (model, gpu), observe, act, lambda: clock[0])
     while partition() != 1:  # until the switch holds the other group back
         assert clock[0] < 1000.0 + 3600, "the loop never switched"
         clock[0] += 60
         loop.step()
-    rolled = server.get("LeaderWorkerSet", "llm", "vllm")
-    rolled["status"] = {
-        "observedGeneration": rolled["metadata"]["generation"],
-        "replicas": 2,
-        "readyReplicas": 2,
-        "updatedReplicas": 1,
-    }
-    server.put("LeaderWorkerSet", rolled)
+    groups_report(server, ready=2, updated=1)
     while partition() == 1:
         assert clock[0] < 1000.0 + 7200, "verification never released the canary"
         clock[0] += 60
