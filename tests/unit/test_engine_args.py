@@ -21,7 +21,7 @@ from autotuner.core.engine.drafter import (
     NO_DRAFTER,
     deployed_drafter,
 )
-from autotuner.core.engine.resolution import OBSERVED, SAVED, SETTINGS, Fallback, resolve
+from autotuner.core.engine.resolution import OBSERVED, SAVED, SETTINGS, Fallback, Input, resolve
 from autotuner.core.engine.workload import PrefixCacheReading, Workload
 from autotuner.core.model.draft import DraftModel
 from autotuner.core.model.registry import load_draft_model, load_model
@@ -366,12 +366,7 @@ def test_predict_takes_the_live_args_and_shows_each_source() -> None:
     report = report_for("meta-llama/Llama-3.1-70B-Instruct-FP8", "--vllm-args", line)
     inputs = report["inputs"]
     assert isinstance(inputs, dict)
-    assert inputs["tensor_parallel"] == {
-        "value": 2,
-        "source": LIVE,
-        "note": "",
-        "modelled": True,
-    }
+    assert Input.model_validate(inputs["tensor_parallel"]) == Input(value=2, source=LIVE)
     assert inputs["gpu_memory_utilization"]["value"] == 0.8
     assert inputs["context_tokens"]["source"] == DEFAULT
     assert inputs["drafter"]["source"] == LIVE

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from autotuner.actuators.exec import ExecActuator
 from autotuner.core.engine.drafter import LIVE
-from autotuner.core.engine.resolution import SETTINGS
+from autotuner.core.engine.resolution import SETTINGS, Input
 from autotuner.core.engine.workload import Workload
 from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import DrafterKind
@@ -58,12 +58,7 @@ def test_live_tensor_parallel_and_memory_utilisation_win_over_the_settings(
     assert inputs["tensor_parallel"]["value"] == 2
     assert inputs["tensor_parallel"]["source"] == LIVE
     assert "settings: 1" in inputs["tensor_parallel"]["note"]
-    assert inputs["gpu_memory_utilization"] == {
-        "value": 0.8,
-        "source": LIVE,
-        "note": "",
-        "modelled": True,
-    }
+    assert Input.model_validate(inputs["gpu_memory_utilization"]) == Input(value=0.8, source=LIVE)
     fallback = settings_doc["inputs"]
     assert isinstance(fallback, dict)
     assert fallback["tensor_parallel"]["source"] == SETTINGS
@@ -101,12 +96,7 @@ def test_unreadable_live_args_fall_back_to_the_settings_and_say_so(tmp_path: Pat
     )
     inputs = document["inputs"]
     assert isinstance(inputs, dict)
-    assert inputs["tensor_parallel"] == {
-        "value": 2,
-        "source": SETTINGS,
-        "note": "",
-        "modelled": True,
-    }
+    assert Input.model_validate(inputs["tensor_parallel"]) == Input(value=2, source=SETTINGS)
     assert "cannot be read" in inputs["live_args"]["note"]
     assert decision.predicted_tokens_per_s
 
