@@ -16,7 +16,8 @@ from autotuner.actuators.sites import Site
 from autotuner.core.engine.builds import BuildInForce, Companion
 from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.types import Setup
-from autotuner.engines.dialect import Dialect, Rendered, Saved
+from autotuner.engines.companion_record import Saved
+from autotuner.engines.dialect import Dialect, Rendered
 from autotuner.engines.vllm.builds import AUTO
 from autotuner.errors import ActuatorError, ArgsError, ConflictError
 
@@ -194,6 +195,16 @@ class Change:
     dry_run: bool  # only say what would change
     wanted: Wanted  # what the apply asked for (to render the target's other engines alike)
     operator_args: Saved | None = None  # the operator's values of the companion flags
+
+    def annotations(self) -> dict[str, str | None]:
+        """The tuner's records on an object target this change writes (None: remove it): the
+        state, and the operator's companion record where it changed."""
+        written: dict[str, str | None] = {}
+        if self.state is not None:
+            written[STATE_ANNOTATION] = self.state
+        if self.operator_args != self.live.operator_args:
+            written[OPERATOR_ANNOTATION] = record_text(self.operator_args)
+        return written
 
 
 class Actuator(ABC):

@@ -12,7 +12,8 @@ An engine package provides, as pure data and pure functions (no I/O):
 - `builds.yaml` and `builds`: what each of its builds accepts by version and SSM family (the
   core's `BuildRow`s, loaded by `build_table`), and `capabilities`: its presets of the core's
   `EngineCapabilities` (named in `engine.capabilities`);
-- `dialect`: all of it behind the `Dialect` protocol (dialect.py), which actuators hold.
+- `dialect`: all of it behind a subclass of `Dialect` (dialect.py), which actuators hold; the
+  base writes a setup and its companion flags into a container the same way for every engine.
 
 Shared by every engine: `commandline` (argparse's flag forms, JSON values, shell words, where
 in a container the engine's args sit), `companion_record` (companion flags written and the

@@ -9,11 +9,12 @@ import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
-from typing import Any
+from typing import Any, TypeVar
 
 from autotuner.errors import ArgsError
 
 Edit = Callable[[list[str]], list[str]]  # an engine's argument list -> the new one
+Number = TypeVar("Number", int, float)
 
 
 @dataclass(frozen=True)
@@ -60,28 +61,29 @@ def truthy(text: str) -> bool:
     return text.strip().lower() not in ("false", "0", "no", "off")
 
 
-def integer_value(text: str | None, name: str, *, minimum: int) -> int | None:
-    """A flag's integer value (None: not given); ArgsError naming the flag if it is not one."""
+def _number(text: str | None, name: str, read: Callable[[str], Number], kind: str) -> Number | None:
+    """A flag's value read as a number of this kind (None: not given); ArgsError naming the
+    flag if it is not one."""
     if text is None:
         return None
     try:
-        value = int(text)
+        return read(text)
     except ValueError:
-        raise ArgsError(f"{name}: not an integer: {text!r}") from None
-    if value < minimum:
+        raise ArgsError(f"{name}: not {kind}: {text!r}") from None
+
+
+def integer_value(text: str | None, name: str, *, minimum: int) -> int | None:
+    """A flag's integer value (None: not given); ArgsError naming the flag if it is not one."""
+    value = _number(text, name, int, "an integer")
+    if value is not None and value < minimum:
         raise ArgsError(f"{name}: must be >= {minimum}, got {value}")
     return value
 
 
 def fraction_value(text: str | None, name: str) -> float | None:
     """A flag's value in (0, 1] (None: not given); ArgsError naming the flag otherwise."""
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise ArgsError(f"{name}: not a number: {text!r}") from None
-    if not 0 < value <= 1:
+    value = _number(text, name, float, "a number")
+    if value is not None and not 0 < value <= 1:
         raise ArgsError(f"{name}: must lie in (0, 1], got {value}")
     return value
 

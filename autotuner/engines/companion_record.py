@@ -9,13 +9,15 @@ byte. Each engine says where a companion stands in its args and how it writes it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from autotuner.core.engine.builds import Companion
-from autotuner.engines.commandline import Flag, edit_container
-from autotuner.engines.dialect import Rendered, Saved
+from autotuner.engines.commandline import Flag
 from autotuner.errors import ArgsError
+
+# The operator's own tokens for the companion flags a setup made the tuner change.
+Saved = dict[str, list[str] | None]
 
 
 class Spelling(Protocol):
@@ -28,6 +30,14 @@ class Spelling(Protocol):
 
     def wanted(self, companion: Companion) -> list[str]:
         """The tokens that turn the companion on (ArgsError where args cannot carry it)."""
+
+
+def with_value(args: Sequence[str], flag: Flag | None) -> tuple[Flag, list[str]] | None:
+    """A companion flag's occurrence and its tokens: the flag and its value, if it has one."""
+    if flag is None:
+        return None
+    end = flag.value_index if flag.value_index is not None else flag.index
+    return flag, list(args[flag.index : end + 1])
 
 
 def _replace(
@@ -82,23 +92,3 @@ def saved_record(value: object) -> Saved | None:
     ):
         raise ArgsError(f"the saved operator args are not a companion record: {value!r}")
     return {str(k): v for k, v in value.items()}
-
-
-def render_container(
-    command: Sequence[str],
-    args: Sequence[str],
-    managed: Collection[str],
-    render: Callable[[list[str]], tuple[list[str], Saved | None]],
-    saved: Saved | None,
-) -> Rendered:
-    """New (command, args) with the engine's argument list rendered (`render`: the new list
-    and the operator's companion record), and the record to keep (`saved` when the list
-    without the engine's args is returned unchanged)."""
-    kept: list[Saved | None] = [saved]
-
-    def edit(words: list[str]) -> list[str]:
-        out, kept[0] = render(words)
-        return out
-
-    new_command, new_args = edit_container(command, args, managed, edit)
-    return new_command, new_args, kept[0]

@@ -34,7 +34,7 @@ from autotuner.core.types import Setup
 from autotuner.engines.build_table import image_version
 from autotuner.engines.vllm.builds import build_in_force, table
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
-from autotuner.engines.vllm.setup import render_with_companions
+from autotuner.engines.vllm.dialect import VllmDialect
 from autotuner.errors import InputError
 from autotuner.settings import cli_overrides, load_settings
 
@@ -42,6 +42,7 @@ NEMOTRON = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
 QWEN35 = load_model("Qwen/Qwen3.5-122B-A10B")
 REPLAY_ARCHITECTURES = ("NemotronHForCausalLM", "NemotronHPuzzleForCausalLM")
 OPERATOR = ["--model", "m", "--speculative-config", '{"method":"mtp","num_speculative_tokens":3}']
+VLLM = VllmDialect()
 
 
 def _last(args: Sequence[str], name: str) -> str | None:
@@ -117,7 +118,7 @@ def test_each_row_writes_what_its_version_starts_with(
     engine = FOLLOW_BUILD.running_on(build).serving(model)
     setup = Setup.parse(label)
     refusal = engine.refusal(setup)
-    args, _ = render_with_companions(
+    args, _ = VLLM.render_args(
         OPERATOR,
         setup,
         companions=engine.companions(setup),
@@ -139,7 +140,7 @@ def test_every_row_of_the_table_is_exercised() -> None:
 
 def test_replay_alone_takes_flashinfer_and_prefix_caching_off() -> None:
     engine = FOLLOW_BUILD.running_on(build_in_force("0.33.0")).serving(NEMOTRON)
-    args, saved = render_with_companions(
+    args, saved = VLLM.render_args(
         OPERATOR, Setup.parse("replay:16"), companions=engine.companions(Setup.parse("replay:16"))
     )
     assert args[-6:] == [
@@ -160,7 +161,7 @@ def test_speculation_on_the_cpu_build_turns_prefix_caching_off(declared: str, of
     such rule. A dense model has no SSM family, so no row and no companion."""
     spec2 = Setup(spec_tokens=2)  # not the operator's spec:3, so it is written
     engine = FOLLOW_BUILD.running_on(build_in_force(declared)).serving(NEMOTRON)
-    args, _ = render_with_companions(OPERATOR, spec2, companions=engine.companions(spec2))
+    args, _ = VLLM.render_args(OPERATOR, spec2, companions=engine.companions(spec2))
     assert ("--no-enable-prefix-caching" in args) is off
     assert engine.keeps_prefix_caching(spec2) is not off
     dense = FOLLOW_BUILD.running_on(build_in_force(declared)).serving(
@@ -183,12 +184,12 @@ def test_the_operators_own_flags_are_put_back_in_place() -> None:
     operator = [*OPERATOR, "--enable-prefix-caching", "--mamba-backend=triton", "--port", "8000"]
     engine = FOLLOW_BUILD.running_on(build_in_force("0.33.0")).serving(NEMOTRON)
     both = Setup.parse("replay+spec:3:16")
-    on, saved = render_with_companions(operator, both, companions=engine.companions(both))
+    on, saved = VLLM.render_args(operator, both, companions=engine.companions(both))
     assert "--enable-prefix-caching" not in on
     assert on[4:7] == ["--no-enable-prefix-caching", "--mamba-backend", "flashinfer"]  # in place
     assert vllm_starts(on, NEMOTRON.architecture, (0, 33))
     spec = Setup.parse("spec:3")
-    back, kept = render_with_companions(on, spec, companions=(), saved_companions=saved)
+    back, kept = VLLM.render_args(on, spec, companions=(), saved_companions=saved)
     assert back == operator
     assert kept is None
 

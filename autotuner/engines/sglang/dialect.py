@@ -9,8 +9,8 @@ from typing import Any
 from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
 from autotuner.core.engine.builds import BuildInForce, Companion
 from autotuner.core.types import Setup
-from autotuner.engines.companion_record import saved_record
-from autotuner.engines.dialect import Rendered, Saved
+from autotuner.engines.companion_record import Spelling
+from autotuner.engines.dialect import Dialect
 from autotuner.engines.sglang import args as sglang_args
 from autotuner.engines.sglang import builds, flags
 from autotuner.engines.sglang import setup as sglang_setup
@@ -18,18 +18,17 @@ from autotuner.errors import InputError
 
 
 @dataclass(frozen=True)
-class SglangDialect:
-    @property
-    def name(self) -> str:
-        return "sglang"
-
-    @property
-    def container_hint(self) -> str:
-        return sglang_setup.CONTAINER_HINT
+class SglangDialect(Dialect):
+    name = "sglang"
+    container_hint = sglang_setup.CONTAINER_HINT
 
     @property
     def managed(self) -> frozenset[str]:
         return frozenset(flags.MANAGED)
+
+    @property
+    def spelling(self) -> Spelling:
+        return sglang_setup.SPELLING
 
     def tokens(self, command: Sequence[str], args: Sequence[str]) -> list[str]:
         return sglang_setup.sglang_tokens(command, args)
@@ -40,8 +39,8 @@ class SglangDialect:
     def served_model(self, tokens: Sequence[str]) -> str | None:
         return sglang_args.served_model_id(tokens)
 
-    def setup_of(self, command: Sequence[str], args: Sequence[str]) -> Setup:
-        return sglang_setup.parse_setup(self.tokens(command, args))
+    def parse(self, tokens: Sequence[str]) -> Setup:
+        return sglang_setup.parse_setup(tokens)
 
     def speculative_config(
         self, command: Sequence[str], args: Sequence[str]
@@ -54,32 +53,16 @@ class SglangDialect:
         except InputError:
             return None
 
-    def render(
-        self,
-        command: Sequence[str],
-        args: Sequence[str],
-        setup: Setup,
-        *,
-        saved_speculative_config: dict[str, Any] | None,
-        allow_low_precision_replay: bool,
-        companions: Sequence[Companion] = (),
-        saved_companions: Saved | None = None,
-    ) -> Rendered:
-        return sglang_setup.render_container(
-            command,
-            args,
-            setup,
-            saved_speculative_config=saved_speculative_config,
-            allow_low_precision_replay=allow_low_precision_replay,
-            companions=tuple(companions),
-            saved_companions=saved_companions,
-        )
+    def write(self, tokens: Sequence[str], setup: Setup, **options: Any) -> list[str]:
+        return sglang_setup.render(tokens, setup, **options)
+
+    def companions_written(
+        self, setup: Setup, companions: Sequence[Companion]
+    ) -> tuple[Companion, ...]:
+        return sglang_setup.companions_for(setup, companions)
 
     def setup_flags(self, setup: Setup, companions: Sequence[Companion]) -> list[str]:
         return sglang_setup.setup_flags(setup, companions)
-
-    def saved_record(self, value: object) -> Saved | None:
-        return saved_record(value)
 
     def build_in_force(self, declared: str, *, image: str | None) -> BuildInForce:
         return builds.build_in_force(declared, image=image)

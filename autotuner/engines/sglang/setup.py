@@ -25,7 +25,6 @@ from autotuner.engines.commandline import (
     remove,
     set_value,
 )
-from autotuner.engines.dialect import Rendered, Saved
 from autotuner.engines.sglang import flags
 from autotuner.engines.sglang.args import integer, last, speculative, switched, text
 from autotuner.errors import ArgsError
@@ -206,11 +205,7 @@ class SglangSpelling:
         self, args: Sequence[str], companion: Companion
     ) -> tuple[Flag, list[str]] | None:
         if companion is Companion.MAMBA_RADIX_NO_BUFFER:
-            flag = find(args, flags.RADIX_STRATEGY)
-            if flag is None:
-                return None
-            end = flag.value_index if flag.value_index is not None else flag.index
-            return flag, list(args[flag.index : end + 1])
+            return companion_record.with_value(args, find(args, flags.RADIX_STRATEGY))
         if companion is Companion.OVERLAP_SCHEDULE_OFF:
             where = [i for i, arg in enumerate(args) if arg == flags.OVERLAP_OFF]
             return (Flag(where[-1], False, None, None), [flags.OVERLAP_OFF]) if where else None
@@ -236,24 +231,6 @@ def companions_for(setup: Setup, companions: Sequence[Companion]) -> tuple[Compa
     return tuple(needed)
 
 
-def render_with_companions(
-    args: Sequence[str],
-    setup: Setup,
-    *,
-    companions: Sequence[Companion] = (),
-    saved_companions: Saved | None = None,
-    **options: Any,
-) -> tuple[list[str], Saved | None]:
-    """`render`, with the companions `setup` needs written and those it no longer needs put
-    back as the operator had them (`saved_companions`)."""
-    if setup == parse_setup(args):
-        return list(args), saved_companions
-    wanted = companions_for(setup, companions)
-    return companion_record.render_companions(
-        render(args, setup, **options), wanted, saved_companions, SPELLING
-    )
-
-
 def setup_flags(setup: Setup, companions: Sequence[Companion]) -> list[str]:
     """A setup's flags as `render` writes them beside the operator's drafter (for reports)."""
     own = []
@@ -271,16 +248,3 @@ def setup_flags(setup: Setup, companions: Sequence[Companion]) -> list[str]:
 def sglang_tokens(command: Sequence[str], args: Sequence[str]) -> list[str]:
     """The SGLang argument list a container runs (command, args or a `sh -c` line)."""
     return engine_tokens(command, args, flags.MANAGED)
-
-
-def render_container(
-    command: Sequence[str], args: Sequence[str], setup: Setup, **options: Any
-) -> Rendered:
-    """New (command, args) for `setup` and the operator's companion record to keep."""
-    return companion_record.render_container(
-        command,
-        args,
-        flags.MANAGED,
-        lambda words: render_with_companions(words, setup, **options),
-        options.get("saved_companions"),
-    )

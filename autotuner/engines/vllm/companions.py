@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from autotuner.core.engine.builds import Companion
 from autotuner.engines.commandline import Flag
+from autotuner.engines.companion_record import with_value
 from autotuner.engines.vllm.args import find_any
 from autotuner.errors import ArgsError
 
@@ -43,11 +44,7 @@ class VllmSpelling:
     ) -> tuple[Flag, list[str]] | None:
         if companion is Companion.MAMBA_BACKEND_FLASHINFER:
             hit = find_any(args, MAMBA_BACKEND)
-            if hit is None:
-                return None
-            flag = hit[1]
-            end = flag.value_index if flag.value_index is not None else flag.index
-            return flag, list(args[flag.index : end + 1])
+            return with_value(args, hit[1] if hit else None)
         hit = find_any(args, *PREFIX_CACHING)
         if hit is None:
             return None

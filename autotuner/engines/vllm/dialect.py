@@ -9,30 +9,29 @@ from typing import Any
 from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
 from autotuner.core.engine.builds import BuildInForce, Companion
 from autotuner.core.types import Setup
-from autotuner.engines.companion_record import saved_record
-from autotuner.engines.dialect import Rendered, Saved
+from autotuner.engines.companion_record import Spelling
+from autotuner.engines.dialect import Dialect
 from autotuner.engines.vllm import args as vllm_args
 from autotuner.engines.vllm import builds
 from autotuner.engines.vllm import setup as vllm_setup
-from autotuner.engines.vllm.companions import spelled
+from autotuner.engines.vllm.companions import SPELLING, spelled
 from autotuner.engines.vllm.flags import FlagNames
 
 
 @dataclass(frozen=True)
-class VllmDialect:
+class VllmDialect(Dialect):
     names: FlagNames = field(default_factory=FlagNames)
 
-    @property
-    def name(self) -> str:
-        return "vllm"
-
-    @property
-    def container_hint(self) -> str:
-        return vllm_setup.CONTAINER_HINT
+    name = "vllm"
+    container_hint = vllm_setup.CONTAINER_HINT
 
     @property
     def managed(self) -> frozenset[str]:
         return frozenset(self.names.managed)
+
+    @property
+    def spelling(self) -> Spelling:
+        return SPELLING
 
     def tokens(self, command: Sequence[str], args: Sequence[str]) -> list[str]:
         return vllm_setup.vllm_tokens(command, args, self.names)
@@ -43,8 +42,8 @@ class VllmDialect:
     def served_model(self, tokens: Sequence[str]) -> str | None:
         return vllm_args.served_model_id(tokens)
 
-    def setup_of(self, command: Sequence[str], args: Sequence[str]) -> Setup:
-        return vllm_setup.container_setup(command, args, self.names)
+    def parse(self, tokens: Sequence[str]) -> Setup:
+        return vllm_setup.parse_setup(tokens, self.names)
 
     def speculative_config(
         self, command: Sequence[str], args: Sequence[str]
@@ -54,27 +53,13 @@ class VllmDialect:
     def drafter_of(self, saved: dict[str, Any] | None) -> SpeculativeConfig | None:
         return vllm_args.speculative_of(saved)
 
-    def render(
-        self,
-        command: Sequence[str],
-        args: Sequence[str],
-        setup: Setup,
-        *,
-        saved_speculative_config: dict[str, Any] | None,
-        allow_low_precision_replay: bool,
-        companions: Sequence[Companion] = (),
-        saved_companions: Saved | None = None,
-    ) -> Rendered:
-        return vllm_setup.render_container(
-            command,
-            args,
-            setup,
-            names=self.names,
-            saved_speculative_config=saved_speculative_config,
-            allow_low_precision_replay=allow_low_precision_replay,
-            companions=tuple(companions),
-            saved_companions=saved_companions,
-        )
+    def write(self, tokens: Sequence[str], setup: Setup, **options: Any) -> list[str]:
+        return vllm_setup.render(tokens, setup, names=self.names, **options)
+
+    def companions_written(
+        self, setup: Setup, companions: Sequence[Companion]
+    ) -> tuple[Companion, ...]:
+        return tuple(companions)  # the build's, as its capability rows name them
 
     def setup_flags(self, setup: Setup, companions: Sequence[Companion]) -> list[str]:
         own = []
@@ -89,9 +74,6 @@ class VllmDialect:
                 f"{setup.replay_window}"
             )
         return own + [spelled(c) for c in companions]
-
-    def saved_record(self, value: object) -> Saved | None:
-        return saved_record(value)
 
     def build_in_force(self, declared: str, *, image: str | None) -> BuildInForce:
         return builds.build_in_force(declared, image=image)

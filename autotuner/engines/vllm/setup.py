@@ -11,9 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from autotuner.core.engine.builds import Companion
 from autotuner.core.types import ScheduleBand, Setup
-from autotuner.engines import companion_record
 from autotuner.engines.commandline import (
     Flag,
     edit_shell,
@@ -24,9 +22,7 @@ from autotuner.engines.commandline import (
     set_value,
     shell_tokens,
 )
-from autotuner.engines.dialect import Rendered, Saved
 from autotuner.engines.vllm.args import speculative
-from autotuner.engines.vllm.companions import SPELLING
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import ArgsError
 
@@ -160,26 +156,6 @@ def _render_replay(args: list[str], setup: Setup, names: FlagNames) -> list[str]
     return set_value(out, length, names.replayssm_buffer_len, str(setup.replay_window))
 
 
-def render_with_companions(
-    args: Sequence[str],
-    setup: Setup,
-    *,
-    companions: Sequence[Companion] = (),
-    saved_companions: Saved | None = None,
-    **options: Any,
-) -> tuple[list[str], Saved | None]:
-    """`render`, with the companion flags the build needs for `setup` written and those it no
-    longer needs put back as the operator had them (`saved_companions`); the record of the
-    operator's tokens to keep on the target. Args that already configure `setup` are kept
-    as they are."""
-    names = options.get("names") or FlagNames()
-    if setup == parse_setup(args, names):
-        return list(args), saved_companions
-    return companion_record.render_companions(
-        render(args, setup, **options), companions, saved_companions, SPELLING
-    )
-
-
 def render_shell(line: str, setup: Setup, **options: Any) -> str:
     """Edit a plain vLLM command line: managed tokens are rewritten in place, the rest of the
     string (spacing, quoting, other flags) keeps its bytes."""
@@ -198,30 +174,7 @@ def vllm_tokens(
     return engine_tokens(command, args, (names or FlagNames()).managed)
 
 
-def container_setup(
-    command: Sequence[str], args: Sequence[str], names: FlagNames | None = None
-) -> Setup:
-    """The Setup a container's command and args configure."""
-    return parse_setup(vllm_tokens(command, args, names), names)
-
-
 def container_speculative_config(
     command: Sequence[str], args: Sequence[str], names: FlagNames | None = None
 ) -> dict[str, Any] | None:
     return speculative_config(vllm_tokens(command, args, names), names)
-
-
-def render_container(
-    command: Sequence[str], args: Sequence[str], setup: Setup, **options: Any
-) -> Rendered:
-    """New (command, args) for `setup` with its companion flags (see render_with_companions),
-    and the record of the operator's companion tokens to keep; the list without vLLM flags is
-    returned unchanged."""
-    names = options.get("names") or FlagNames()
-    return companion_record.render_container(
-        command,
-        args,
-        names.managed,
-        lambda words: render_with_companions(words, setup, **options),
-        options.get("saved_companions"),
-    )
