@@ -29,7 +29,6 @@ from typing import Any
 from kubernetes import client as k8s
 
 from autotuner.actuators.base import (
-    OPERATOR_ANNOTATION,
     STATE_ANNOTATION,
     Actuator,
     ApplyResult,
@@ -39,7 +38,6 @@ from autotuner.actuators.base import (
     Wanted,
     args_diff,
     live_target,
-    record_text,
 )
 from autotuner.actuators.kinds import (
     LWS_UPDATE,
@@ -290,11 +288,7 @@ class KubernetesActuator(Actuator):
         renders = [(change.command, change.args), *[(c, a) for c, a, _ in others]]
         for (engine, site), (command, args) in zip(read.sites, renders, strict=True):
             ops += site_ops(site, at(raw, engine.container), command, args)
-        annotations: dict[str, str | None] = {}
-        if change.state is not None:
-            annotations[STATE_ANNOTATION] = change.state
-        if change.operator_args != live.operator_args:
-            annotations[OPERATOR_ANNOTATION] = record_text(change.operator_args)
+        annotations = change.annotations()
         moved = (change.command, change.args) != (list(live.command), list(live.args))
         if self.canary and moved:
             ops += self._hold_partition(raw, annotations)

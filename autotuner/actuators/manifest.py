@@ -22,8 +22,6 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.util import load_yaml_guess_indent
 
 from autotuner.actuators.base import (
-    OPERATOR_ANNOTATION,
-    STATE_ANNOTATION,
     Actuator,
     ApplyResult,
     Change,
@@ -31,7 +29,6 @@ from autotuner.actuators.base import (
     RolloutStatus,
     atomic_write,
     live_target,
-    record_text,
 )
 from autotuner.actuators.kinds import BY_KIND, Engine, at, engine_sites, kind_named, pointer
 from autotuner.actuators.sites import Site, site_ops
@@ -146,8 +143,7 @@ class ManifestActuator(Actuator):
         return self._live(text, documents), (text, documents)
 
     def _write(self, change: Change, read: tuple[str, list[Any]]) -> ApplyResult:
-        live, command, args, state = change.live, change.command, change.args, change.state
-        dry_run, operator_args = change.dry_run, change.operator_args
+        live, command, args, dry_run = change.live, change.command, change.args, change.dry_run
         text, documents = read
         workload = self._workload(documents)
         sites = self._sites(workload, documents)
@@ -159,10 +155,8 @@ class ManifestActuator(Actuator):
                 _apply_ops(workload, site_ops(site, container, new_command, new_args))
         except ArgsError as exc:
             raise AdviceOnlyError(f"{self.path}: not written: {exc}") from None
-        if state is not None:
-            _annotate(workload, STATE_ANNOTATION, state)
-        if operator_args != live.operator_args:
-            _annotate(workload, OPERATOR_ANNOTATION, record_text(operator_args))
+        for key, value in change.annotations().items():
+            _annotate(workload, key, value)
         buffer = io.StringIO()
         self.yaml.dump_all(documents, buffer)
         new_text = buffer.getvalue()
