@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autotuner.controller import GUARD_DISABLED, Controller, Observer
 from autotuner.core.engine.args import EngineArgs
 from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import ModelSpec
-from autotuner.core.predict.hardware import datasheet, load_profile
+from autotuner.core.predict.hardware import HardwareProfile, datasheet, load_profile
 from autotuner.engines.kinds import EngineKind
 from autotuner.errors import ActuatorError, ArgsError, InputError
 from autotuner.settings import Settings
@@ -41,8 +41,34 @@ def build_controller(
     uri = target.uri or _own_workload(settings)
     actuator = _actuator(settings, uri, identity) if uri else None
     quality, quality_off = quality_guard(settings)
-    model = served_model(settings, actuator)
-    if actuator is not None:  # the companion flags each setup needs on the target's build
+    return controller_for(
+        settings,
+        (served_model(settings, actuator), hardware),
+        observe,
+        actuator,
+        metrics=metrics,
+        logger=logger,
+        elector=_elector(settings, uri, identity) if uri.startswith("k8s://") else None,
+        quality=quality,
+        quality_off=quality_off,
+    )
+
+
+def controller_for(
+    settings: Settings,
+    served: tuple[ModelSpec, HardwareProfile],
+    observe: Observer,
+    actuator: Actuator | None,
+    *,
+    metrics: TunerMetrics,
+    logger: logging.Logger,
+    **parts: Any,
+) -> Controller:
+    """The loop over `actuator` for `served` (model, GPU), the actuator told the companion
+    flags each setup needs on the target's build; `parts`: the Controller's optional fields
+    (Lease elector, quality guard, clock)."""
+    model, hardware = served
+    if actuator is not None:
         actuator.engine = settings.engine.capabilities.serving(model)
         actuator.declared_build = settings.engine.build
     return Controller(
@@ -53,9 +79,7 @@ def build_controller(
         actuator=actuator,
         metrics=metrics,
         logger=logger,
-        elector=_elector(settings, uri, identity) if uri.startswith("k8s://") else None,
-        quality=quality,
-        quality_off=quality_off,
+        **parts,
     )
 
 

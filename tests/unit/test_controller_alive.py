@@ -4,7 +4,6 @@ from the start until the first one (a sidecar wedged in its first scrape is rest
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 from autotuner.actuators.base import Actuator
@@ -14,7 +13,7 @@ from autotuner.core.decide.state import read_state
 from autotuner.core.types import Observation, Setup
 from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
-from autotuner.telling.exporter import TunerMetrics
+from tests.support.loop import wired
 from tests.support.policy import H200, MODEL
 
 TRUTH = TruthEngine(MODEL, H200)
@@ -33,16 +32,7 @@ def _controller(clock: list[float], actuator: Actuator | None = None) -> Control
             now=clock[0], window_s=60, setup=SPEC3, batch=64, rates=(0.8, 0.7, 0.6)
         )
 
-    return Controller(
-        settings=_settings(),
-        model=MODEL,
-        hardware=H200,
-        observe=observe,
-        actuator=actuator,
-        metrics=TunerMetrics(),
-        logger=logging.getLogger("test"),
-        clock=lambda: clock[0],
-    )
+    return wired(_settings(), (MODEL, H200), observe, actuator, lambda: clock[0])
 
 
 def test_a_loop_that_never_completes_a_step_stops_being_alive() -> None:
