@@ -30,17 +30,20 @@ from autotuner.errors import AutotunerError, InputError
 if TYPE_CHECKING:
     from autotuner.actuators.base import Actuator
 
+# The target both commands open, as its URI.
+TargetUri = Annotated[
+    str,
+    typer.Option(
+        help="k8s://NS/KIND[.VERSION]/NAME[/CONTAINER|COMPONENT] (KIND: deployment, "
+        "statefulset, leaderworkerset, dynamographdeployment, llminferenceservice, "
+        "inferenceservice), file://PATH or exec://PATH"
+    ),
+]
+
 
 def apply(
     setup: Annotated[str, typer.Option(help="plain | spec:K | replay:L | replay+spec:K:L")],
-    target: Annotated[
-        str,
-        typer.Option(
-            help="k8s://NS/KIND[.VERSION]/NAME[/CONTAINER|COMPONENT] (KIND: deployment, "
-            "statefulset, leaderworkerset, dynamographdeployment, llminferenceservice, "
-            "inferenceservice), file://PATH or exec://PATH"
-        ),
-    ],
+    target: TargetUri,
     schedule: Annotated[
         str | None, typer.Option(help="Per-batch K bands, e.g. 1-64:3,65-128:1,129-512:0.")
     ] = None,
@@ -168,14 +171,7 @@ def _loaded(model_id: str | None) -> ModelSpec | None:
 
 
 def status(
-    target: Annotated[
-        str,
-        typer.Option(
-            help="k8s://NS/KIND[.VERSION]/NAME[/CONTAINER|COMPONENT] (KIND: deployment, "
-            "statefulset, leaderworkerset, dynamographdeployment, llminferenceservice, "
-            "inferenceservice), file://PATH or exec://PATH"
-        ),
-    ],
+    target: TargetUri,
     kube_server: Annotated[str | None, typer.Option(help="API server URL.")] = None,
     lease: Annotated[
         str | None, typer.Option(help="Lease name to report the leader of (k8s targets).")
