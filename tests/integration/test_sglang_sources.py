@@ -19,6 +19,7 @@ from autotuner.sources.readings import SGLANG
 from autotuner.sources.sglang_metrics import ASSUMPTION
 from autotuner.sources.vllm_scrape import VllmScraper
 from tests.integration.conftest import StartPrometheus, wait_for_samples
+from tests.support.sglang_command import NEXTN_K3
 
 LIMITS = ObservationLimits(min_batch_samples=3, min_drafts=100, max_age_s=10)
 ACCEPTANCE = (0.85, 0.6, 0.4)
@@ -30,12 +31,7 @@ ARGS = [
     "--enable-metrics",
     "--max-running-requests",
     "512",
-    "--speculative-algorithm",
-    "NEXTN",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
+    *NEXTN_K3,
 ]
 
 

@@ -7,6 +7,8 @@ from autotuner.engines.vllm.capabilities import REPLAY_SPEC, UPSTREAM
 
 HYBRID = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
 DENSE = load_model("meta-llama/Llama-3.1-70B-Instruct-FP8")
+# What any model that speculates up to K=3 compares: without speculation and each K.
+SPECULATION = ["plain", "spec:1", "spec:2", "spec:3"]
 
 
 def labels(setups: tuple[Setup, ...]) -> list[str]:
@@ -15,10 +17,7 @@ def labels(setups: tuple[Setup, ...]) -> list[str]:
 
 def test_a_hybrid_model_gets_replay_statics() -> None:
     assert labels(statics_for(HYBRID, UPSTREAM, 3, drafter=True)) == [
-        "plain",
-        "spec:1",
-        "spec:2",
-        "spec:3",
+        *SPECULATION,
         "replay:16",
         "replay:8",
     ]
@@ -35,12 +34,7 @@ def test_replay_with_speculation_is_a_static_where_the_build_runs_it() -> None:
 
 
 def test_a_dense_model_gets_no_replay_statics() -> None:
-    assert labels(statics_for(DENSE, REPLAY_SPEC, 3, drafter=True)) == [
-        "plain",
-        "spec:1",
-        "spec:2",
-        "spec:3",
-    ]
+    assert labels(statics_for(DENSE, REPLAY_SPEC, 3, drafter=True)) == SPECULATION
 
 
 def test_no_drafter_no_speculation_and_the_engine_refuses_what_it_lacks() -> None:

@@ -13,6 +13,7 @@ from autotuner.engines.sglang.capabilities import FOLLOW_BUILD
 from autotuner.engines.sglang.dialect import SglangDialect
 from autotuner.engines.sglang.setup import parse_setup, render
 from autotuner.errors import ArgsError
+from tests.support.sglang_command import NEXTN_K3
 from tests.support.sglang_rules import broken
 
 LAUNCH = ["python3", "-m", "sglang.launch_server"]
@@ -22,12 +23,7 @@ BASES = {
     "nextn": [
         *MODEL,
         "--max-running-requests=512",
-        "--speculative-algorithm",
-        "NEXTN",
-        "--speculative-num-steps",
-        "3",
-        "--speculative-eagle-topk",
-        "1",
+        *NEXTN_K3,
         "--speculative-num-draft-tokens",
         "4",
     ],
