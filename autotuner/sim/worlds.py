@@ -33,7 +33,6 @@ from autotuner.core.observe.observation import Ratio, WindowTotals, build_observ
 from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import HardwareProfile, datasheet
-from autotuner.core.predict.prefill import keeps_prefix_caching
 from autotuner.core.types import Observation, Setup
 from autotuner.sim.sglang_startup import run_at
 from autotuner.sim.truth import StepError, TruthEngine, no_error, realistic_error
@@ -217,15 +216,11 @@ UNCAPPED_MEMORY = 1e18  # bytes: step times at any batch, capacity taken from th
 
 
 @dataclass
-class ModelSpeed:
-    """The cost model times a hidden error (sim.truth), at exactly the batch asked for."""
+class ModelSpeed(TruthEngine):
+    """The truth engine (the cost model times a hidden error) as a world's speed: its step
+    times at exactly the batch asked for (as if memory held any batch), the real GPU's
+    capacity."""
 
-    model: ModelSpec
-    hardware: HardwareProfile
-    workload: Workload = field(default_factory=Workload)
-    error: StepError = no_error
-    prefix_caching: Callable[[Setup], bool] = keeps_prefix_caching  # the engine's rule
-    prefill_error: float = 1.0  # the true recomputed prefill against the model's price
     _capacity: dict[str, float] = field(default_factory=dict, repr=False)
 
     @cached_property
