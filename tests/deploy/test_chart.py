@@ -15,7 +15,8 @@ import helm_python as helm
 import pytest
 import yaml
 
-from autotuner.settings import Settings, load_settings
+from autotuner.engines.kinds import EngineKind
+from autotuner.settings import Settings, SourceKind, load_settings
 from tests.deploy.building import (
     DEPLOY,
     KINDS,
@@ -175,11 +176,12 @@ def test_the_target_uri_names_the_container_or_component(
     assert settings_of(render(chart, {"target": target}), tmp_path).target.uri == uri
 
 
-def test_sglang_is_scraped_on_its_port(chart: helm.Chart) -> None:
+def test_sglang_is_scraped_on_its_port(chart: helm.Chart, tmp_path: Path) -> None:
     objects = render(chart, {"engine": "sglang", "target": {"kind": "dynamographdeployment"}})
-    settings = yaml.safe_load(only(objects, "ConfigMap", "-settings")["data"]["autotuner.yaml"])
-    assert settings["engine"] == {"kind": "sglang"}
-    assert settings["source"]["urls"] == ["http://vllm.llm.svc:30000/metrics"]
+    settings = settings_of(objects, tmp_path)
+    assert settings.engine.kind is EngineKind.SGLANG
+    assert settings.source.kind is SourceKind.SGLANG
+    assert settings.source.urls == ["http://vllm.llm.svc:30000/metrics"]
 
 
 def test_the_alert_rules_behind_their_switch_pass_promtool(

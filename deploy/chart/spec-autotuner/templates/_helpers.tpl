@@ -53,7 +53,7 @@ LeaderWorkerSet) or the DynamoGraphDeployment's component; without it the tuner 
 {{- $url := printf "http://%s.%s.svc:%d/metrics" .Values.target.name (include "spec-autotuner.targetNamespace" .) $port -}}
 {{- $settings := dict
   "mode" .Values.mode
-  "source" (dict "kind" .Values.source.kind "urls" (.Values.source.urls | default (list $url)))
+  "source" (dict "kind" (.Values.source.kind | default .Values.engine) "urls" (.Values.source.urls | default (list $url)))
   "model" (dict "id" .Values.model.id "gpu" .Values.model.gpu)
   "target" (dict "uri" (include "spec-autotuner.targetURI" .))
   "exporter" (dict "host" "0.0.0.0" "port" 9400)
