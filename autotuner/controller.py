@@ -179,8 +179,8 @@ class Controller:
         self.metrics.count(planned.decision.action)
         for notice in planned.notices:
             self.notifier.tell(notice)
-        if ctx.advisory is None and before.verification and not planned.state.verification:
-            self._release_canary(planned.decision.action)
+        if ctx.advisory is None and live is not None and live.canary_held:
+            self._release_canary(planned)
         if not planned.acts or ctx.advisory is not None:
             return planned
         if planned.decision.action is Action.SWITCH:
@@ -192,14 +192,17 @@ class Controller:
             planned = replace(planned, decision=decision, state=state)
         return self._apply(planned, before, live, ctx)
 
-    def _release_canary(self, ended_by: Action) -> None:
-        """A verification ended: a canary (one group of a LeaderWorkerSet) that held up lets
-        the rest roll; one reverted keeps the rest where they were (the revert rewrites it)."""
-        if ended_by is not Action.KEEP or self.actuator is None:
+    def _release_canary(self, planned: Step) -> None:
+        """A canary (one group of a LeaderWorkerSet) holds the rest back: once nothing is being
+        verified and nothing written this step, let them roll. After a verified switch they
+        roll to it; after a revert (released the step after it is written) the template is
+        again what they run. A failed release is tried again next step."""
+        if planned.acts or planned.state.verification is not None or self.actuator is None:
             return
         try:
             if self.actuator.release_canary():
-                self.notifier.log("verified on the canary group: the remaining groups roll")
+                running = planned.decision.current.label
+                self.notifier.log(f"canary released: the remaining groups roll to {running}")
         except ActuatorError as exc:
             self.notifier.failed(ErrorKind.PATCH, f"cannot release the canary: {exc}")
 

@@ -51,6 +51,7 @@ class LiveTarget:
     image: str | None = None  # the engine container's image (its tag names the build)
     operator_args: Saved | None = None  # the operator's companion tokens, kept while changed
     advice: str | None = None  # why the tuner only advises here (it writes nothing), if so
+    canary_held: bool = False  # a canary holds the rest back (a LeaderWorkerSet's partition)
 
 
 @dataclass(frozen=True)
@@ -312,9 +313,9 @@ class Actuator(ABC):
         live = replace(change.live, command=site.command, args=site.args)
         return self.render_for(live, change.wanted)
 
-    def release_canary(self, *, dry_run: bool = False) -> bool:
-        """Let the rest of the target roll after a verified canary; False when no canary
-        holds it back (only a partitioned target has one)."""
+    def release_canary(self) -> bool:
+        """Let the rest of the target roll once no canary is being verified; False when no
+        canary holds it back (only a partitioned target has one)."""
         return False
 
 

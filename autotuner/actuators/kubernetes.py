@@ -141,8 +141,17 @@ class KubernetesActuator(Actuator):
             raise type(exc)(f"{where}: {exc}") from None
 
     def read(self) -> LiveTarget:
-        raw = self._get()
-        return self._live(raw, self._sites(raw))
+        """The object, the ConfigMaps its args come from and (LWS) its pods, within one
+        deadline as a whole."""
+        own = self._call is None
+        if own:
+            self._call = Deadline(self.deadline_s)
+        try:
+            raw = self._get()
+            return self._live(raw, self._sites(raw))
+        finally:
+            if own:
+                self._call = None
 
     def _live(self, raw: Obj, sites: list[tuple[Engine, Site]]) -> LiveTarget:
         self._uid = raw["metadata"].get("uid")
@@ -158,7 +167,12 @@ class KubernetesActuator(Actuator):
             rollout=self._rollout(raw),
             image=at(raw, (*engine.container, "image")),
         )
-        live = replace(live, advice=self._advice(raw, [s for _, s in sites]))
+        annotations = raw["metadata"].get("annotations") or {}
+        live = replace(
+            live,
+            advice=self._advice(raw, [s for _, s in sites]),
+            canary_held=PARTITION_ANNOTATION in annotations,
+        )
         if live.version is not None:
             self._seen[live.version] = live
             while len(self._seen) > SEEN:
@@ -305,7 +319,7 @@ class KubernetesActuator(Actuator):
             annotations[PARTITION_ANNOTATION] = str(lws_partition(raw))
         return _set(raw, LWS_UPDATE, "partition", replicas - 1)
 
-    def release_canary(self, *, dry_run: bool = False) -> bool:
+    def release_canary(self) -> bool:
         """Let every group roll: restore the operator's partition held by a canary apply.
         False when no canary holds it."""
         self._call = Deadline(self.deadline_s)
@@ -321,8 +335,7 @@ class KubernetesActuator(Actuator):
             ops += _set(raw, LWS_UPDATE, "partition", int(held or 0))
             ops += _annotation_ops(raw, {PARTITION_ANNOTATION: None})
             self._patch(ops, JSON_PATCH, dry_run=True)
-            if not dry_run:
-                self._patch(ops, JSON_PATCH, dry_run=False)
+            self._patch(ops, JSON_PATCH, dry_run=False)
             return True
         finally:
             self._call = None

@@ -452,6 +452,16 @@ def test_the_loop_reverts_an_lws_canary_stuck_on_gpus(server: FakeApiServer) -> 
     assert decision is not None
     assert decision.action is Action.REVERT
     assert "Insufficient nvidia.com/gpu" in decision.sentence
+    server.delete("Pod", "llm", "vllm-1")  # a GPU is free again
+    while PARTITION_ANNOTATION in server.get("LeaderWorkerSet", "llm", "vllm")["metadata"].get(
+        "annotations", {}
+    ):  # the partition is not left held: a step with nothing to verify or write releases it
+        assert clock[0] < 1000.0 + 7200, "the canary was never released after the revert"
+        groups_report(server, ready=2, updated=1)
+        clock[0] += 60
+        loop.step()
+    released = server.get("LeaderWorkerSet", "llm", "vllm")
+    assert released["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["partition"] == 0
 
 
 def test_the_loop_releases_an_lws_canary_once_verified(server: FakeApiServer) -> None:
@@ -480,3 +490,28 @@ def test_the_loop_releases_an_lws_canary_once_verified(server: FakeApiServer) ->
         PARTITION_ANNOTATION
         not in server.get("LeaderWorkerSet", "llm", "vllm")["metadata"]["annotations"]
     )
+
+
+def test_a_canary_left_held_is_released_at_the_next_quiet_step(server: FakeApiServer) -> None:
+    """A partition a canary holds while nothing is being verified (a release that failed, a
+    tuner restarted): the next step that verifies and writes nothing lets the rest roll."""
+    model, gpu = load_model(MODEL), datasheet("H200")
+    held = lws(ARGS, worker_args=ARGS)
+    held["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["partition"] = 1
+    held["metadata"]["annotations"] = {PARTITION_ANNOTATION: "0"}
+    server.put("LeaderWorkerSet", held)
+    settings, _ = load_settings(cli=cli_overrides(["mode=act", "engine.build=0.33.0"]))
+    truth = TruthEngine(model, gpu)
+
+    def observe() -> Observation:
+        return truth.observation(
+            now=1060.0, window_s=60, setup=Setup(spec_tokens=3), batch=8.0, rates=(0.8, 0.7, 0.6)
+        )
+
+    act = tuner(server, "k8s://llm/leaderworkerset/vllm", canary=True)
+    loop = wired(settings, (model, gpu), observe, act, lambda: 1060.0)
+    loop.step()
+    assert loop.metrics.current().decision is not None
+    released = server.get("LeaderWorkerSet", "llm", "vllm")
+    assert released["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["partition"] == 0
+    assert PARTITION_ANNOTATION not in released["metadata"]["annotations"]

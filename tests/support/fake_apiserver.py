@@ -209,6 +209,10 @@ class FakeApiServer:
         with self.lock:
             return copy.deepcopy(self.objects[(kind, namespace, name)])
 
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        with self.lock:
+            del self.objects[(kind, namespace, name)]
+
     def complete_rollout(self, kind: str, namespace: str, name: str) -> None:
         """The controller finished: every replica runs the latest template."""
         with self.lock:
