@@ -13,6 +13,8 @@ from __future__ import annotations
 import difflib
 import hashlib
 import io
+import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +70,7 @@ class ManifestActuator(Actuator):
         except OSError as exc:
             raise ActuatorError(f"{self.path}: cannot read ({exc.strerror})") from None
         try:
-            _, sequence, offset = load_yaml_guess_indent(text.split("\n---", 1)[-1])
-            # Keep the file's own sequence style ("- x" flush or indented under its key).
-            sequence, offset = sequence or 2, offset or 0
+            sequence, offset = _sequence_style(text)
             self.yaml.indent(mapping=max(sequence - offset, 2), sequence=sequence, offset=offset)
             documents = list(self.yaml.load_all(text))
         except YAMLError as exc:
@@ -104,7 +104,9 @@ class ManifestActuator(Actuator):
 
         def config_map(name: str) -> dict[str, str]:
             for document in documents:
-                meta = document.get("metadata") or {} if isinstance(document, dict) else {}
+                if not isinstance(document, dict):  # an empty document (`---` twice)
+                    continue
+                meta = document.get("metadata") or {}
                 if document.get("kind") == "ConfigMap" and meta.get("name") == name:
                     return {str(k): str(v) for k, v in (document.get("data") or {}).items()}
             raise ArgsError(f"the engine args come from ConfigMap {name}, not in this file")
@@ -120,9 +122,10 @@ class ManifestActuator(Actuator):
 
     def _live(self, text: str, documents: list[Any]) -> LiveTarget:
         workload = self._workload(documents)
-        engine, site = self._sites(workload, documents)[0]
+        sites = self._sites(workload, documents)
+        engine, site = sites[0]
         image = at(workload, (*engine.container, "image"))
-        return live_target(
+        live = live_target(
             str(self.path),
             description=f"file://{self.path} {pointer(engine.container)}",
             command=site.command,
@@ -133,6 +136,7 @@ class ManifestActuator(Actuator):
             rollout=RolloutStatus(True, None, "a manifest has no rollout; GitOps applies it"),
             image=str(image) if image else None,
         )
+        return replace(live, advice=next((s.advice for _, s in sites if s.advice), None))
 
     @property
     def where(self) -> str:
@@ -230,3 +234,13 @@ def _annotate(workload: CommentedMap, key: str, value: str | None) -> None:
         annotations = CommentedMap()
         metadata["annotations"] = annotations
     annotations[key] = value
+
+
+def _sequence_style(text: str) -> tuple[int, int]:
+    """The file's own sequence style ("- x" flush or indented under its key), as the first of
+    its documents that has a nested sequence writes it (2, 0 when none does)."""
+    for document in re.split(r"(?m)^---.*$", text):
+        _, sequence, offset = load_yaml_guess_indent(document)
+        if sequence and offset is not None:  # no offset: the document has no nested sequence
+            return sequence, offset
+    return 2, 0

@@ -188,11 +188,14 @@ def _env_site(entry: Obj, index: int, pointer: str, config_map: ConfigMapReader)
     ref = (entry.get("valueFrom") or {}).get("configMapKeyRef")
     if not ref:
         return None  # a Secret or a field reference: not where operators keep engine args
-    data = config_map(ref["name"])
-    if ref["key"] not in data:
-        raise ArgsError(f"{pointer}: env {name}: ConfigMap {ref['name']} has no key {ref['key']}")
-    words = [t.value for t in shell_tokens(data[ref["key"]])]
-    where = f"ConfigMap {ref['name']} key {ref['key']} (env {name} of {pointer})"
+    map_name, key = ref.get("name"), ref.get("key")
+    if not map_name or not key:
+        raise ArgsError(f"{pointer}: env {name}: a configMapKeyRef without a name and a key")
+    data = config_map(map_name)
+    if key not in data:
+        raise ArgsError(f"{pointer}: env {name}: ConfigMap {map_name} has no key {key}")
+    words = [t.value for t in shell_tokens(data[key])]
+    where = f"ConfigMap {map_name} key {key} (env {name} of {pointer})"
     return Site(pointer, (), tuple(words), advice=f"the engine args live in {where}")
 
 

@@ -102,6 +102,12 @@ def test_a_configmap_reference_is_read_and_advised() -> None:
     assert "ConfigMap e key k" in site.advice
     with pytest.raises(ArgsError, match="advise only"):
         site_ops(site, container, [], [])
+    partial = {
+        **container,
+        "env": [{"name": "EXTRA", "valueFrom": {"configMapKeyRef": {"name": "e"}}}],
+    }
+    with pytest.raises(ArgsError, match="without a name and a key"):
+        site_of(partial, {}, lambda name: {})
 
 
 def test_a_mounted_config_file_with_managed_flags_is_advised_the_cli_winning() -> None:
@@ -245,3 +251,38 @@ def test_a_leaderworkerset_file_is_edited_leader_and_workers(tmp_path: Path) -> 
     assert "- 'ray start --head; vllm serve m --use-replayssm --replayssm-buffer-len 8 '" in text
     assert "- --model  # kept\n              - m\n              - --use-replayssm\n" in text
     assert "name: vllm  # the multi-host engine" in text
+
+
+CONFIGMAP_FILE = """\
+---
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: engine-args}}
+data:
+  extra: --speculative-config '{spec}'
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: vllm}}
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          args: [--model, m, $(EXTRA)]
+          env:
+            - name: EXTRA
+              valueFrom: {{configMapKeyRef: {{name: engine-args, key: extra}}}}
+"""
+
+
+def test_a_file_whose_args_come_from_its_configmap_is_read_and_advised(tmp_path: Path) -> None:
+    """An empty document among them (`---` twice) is skipped; the ConfigMap in the same file
+    fills the args, and the change is advised there."""
+    path = tmp_path / "vllm.yaml"
+    path.write_text(CONFIGMAP_FILE.format(spec=MTP))
+    live = ManifestActuator(path).read()
+    assert live.setup == Setup(spec_tokens=3)
+    assert live.advice is not None
+    assert "ConfigMap engine-args key extra" in live.advice
