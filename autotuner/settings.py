@@ -217,6 +217,16 @@ class EngineSettings(Group):
             given["capabilities"] = given["capabilities"].model_dump()
         return EngineSettings.model_validate({**given, "kind": kind})
 
+    @model_validator(mode="after")
+    def _capabilities_name_an_engine(self) -> EngineSettings:
+        """A preset is one engine's: with `kind: auto` it would be read as vLLM's before the
+        engine is known."""
+        if self.kind is EngineKind.AUTO and "capabilities" in self.model_fields_set:
+            raise ValueError(
+                "engine.capabilities names one engine's preset: set engine.kind (vllm or sglang)"
+            )
+        return self
+
     @field_validator("build")
     @classmethod
     def _version(cls, value: str) -> str:

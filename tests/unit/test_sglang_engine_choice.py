@@ -39,6 +39,15 @@ def test_source_kind_sglang_alone_sets_the_engine_and_a_contradiction_is_refused
         Settings.model_validate({"engine": {"kind": "sglang"}, "source": {"kind": "vllm"}})
 
 
+def test_a_preset_with_an_engine_still_to_detect_is_refused() -> None:
+    """A preset is one engine's: under `kind: auto` it would be read as vLLM's and then handed
+    to SGLang once detected."""
+    with pytest.raises(ValueError, match=r"set engine\.kind"):
+        Settings.model_validate({"engine": {"kind": "auto", "capabilities": "build"}})
+    chosen = Settings.model_validate({"engine": {"kind": "sglang", "capabilities": "build"}})
+    assert chosen.engine.capabilities.adaptive_tiers  # SGLang's own preset
+
+
 @pytest.mark.parametrize(
     ("pages", "expected"),
     [
