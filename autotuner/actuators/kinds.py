@@ -4,8 +4,8 @@ containers, what in its rollout strategy needs a spare GPU, and how far its roll
 Paths and fields follow each project's API types: apps/v1; LeaderWorkerSet
 (leaderworkerset.x-k8s.io/v1, sigs.k8s.io/lws api/leaderworkerset/v1); Dynamo's
 DynamoGraphDeployment (nvidia.com v1beta1 `spec.components[]`, v1alpha1 `spec.services{}`,
-deploy/operator/api); KServe's LLMInferenceService (serving.kserve.io/v1alpha1) and
-InferenceService (v1beta1) (pkg/apis/serving).
+deploy/operator/api); KServe's LLMInferenceService (serving.kserve.io/v1alpha2, v1alpha1 by
+name) and InferenceService (v1beta1) (pkg/apis/serving).
 """
 
 from __future__ import annotations
@@ -130,8 +130,11 @@ def stuck_condition(conditions: Sequence[Obj]) -> str | None:
 
 
 def _observed(raw: Obj) -> bool:
-    status = raw.get("status") or {}
-    return bool(status.get("observedGeneration", 0) >= raw["metadata"].get("generation", 0))
+    """The controller has seen the object's latest spec; a status without observedGeneration
+    (older Dynamo and LeaderWorkerSet releases) is taken as current, the kind's own checks
+    (phase, Ready, updated replicas) deciding."""
+    observed = (raw.get("status") or {}).get("observedGeneration")
+    return observed is None or bool(observed >= raw["metadata"].get("generation", 0))
 
 
 def _ready(raw: Obj) -> bool:
@@ -385,7 +388,7 @@ KINDS: dict[str, Kind] = {
             "llminferenceservice",
             "LLMInferenceService",
             "serving.kserve.io",
-            "v1alpha1",
+            "v1alpha2",
             "llminferenceservices",
             _llmisvc_engines,
             _llmisvc_surge,
@@ -432,7 +435,7 @@ def engine_sites(
 
 def kind_named(word: str) -> Kind:
     """`deployment`, `leaderworkerset`, ... or `WORD.VERSION` (e.g.
-    `dynamographdeployment.v1alpha1`, `llminferenceservice.v1alpha2`)."""
+    `dynamographdeployment.v1alpha1`, `llminferenceservice.v1alpha1`)."""
     base, _, version = word.partition(".")
     if base not in KINDS:
         raise InputError(f"unknown target kind {base!r}: use one of {', '.join(KINDS)}")

@@ -167,7 +167,8 @@ def discover_target(
             )
             if kind is not None:
                 part = container if kind.word in CONTAINER_PART else None
-                found = K8sTarget(namespace, kind.word, owner["name"], part)
+                word = kind.word if version == kind.version else f"{kind.word}.{version}"
+                found = K8sTarget(namespace, word, owner["name"], part)
     if found is None:
         raise ActuatorError(f"pod {namespace}/{pod} is not owned by an object the tuner patches")
     return found

@@ -3,14 +3,15 @@
 No kube-apiserver can run on our machines, so the official client talks real HTTP to this:
 GET/PATCH of Deployments and StatefulSets and of the serving custom resources under their real
 groups and versions (LeaderWorkerSet leaderworkerset.x-k8s.io/v1, DynamoGraphDeployment
-nvidia.com/v1alpha1 and v1beta1, LLMInferenceService serving.kserve.io/v1alpha1, InferenceService
-serving.kserve.io/v1beta1); strategic merge for the built-in kinds only (a custom resource gets
-415, as from a real server), JSON merge and JSON patch for all; optimistic concurrency (a
-resourceVersion in the patch, or one a JSON patch writes, that is not current -> 409);
-dryRun=All; Pods (GET, and listed by label selector), ReplicaSets and DynamoComponentDeployments
-for the owner chain; ConfigMaps; Events; Leases (GET/POST/PUT with resourceVersion); 403 for
-verbs the test forbids; slow and failing responses (a 429 or 503 with a Retry-After); another
-writer landing before a request (`interfere`); and a restart on the same port.
+nvidia.com/v1alpha1 and v1beta1, LLMInferenceService serving.kserve.io/v1alpha1 and v1alpha2,
+InferenceService serving.kserve.io/v1beta1); strategic merge for the built-in kinds only (a custom
+resource gets 415, as from a real server), JSON merge and JSON patch for all; optimistic
+concurrency (a resourceVersion in the patch, or one a JSON patch writes, that is not current ->
+409); dryRun=All; Pods (GET, and listed by label selector), ReplicaSets and
+DynamoComponentDeployments for the owner chain; ConfigMaps; Events; Leases (GET/POST/PUT with
+resourceVersion); 403 for verbs the test forbids; slow and failing responses (a 429 or 503 with a
+Retry-After); another writer landing before a request (`interfere`); and a restart on the same
+port.
 
 It stores each object as put and serves it at any version its kind is served at: there is no
 conversion between versions and no schema validation beyond what a patch needs.
@@ -52,6 +53,7 @@ nvidia.com/v1alpha1 dynamographdeployments DynamoGraphDeployment
 nvidia.com/v1beta1 dynamographdeployments DynamoGraphDeployment
 nvidia.com/v1alpha1 dynamocomponentdeployments DynamoComponentDeployment
 serving.kserve.io/v1alpha1 llminferenceservices LLMInferenceService
+serving.kserve.io/v1alpha2 llminferenceservices LLMInferenceService
 serving.kserve.io/v1beta1 inferenceservices InferenceService
 """
 # (group, version, resource) -> the kind it holds; "" is the core group.

@@ -149,7 +149,7 @@ def llm_inference_service(
         "resources": GPU,
     }
     return {
-        "apiVersion": "serving.kserve.io/v1alpha1",
+        "apiVersion": "serving.kserve.io/v1alpha2",
         "kind": "LLMInferenceService",
         "metadata": _meta(name, namespace),
         "spec": {

@@ -154,7 +154,8 @@ def test_kind_names_and_versions() -> None:
     assert kind_named("dynamographdeployment").version == "v1beta1"
     alpha = kind_named("dynamographdeployment.v1alpha1")
     assert (alpha.group, alpha.version) == ("nvidia.com", "v1alpha1")
-    assert kind_named("llminferenceservice.v1alpha2").api_version == "serving.kserve.io/v1alpha2"
+    assert kind_named("llminferenceservice").api_version == "serving.kserve.io/v1alpha2"
+    assert kind_named("llminferenceservice.v1alpha1").api_version == "serving.kserve.io/v1alpha1"
     with pytest.raises(InputError, match="leaderworkerset"):
         kind_named("pod")
 
@@ -286,3 +287,13 @@ def test_a_file_whose_args_come_from_its_configmap_is_read_and_advised(tmp_path:
     assert live.setup == Setup(spec_tokens=3)
     assert live.advice is not None
     assert "ConfigMap engine-args key extra" in live.advice
+
+
+def test_a_status_without_observed_generation_is_judged_by_its_own_fields() -> None:
+    """Older LeaderWorkerSet and Dynamo releases report no observedGeneration: their replica
+    counts decide; one that reports it must have seen the latest spec."""
+    lws = kind_named("leaderworkerset")
+    groups = {"replicas": 2, "readyReplicas": 2, "updatedReplicas": 2}
+    raw: dict[str, Any] = {"metadata": {"generation": 3}, "spec": {"replicas": 2}}
+    assert lws.rollout({**raw, "status": groups}).done
+    assert not lws.rollout({**raw, "status": {**groups, "observedGeneration": 2}}).done
