@@ -48,9 +48,9 @@ def observe(
     target: Annotated[
         str | None,
         typer.Option(
-            help="The deployment (k8s://NS/deployment/NAME, file://PATH or exec://PATH): its live "
-            "args give the K schedule and the drafter, so that each position's acceptance counts "
-            "only the drafts that proposed it."
+            help="The serving object (k8s://NS/KIND/NAME, file://PATH or exec://PATH; its engine "
+            "read from its command line): its live args give the K schedule and the drafter, so "
+            "that each position's acceptance counts only the drafts that proposed it."
         ),
     ] = None,
     kube_server: Annotated[str | None, typer.Option(help="API server URL (k8s targets).")] = None,
@@ -60,12 +60,15 @@ def observe(
 
     Exit status 3 when the window is unusable (the reason is printed)."""
     from autotuner.actuators.targets import open_target
+    from autotuner.cli.target import target_engine
     from autotuner.core.observe.observation import read_acceptance
+    from autotuner.engines.kinds import EngineKind
 
     live: LiveTarget | None = None
     if target:
         with failing_on_bad_input(target_code=1):
-            live = open_target(target, kube_server=kube_server).read()
+            dialect = target_engine(EngineKind.AUTO, target, kube_server).dialect()
+            live = open_target(target, kube_server=kube_server, dialect=dialect).read()
     with failing_on_bad_input():
         result = _observe(
             url,

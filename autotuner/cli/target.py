@@ -90,7 +90,7 @@ def apply(
 
     with failing_on_bad_input(target_code=1):
         wanted = Setup.parse(f"{setup}@{schedule}" if schedule else setup)
-        chosen = _target_engine(EngineKind(engine_kind), target, kube_server)
+        chosen = target_engine(EngineKind(engine_kind), target, kube_server)
         actuator = open_target(
             target,
             kube_server=kube_server,
@@ -112,7 +112,7 @@ def apply(
         print(f"autotuner: warning: event not posted: {change.event_error}", file=sys.stderr)
 
 
-def _target_engine(kind: EngineKind, target: str, kube_server: str | None) -> Engine:
+def target_engine(kind: EngineKind, target: str, kube_server: str | None) -> Engine:
     """The engine the option names, or (auto) the one the target's command line starts."""
     if kind is EngineKind.AUTO:
         from autotuner.actuators.targets import open_target
@@ -186,7 +186,7 @@ def status(
 
     with failing_on_bad_input(target_code=1):
         settings, _ = load_cli_settings(config, overrides)
-        chosen = _target_engine(settings.engine.kind, target, kube_server)
+        chosen = target_engine(settings.engine.kind, target, kube_server)
         dialect = chosen.dialect(settings.engine.flags)
         live = open_target(target, kube_server=kube_server, dialect=dialect).read()
         leader = _lease_holder(target, kube_server, lease) if lease else None

@@ -135,3 +135,21 @@ def test_observe_with_an_unreadable_target_exits_1(tmp_path: Path) -> None:
         app, ["observe", "--url", "http://x", "--target", f"exec://{missing}?restart=true"]
     )
     assert result.exit_code == 1
+
+
+def test_an_sglang_target_is_read_with_sglangs_flags(tmp_path: Path) -> None:
+    """`observe --target` reads the target with the dialect of the engine its command line
+    starts: SGLang's K is --speculative-num-steps, which vLLM's reading would not see."""
+    from autotuner.actuators.targets import open_target
+    from autotuner.cli.target import target_engine
+    from autotuner.engines.kinds import EngineKind
+
+    args = tmp_path / "sglang.args"
+    lines = ["python3", "-m", "sglang.launch_server", "--model-path", "m"]
+    lines += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "2"]
+    lines += ["--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]
+    args.write_text("\n".join(lines) + "\n")
+    uri = f"exec://{args}?restart=true"
+    engine = target_engine(EngineKind.AUTO, uri, None)
+    assert engine.kind is EngineKind.SGLANG
+    assert open_target(uri, dialect=engine.dialect()).read().setup.spec_tokens == 2
