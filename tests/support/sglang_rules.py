@@ -42,7 +42,11 @@ def _replay_rules(args: Sequence[str]) -> list[str]:
         "extra_buffer",
         "extra_buffer_lazy",
     )
+    decode = text(args, "--linear-attn-decode-backend") or text(args, "--linear-attn-backend")
+    decode = decode or "triton"  # fields/exec_.py:542-555: linear_attn_backend defaults to triton
     if switched(args, "--enable-linear-replayssm"):
+        if decode not in ("triton", "helion"):  # arg_groups/attention_hook.py:409-416
+            broken.append("--enable-linear-replayssm requires Triton, or Helion for KDA")
         if extra_buffer:  # arg_groups/attention_hook.py:417-423 (mamba_extra_buffer_of,
             # arg_groups/model_override_base.py:260-265)
             broken.append(
@@ -54,6 +58,8 @@ def _replay_rules(args: Sequence[str]) -> list[str]:
         topk = integer(args, "--speculative-eagle-topk", minimum=0)
         if topk not in (None, 1):  # arg_groups/attention_hook.py:451-458
             broken.append("--enable-linear-replayssm-spec requires a linear draft chain")
+        if decode not in ("triton", "flashinfer"):  # :459-466
+            broken.append("--enable-linear-replayssm-spec requires triton or flashinfer")
         if switched(args, "--enable-linear-replayssm"):  # :495-501
             broken.append(
                 "--enable-linear-replayssm-spec and --enable-linear-replayssm are "

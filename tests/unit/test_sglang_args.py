@@ -89,6 +89,8 @@ def test_the_rules_catch_args_sglang_refuses() -> None:
     uncapped = [*MODEL, "--speculative-algorithm", "NEXTN"]
     assert any("48" in rule for rule in broken(uncapped))
     assert broken([*BASES["plain"], "--speculative-adaptive=true"])
+    on_flashinfer = [*replay_auto, "--linear-attn-backend", "flashinfer"]
+    assert any("Triton, or Helion" in rule for rule in broken(on_flashinfer))
 
 
 def test_speculation_back_on_uses_the_operators_drafter_never_an_invented_one() -> None:
@@ -135,6 +137,8 @@ def test_replay_and_back_restores_the_operators_companion_flags() -> None:
     ("extra", "label", "says"),
     [
         (["--page-size", "64"], "replay:16", "page-size"),
+        (["--linear-attn-backend", "flashinfer"], "replay:16", "triton or helion"),
+        (["--linear-attn-decode-backend", "helion"], "replay+spec:3:16", "triton or flashinfer"),
         (["--mamba-ssm-dtype", "bfloat16"], "replay:16", "low-precision"),
         (["--speculative-algorithm", "NGRAM"], "spec:3@adaptive", "static K"),
         ([], "spec:4@adaptive", "candidate steps"),

@@ -169,7 +169,27 @@ def _render_replay(args: list[str], setup: Setup) -> list[str]:
             f"replay needs the no_buffer radix cache, which supports only --page-size 1 "
             f"(mamba_hook.py:157); the args set {page}"
         )
+    _check_replay_backend(out, kind)
     return _set(out, flags.REPLAY_LEN, str(setup.replay_window))
+
+
+# The linear-attention decode backends each replay runs on (arg_groups/attention_hook.py:409-438
+# for replay alone: triton, or helion for KDA; :450-523 under speculation: triton, flashinfer).
+REPLAY_BACKENDS = {
+    SetupKind.REPLAY: ("triton", "helion"),
+    SetupKind.REPLAY_SPEC: ("triton", "flashinfer"),
+}
+
+
+def _check_replay_backend(args: Sequence[str], kind: SetupKind) -> None:
+    """Refuse replay on a decode backend SGLang refuses it on (unset: triton, the default)."""
+    backend = text(args, flags.LINEAR_ATTN_DECODE_BACKEND) or text(args, flags.LINEAR_ATTN_BACKEND)
+    allowed = REPLAY_BACKENDS[kind]
+    if backend is not None and backend not in allowed:
+        raise ArgsError(
+            f"{kind.value} runs on the {' or '.join(allowed)} linear-attn decode backend "
+            f"(attention_hook.py:409-523); the args set {backend}"
+        )
 
 
 def render(
