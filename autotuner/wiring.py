@@ -11,8 +11,8 @@ from autotuner.core.engine.args import EngineArgs
 from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import ModelSpec
 from autotuner.core.predict.hardware import HardwareProfile, datasheet, load_profile
-from autotuner.engines.kinds import EngineKind
-from autotuner.errors import ActuatorError, ArgsError, InputError
+from autotuner.engines.kinds import EngineKind, kind_of_command
+from autotuner.errors import ActuatorError, ArgsError, AutotunerError, InputError
 from autotuner.settings import Settings
 from autotuner.sources.detect import detect
 from autotuner.sources.observers import PrometheusObserver, ScrapeObserver
@@ -85,7 +85,8 @@ def controller_for(
 
 def settled_engine(settings: Settings) -> Settings:
     """The settings with `engine.kind: auto` replaced by the engine the first source URL
-    serves (InputError when nothing there says which)."""
+    serves, else (an engine still loading its weights answers nothing) the one the target's
+    command line starts; InputError when neither says which."""
     if settings.engine.kind is not EngineKind.AUTO:
         return settings
     source = settings.source
@@ -94,13 +95,33 @@ def settled_engine(settings: Settings) -> Settings:
             "engine.kind auto reads the engine from its own /metrics: with a Prometheus "
             "source, set engine.kind (vllm or sglang)"
         )
-    found = detect(source.urls[0], deadline_s=source.timeout_s)
+    found = detect(source.urls[0], deadline_s=source.timeout_s) or _started_by_target(settings)
     if found is None:
         raise InputError(
             f"engine.kind auto: {source.urls[0]} shows neither vllm: nor sglang: series and "
-            "answers neither GET /server_info nor GET /version; set engine.kind"
+            "answers neither GET /server_info nor GET /version, and the target's command line "
+            "names neither; set engine.kind"
         )
     return settings.detected(found)
+
+
+def _started_by_target(settings: Settings) -> EngineKind | None:
+    """The engine the target's command line starts (None: no target, or it cannot be read)."""
+    from autotuner.actuators.targets import open_target
+
+    try:
+        uri = settings.target.uri or _own_workload(settings)
+        if not uri:
+            return None
+        live = open_target(
+            uri,
+            kube_server=settings.target.kube_server,
+            timeout_s=settings.target.request_timeout_s,
+            deadline_s=settings.target.call_deadline_s,
+        ).read()
+    except AutotunerError:
+        return None
+    return kind_of_command(live.command, live.args)
 
 
 def served_model(settings: Settings, actuator: Actuator | None) -> ModelSpec:

@@ -3,6 +3,8 @@ the endpoint serves; the chosen engine's dialect, capability table and version e
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autotuner.core.types import Setup
@@ -89,6 +91,21 @@ def test_auto_settles_on_the_detected_engine_and_reads_server_info() -> None:
                 }
             )
         )
+
+
+def test_auto_reads_the_targets_command_line_while_the_engine_is_not_up(tmp_path: Path) -> None:
+    """A sidecar starts beside an engine still loading its weights: nothing answers on the
+    source URL, and the target's command line says which engine it starts."""
+    args = tmp_path / "engine.args"
+    args.write_text("python3\n-m\nsglang.launch_server\n--model-path\nm\n")
+    auto = Settings.model_validate(
+        {
+            "engine": {"kind": "auto"},
+            "source": {"urls": ["http://127.0.0.1:9/metrics"], "timeout_s": 0.5},
+            "target": {"uri": f"exec://{args}?restart=true"},
+        }
+    )
+    assert settled_engine(auto).engine.kind is EngineKind.SGLANG
 
 
 def test_a_command_line_names_its_engine() -> None:
