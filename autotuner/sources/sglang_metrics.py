@@ -46,8 +46,10 @@ def wanted_names() -> frozenset[str]:
 
 
 def _first_rank(labels: LabelKey) -> bool:
-    """A scheduler series of the first tensor-parallel rank (the others repeat its numbers)."""
-    return dict(labels).get("tp_rank", "0") == "0"
+    """A scheduler series of the first tensor- and pipeline-parallel rank (the others repeat
+    its numbers)."""
+    named = dict(labels)
+    return named.get("tp_rank", "0") == "0" and named.get("pp_rank", "0") == "0"
 
 
 def engine_samples(endpoint: str, exposition: Exposition) -> dict[SeriesKey, EngineSample]:

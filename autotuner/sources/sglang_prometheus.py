@@ -26,8 +26,9 @@ class PrometheusSource(Protocol):
 
 
 def _scheduler(source: PrometheusSource, metric: str) -> str:
-    """A scheduler gauge of the first tensor-parallel rank, narrowed by the selector."""
-    matchers = ", ".join(m for m in (source.selector, 'tp_rank="0"') if m)
+    """A scheduler gauge of the first tensor- and pipeline-parallel rank (an absent pp_rank
+    label matches ""), narrowed by the selector."""
+    matchers = ", ".join(m for m in (source.selector, 'tp_rank="0"', 'pp_rank=~"0|"') if m)
     return f"{metric}{{{matchers}}}"
 
 

@@ -193,3 +193,16 @@ def test_the_live_setup_is_read_from_server_info_not_the_moving_gauge() -> None:
     assert read.live_setup.setup == Setup.parse("replay+spec:3:16")
     with serving({}) as base:  # no answer: the metrics' reading stands
         assert with_live_config(observation, base, 5.0) == observation
+
+
+def test_a_later_pipeline_rank_does_not_add_to_the_batch() -> None:
+    """Every rank exports the scheduler's gauges: a pipeline-parallel rank 1 repeats rank 0's
+    running requests, as tensor-parallel ranks do."""
+    from autotuner.sources.promtext import parse
+    from autotuner.sources.sglang_metrics import engine_samples, wanted_names
+    from tests.support.sglang_exposition import MODEL
+
+    labels = f'model_name="{MODEL}",engine_type="unified",tp_rank="0",pp_rank="1",moe_ep_rank="0"'
+    text = exposition(Server(running=7.0)) + f"sglang:num_running_reqs{{{labels}}} 7\n"
+    (sample,) = engine_samples("e", parse(text, wanted_names())).values()
+    assert sample.gauges["running"] == 7.0
