@@ -221,6 +221,22 @@ def test_a_schema_3_state_reads_with_an_empty_demand_memory_and_no_learned_resta
     assert read.state.current == switched().current
 
 
+def test_a_schema_4_state_keeps_its_restart_durations_and_drops_its_compile_keys() -> None:
+    """Schema 4's compile keys do not say whether prefix caching was on: they are dropped
+    (one first compile charged again per configuration), the durations kept."""
+    record = json.loads(switched().model_dump_json())
+    record["schema_version"] = 4
+    record["restart_costs"] = {"cached": {"spec:3": {"seconds": 42.0}}, "compiled": ["replay16/q4"]}
+    read = read_state(json.dumps(record))
+    assert read.state is not None
+    assert read.written_as == 4
+    assert read.dropped == (
+        "the compile keys of the configurations run (relearned at their next start)",
+    )
+    assert read.state.restart_costs.compiled == ()
+    assert read.state.restart_costs.cached["spec:3"].seconds == 42.0
+
+
 def test_the_demand_memory_and_the_restart_costs_persist() -> None:
     settings = ForecastSettings()
     load = LoadMemory().add(40.0, NOW, settings).add(60.0, NOW + 300, settings)

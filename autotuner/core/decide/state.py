@@ -24,8 +24,9 @@ from autotuner.core.vocabulary import Word
 
 DAY = 86400.0
 # 1: unversioned; 2: calibration per setup and band; 3: per kernel class; 4: the demand memory
-# (trend and profile by time of day) and the restart costs learned per setup
-SCHEMA_VERSION = 4
+# (trend and profile by time of day) and the restart costs learned per setup; 5: compile keys
+# carry prefix caching
+SCHEMA_VERSION = 5
 SET_ASIDE_CHARS = 65536  # an unreadable state is kept (this much of it) for the operator
 
 
@@ -338,4 +339,15 @@ def _from_v3(record: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     return {**record, "schema_version": SCHEMA_VERSION}, ()
 
 
-_MIGRATIONS = {1: _from_v1, 2: _from_v2, 3: _from_v3}
+def _from_v4(record: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Schema 5's compile keys say whether prefix caching was on, which a schema 4 key does
+    not: the keys are dropped (each configuration's next start is charged one first compile
+    again); the learned restart durations are kept."""
+    costs = dict(record.get("restart_costs") or {})
+    dropped: tuple[str, ...] = ()
+    if costs.pop("compiled", None):
+        dropped = ("the compile keys of the configurations run (relearned at their next start)",)
+    return {**record, "schema_version": SCHEMA_VERSION, "restart_costs": costs}, dropped
+
+
+_MIGRATIONS = {1: _from_v1, 2: _from_v2, 3: _from_v3, 4: _from_v4}
