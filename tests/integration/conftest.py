@@ -91,3 +91,18 @@ def wait_for_samples(prometheus: str, query: str, count: int, timeout_s: float =
             return
         time.sleep(0.2)
     pytest.fail(f"prometheus did not collect {count} samples of {query}")
+
+
+def wait_for_sample_after(prometheus: str, query: str, after: float, timeout_s: float = 20) -> None:
+    """Block until Prometheus holds a sample of `query` scraped at or after `after` (Unix
+    seconds): a window ending now is then covered there too."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = httpx.get(
+            f"{prometheus}/api/v1/query", params={"query": f"timestamp({query})"}
+        ).json()
+        values = result["data"]["result"]
+        if values and float(values[0]["value"][1]) >= after:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"prometheus took no sample of {query} after {after}")

@@ -4,21 +4,20 @@ kept per verify, the batch and the step time."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
 from autotuner.core.model.registry import load_model
 from autotuner.core.observe.limits import ObservationLimits
-from autotuner.core.types import Observation, Setup
+from autotuner.core.types import Setup
 from autotuner.sim.server import SimServer
 from autotuner.sim.sglang import SglangServer
 from autotuner.sources.prometheus_api import PrometheusSource
 from autotuner.sources.readings import SGLANG
 from autotuner.sources.sglang_metrics import ASSUMPTION
 from autotuner.sources.vllm_scrape import VllmScraper
-from tests.integration.conftest import StartPrometheus, wait_for_samples
+from tests.integration.conftest import StartPrometheus, wait_for_sample_after, wait_for_samples
 from tests.support.sglang_command import NEXTN_K3
 
 LIMITS = ObservationLimits(min_batch_samples=3, min_drafts=100, max_age_s=10)
@@ -47,19 +46,13 @@ def test_sglang_is_read_right_directly_and_through_prometheus(
     with SimServer(sim, routes=kind.routes(sim, None)) as server:
         prometheus = start_prometheus([server.url.removeprefix("http://")], "200ms")
         wait_for_samples(prometheus, "sglang:num_running_reqs", 10)
-        direct: dict[str, Observation] = {}
-
-        def scrape() -> None:
-            scraper = VllmScraper([f"{server.url}/metrics"], reading=SGLANG)
-            direct["obs"] = scraper.observe(4.0, 0.2, limits=LIMITS)
-
-        thread = threading.Thread(target=scrape)
-        thread.start()
-        thread.join()
-        time.sleep(0.5)  # let Prometheus take its last scrape of the same period
+        scraper = VllmScraper([f"{server.url}/metrics"], reading=SGLANG)
+        direct = scraper.observe(4.0, 0.2, limits=LIMITS)
+        # Prometheus's own scrape of the same period's end
+        wait_for_sample_after(prometheus, "sglang:num_running_reqs", time.time())
         source = PrometheusSource(prometheus, scrape_interval_s=0.2, engine="sglang")
         via_prometheus = source.observe(4.0, limits=LIMITS)
-    for observation in (direct["obs"], via_prometheus):
+    for observation in (direct, via_prometheus):
         assert observation.usable, observation.detail
         assert observation.acceptance is not None
         # Stated tolerance: tau within 3% (finished requests move the counters), the step
