@@ -21,7 +21,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     rich_markup_mode=None,
-    help="Tune speculative decoding and ReplaySSM for hybrid-model vLLM deployments.",
+    help="Tune speculative decoding and ReplaySSM for hybrid-model vLLM and SGLang deployments.",
 )
 config_app = typer.Typer(help="Inspect the settings.", no_args_is_help=True, rich_markup_mode=None)
 
