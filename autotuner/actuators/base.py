@@ -16,9 +16,9 @@ from autotuner.actuators.sites import Site
 from autotuner.core.engine.builds import BuildInForce, Companion
 from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.types import Setup
+from autotuner.engines.build_table import AUTO
 from autotuner.engines.companion_record import Saved
 from autotuner.engines.dialect import Dialect, Rendered
-from autotuner.engines.vllm.builds import AUTO
 from autotuner.errors import ActuatorError, ArgsError, ConflictError
 
 STATE_ANNOTATION = "spec-autotuner.io/state"

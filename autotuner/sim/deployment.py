@@ -26,7 +26,7 @@ from autotuner.core.types import Setup
 from autotuner.engines.build_table import image_version
 from autotuner.engines.dialect import Dialect
 from autotuner.engines.vllm.args import parse
-from autotuner.engines.vllm.builds import build_in_force, table
+from autotuner.engines.vllm.builds import TABLE, build_in_force
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.engines.vllm.companions import missing, spelled
 from autotuner.engines.vllm.setup import vllm_tokens
@@ -133,7 +133,7 @@ class VllmServer:
         return SimulatedVllm(**options)
 
     def routes(self, sim: SimulatedVllm, image: str | None) -> Routes:
-        version = image_version(image) or table()[0]  # as the image's vLLM answers
+        version = image_version(image) or TABLE.table()[0]  # as the image's vLLM answers
         return {"/version": lambda: {"version": version}}
 
     def serves_metrics(self) -> bool:

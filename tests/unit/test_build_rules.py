@@ -32,7 +32,7 @@ from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import ModelSpec
 from autotuner.core.types import Setup
 from autotuner.engines.build_table import image_version
-from autotuner.engines.vllm.builds import build_in_force, table
+from autotuner.engines.vllm.builds import TABLE, build_in_force
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.engines.vllm.dialect import VllmDialect
 from autotuner.errors import InputError
@@ -133,7 +133,7 @@ def test_each_row_writes_what_its_version_starts_with(
 
 
 def test_every_row_of_the_table_is_exercised() -> None:
-    _, rows = table()
+    _, rows = TABLE.table()
     covered = {row.name for declared in VERSIONS for row in build_in_force(declared).rows}
     assert covered == {row.name for row in rows}
 

@@ -4,10 +4,8 @@ else the table's default version (engines/build_table.py does the choosing)."""
 
 from __future__ import annotations
 
-from autotuner.core.engine.builds import BuildInForce, BuildRow, Origin
+from autotuner.core.engine.builds import BuildInForce, Origin
 from autotuner.engines.build_table import AUTO, BuildTable
-
-__all__ = ["AUTO", "TABLE", "build_in_force", "check_declared", "table"]
 
 TABLE = BuildTable(
     package="autotuner.engines.vllm",
@@ -15,11 +13,6 @@ TABLE = BuildTable(
     reported_by=Origin.VERSION_ENDPOINT,
     example="0.33.0, 0.32, 0.32.0-cpu",
 )
-
-
-def table() -> tuple[str, tuple[BuildRow, ...]]:
-    """vLLM's default version and every row of its builds.yaml."""
-    return TABLE.table()
 
 
 def build_in_force(
@@ -31,8 +24,3 @@ def build_in_force(
 ) -> BuildInForce:
     """The vLLM build the engine runs (reported: what `GET /version` said)."""
     return TABLE.build_in_force(declared, image=image, reported=reported, declared_by=declared_by)
-
-
-def check_declared(value: str) -> str:
-    """A setting's declared vLLM build: 'auto' or a version (a bad one raises ValueError)."""
-    return TABLE.check_declared(value)
