@@ -79,30 +79,26 @@ def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
             process.kill()
 
 
-def wait_for_samples(prometheus: str, query: str, count: int, timeout_s: float = 20) -> None:
-    """Block until `query` has at least `count` samples in Prometheus (scrapes happened)."""
+def _wait_until_at_least(prometheus: str, query: str, least: float, timeout_s: float) -> bool:
+    """Whether Prometheus's first answer to `query` reaches `least` within `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        result = httpx.get(
-            f"{prometheus}/api/v1/query", params={"query": f"count_over_time({query}[1m])"}
-        ).json()
+        result = httpx.get(f"{prometheus}/api/v1/query", params={"query": query}).json()
         values = result["data"]["result"]
-        if values and float(values[0]["value"][1]) >= count:
-            return
+        if values and float(values[0]["value"][1]) >= least:
+            return True
         time.sleep(0.2)
-    pytest.fail(f"prometheus did not collect {count} samples of {query}")
+    return False
+
+
+def wait_for_samples(prometheus: str, query: str, count: int, timeout_s: float = 20) -> None:
+    """Block until `query` has at least `count` samples in Prometheus (scrapes happened)."""
+    if not _wait_until_at_least(prometheus, f"count_over_time({query}[1m])", count, timeout_s):
+        pytest.fail(f"prometheus did not collect {count} samples of {query}")
 
 
 def wait_for_sample_after(prometheus: str, query: str, after: float, timeout_s: float = 20) -> None:
     """Block until Prometheus holds a sample of `query` scraped at or after `after` (Unix
     seconds): a window ending now is then covered there too."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = httpx.get(
-            f"{prometheus}/api/v1/query", params={"query": f"timestamp({query})"}
-        ).json()
-        values = result["data"]["result"]
-        if values and float(values[0]["value"][1]) >= after:
-            return
-        time.sleep(0.2)
-    pytest.fail(f"prometheus took no sample of {query} after {after}")
+    if not _wait_until_at_least(prometheus, f"timestamp({query})", after, timeout_s):
+        pytest.fail(f"prometheus took no sample of {query} after {after}")
