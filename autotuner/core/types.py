@@ -264,6 +264,7 @@ class LiveSetup(Value):
     mamba_ssm_cache_dtype: str | None
     mamba_cache_mode: str | None
     cache_config_read: bool = False  # vllm:cache_config_info was there (its labels are fields)
+    cache_config_labels: tuple[str, ...] = ()  # its label names: the build's CacheConfig fields
 
     @property
     def setup(self) -> Setup:

@@ -6,6 +6,7 @@ default version. One `BuildTable` per engine."""
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -70,6 +71,15 @@ def _load(package: str) -> tuple[str, tuple[BuildRow, ...]]:
     return str(data["default_version"]), rows
 
 
+@cache
+def _markers(package: str) -> dict[str, str]:
+    """`shown_by_labels` of builds.yaml: a metrics label -> the version from which the engine
+    exports it (none: the table has none)."""
+    text = resources.files(package).joinpath("builds.yaml").read_text("utf-8")
+    data: dict[str, Any] = yaml.safe_load(text)
+    return {str(k): str(v) for k, v in (data.get("shown_by_labels") or {}).items()}
+
+
 @dataclass(frozen=True)
 class BuildTable:
     """One engine's table: `package` holds its builds.yaml; `label` names the engine in
@@ -83,6 +93,12 @@ class BuildTable:
     def table(self) -> tuple[str, tuple[BuildRow, ...]]:
         """The default version and every row of builds.yaml."""
         return _load(self.package)
+
+    def version_shown(self, labels: Collection[str]) -> str | None:
+        """The newest version whose marker label the engine's metrics carry (None: no
+        marker among them)."""
+        shown = [v for label, v in _markers(self.package).items() if label in labels]
+        return max(shown, key=lambda v: version_tuple(v) or (0, 0, 0), default=None)
 
     def rows_for(self, version: str | None, origin: Origin, detail: str = "") -> BuildInForce:
         """The rows of the build with this version (None: the table's default version)."""
@@ -104,11 +120,13 @@ class BuildTable:
         *,
         image: str | None = None,
         reported: str | None = None,
+        shown: str | None = None,
         declared_by: str = "engine.build",
     ) -> BuildInForce:
         """The build the engine runs, by precedence: the settings' declared version
         (`declared_by` names the setting or option) > the image tag > the version the engine
-        reports (`reported`) > the table's default version."""
+        reports (`reported`) > the version its metrics' labels show (`shown`) > the table's
+        default version."""
         if declared != AUTO:
             return self.rows_for(declared, Origin.SETTINGS, f"{declared_by}: {declared}")
         tagged = image_version(image)
@@ -116,6 +134,8 @@ class BuildTable:
             return self.rows_for(tagged, Origin.IMAGE_TAG, image or "")
         if reported and version_tuple(reported) is not None:
             return self.rows_for(reported, self.reported_by, f"version {reported}")
+        if shown is not None:
+            return self.rows_for(shown, Origin.METRICS, f"labels a {shown} build exports")
         said = [
             "the image tag names no version" if image else "no image tag",
             f"{self.reported_by.value} said {reported!r}"

@@ -68,17 +68,19 @@ class LiveInputs:
         self.table = resolved.table()
         if problem is not None:
             self.table["live_args"] = {"value": None, "source": "live args", "note": problem}
-        return dataclasses.replace(resolved, build=self.build(live))
+        return dataclasses.replace(resolved, build=self.build(live, observation))
 
-    def build(self, live: LiveTarget | None) -> BuildInForce:
+    def build(self, live: LiveTarget | None, observation: Observation) -> BuildInForce:
         """The build in force: engine.build > the image tag > the version the engine says
-        (GET /version, GET /server_info) > the default."""
+        (GET /version, GET /server_info) > the one its metrics' labels show > the default."""
         declared = self.settings.engine.build
         table = self.settings.engine.engine.table
         image = live.image if live is not None else None
         if declared == AUTO and table.build_in_force(image=image).origin.value == "default":
             self._ask_version()
-        return table.build_in_force(declared, image=image, reported=self.reported)
+        labels = observation.live_setup.cache_config_labels if observation.live_setup else ()
+        shown = table.version_shown(labels)
+        return table.build_in_force(declared, image=image, reported=self.reported, shown=shown)
 
     def _ask_version(self) -> None:
         """Ask the first engine its version (once, then again only while it has not

@@ -30,6 +30,10 @@ from prometheus_client.core import (
 
 from autotuner.core.types import ScheduleBand, Setup
 
+# The CacheConfig fields only a vLLM 0.33 build exports (docs/engine-rules.md): the simulated
+# engine shows them as the 0.33 build it runs unless its image names another.
+BUILD_LABELS = {"simple_cpu_offload_num_blocks": "None"}
+
 ITL_BUCKETS = (
     0.01,
     0.025,
@@ -394,6 +398,7 @@ class SimulatedVllm:
             "replayssm_buffer_len": str(self.setup.replay_window),
             "enable_prefix_caching": str(self.setup.prefix_caching),
             "num_gpu_blocks": "16384",
+            **BUILD_LABELS,
         }
 
     def render(self) -> bytes:

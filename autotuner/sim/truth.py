@@ -18,6 +18,7 @@ from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.core.predict.prefill import keeps_prefix_caching, prefill_cost
 from autotuner.core.types import Observation, Setup
+from autotuner.sim.engine import BUILD_LABELS
 
 StepError = Callable[[Setup, float], float]
 
@@ -187,4 +188,5 @@ def _cache_config(setup: Setup, ssm_dtype: str) -> dict[str, str]:
         "replayssm_buffer_len": str(setup.replay_window or 16),
         "mamba_ssm_cache_dtype": ssm_dtype,
         "mamba_cache_mode": "none",
+        **BUILD_LABELS,
     }

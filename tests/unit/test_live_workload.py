@@ -136,7 +136,8 @@ def test_decision_says_which_build_row_is_in_force_and_where_it_came_from(
     assert build["row"] is None  # an attention-only model: no SSM family row applies
     _, unread = step(tmp_path, [])  # an exec target has no image; nothing answers /version
     assert isinstance(unread["build"], dict)
-    assert unread["build"]["origin"] == "default"
+    assert unread["build"]["origin"] == "the engine's metrics"  # 0.33's cache_config labels
+    assert unread["build"]["version"] == "0.33.0"
     _, overridden = step(tmp_path, [], "engine.capabilities=gdn-replay")
     assert isinstance(overridden["build"], dict)
     assert overridden["build"]["decides"] is False

@@ -35,6 +35,7 @@ class Origin(Word):
     IMAGE_TAG = "image tag"
     VERSION_ENDPOINT = "GET /version"
     SERVER_INFO = "GET /server_info"
+    METRICS = "the engine's metrics"  # labels only a build from some version on exports
     DEFAULT = "default"
 
 

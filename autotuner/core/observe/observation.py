@@ -201,6 +201,7 @@ def live_setup(totals: WindowTotals) -> LiveSetup:
         mamba_ssm_cache_dtype=config.get("mamba_ssm_cache_dtype"),
         mamba_cache_mode=config.get("mamba_cache_mode"),
         cache_config_read=bool(config),
+        cache_config_labels=tuple(sorted(config)),
     )
 
 
