@@ -138,3 +138,26 @@ def test_sglang_prices_a_setup_as_it_runs_it() -> None:
     assert [int(k) for k in curve.spec_tokens] == [3, 0]
     vllm = Predictor(qwen, gpu, Workload(), Attribution(), 0.0, 3600.0)
     assert int(vllm.model_curve(Setup.parse("spec:3@adaptive"), [512], accept).spec_tokens[0]) > 0
+
+
+def test_replay_is_refused_beside_a_kv_connector_on_vllm() -> None:
+    """vLLM refuses --use-replayssm with a KV connector (P/D disaggregation, KV offload): read
+    from the live args, replay is not proposed there; SGLang's GDN replay is not refused."""
+    from autotuner.core.engine.resolution import resolve
+    from autotuner.engines.sglang.capabilities import FOLLOW_BUILD as SGLANG
+    from autotuner.engines.vllm.args import parse
+    from autotuner.engines.vllm.capabilities import FOLLOW_BUILD as VLLM
+
+    nemotron = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
+    connector = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+    args = parse(["--model", nemotron.name, "--kv-transfer-config", connector])
+    resolved = resolve(nemotron, args)
+    assert resolved.kv_connector
+    assert not resolve(nemotron, parse(["--model", nemotron.name])).kv_connector
+    engine = VLLM.serving(nemotron).connected(resolved.kv_connector)
+    reason = engine.refusal(Setup.parse("replay:16"))
+    assert reason is not None
+    assert "KV connectors" in reason
+    assert engine.accepts(Setup.parse("spec:3"))
+    qwen = SGLANG.serving(load_model("Qwen/Qwen3.5-122B-A10B")).connected(True)
+    assert qwen.accepts(Setup.parse("replay:16"))

@@ -109,6 +109,7 @@ def engine_now(
     return (
         capabilities.running_on(resolved.build)
         .serving(resolved.model)
+        .connected(resolved.kv_connector)
         .shown_by(observation.live_setup)
         .without(k for k, r in state.refused.items() if r.until > now)
         .proven_by(target.setup if target else None)

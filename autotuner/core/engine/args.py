@@ -78,6 +78,7 @@ class EngineArgs(BaseModel):
     enable_prefix_caching: bool | None = None
     enforce_eager: bool | None = None
     speculative: SpeculativeConfig | None = None
+    kv_connector: bool | None = None  # a KV connector (P/D disaggregation, KV offload) is set
 
     def given(self) -> dict[str, Any]:
         """Every value the args set, by field name."""

@@ -94,6 +94,14 @@ class EngineCapabilities(BaseModel):
         "the draft maximum K+1 whatever window is written (SGLang's Gated DeltaNet): the setup "
         "is priced with that window.",
     )
+    replay_with_kv_connector: bool = Field(
+        False,
+        description="Replay beside a KV connector (P/D disaggregation, KV cache offload); vLLM "
+        "0.32/0.33 refuse it (config/vllm.py:3541-3553).",
+    )
+    kv_connector: bool = Field(
+        False, description="The live args set a KV connector (read from them, not a setting)."
+    )
     max_spec_tokens: int = Field(8, ge=0, le=16, description="Largest K the drafter allows.")
     build: BuildInForce | None = Field(
         None,
@@ -149,6 +157,11 @@ class EngineCapabilities(BaseModel):
             )
         if setup.replay_window and not self.replay:
             return f"{self.name}: this build has no --use-replayssm"
+        if setup.replay_window and self.kv_connector and not self.replay_with_kv_connector:
+            return (
+                f"{self.name}: replay is incompatible with KV connectors (P/D disaggregation, KV "
+                "cache offload), and the live args set --kv-transfer-config"
+            )
         if kind is SetupKind.REPLAY_SPEC and not self.replay_with_speculation:
             return f"{self.name}: --use-replayssm does not support speculative decoding"
         replay = self._replay_refusal(setup) if setup.replay_window else None
@@ -251,6 +264,14 @@ class EngineCapabilities(BaseModel):
         if running.replay_window and self.served_family not in (None, *self.replay_families):
             update["replay_families"] = (*self.replay_families, self.served_family)
         return self.model_copy(update=update) if update else self
+
+    def connected(self, kv_connector: bool) -> EngineCapabilities:
+        """These capabilities beside a KV connector the live args set (or not)."""
+        return (
+            self
+            if kv_connector == self.kv_connector
+            else self.model_copy(update={"kv_connector": kv_connector})
+        )
 
     def without(self, refused: Iterable[str]) -> EngineCapabilities:
         """These capabilities turned off (the running engine refused them)."""

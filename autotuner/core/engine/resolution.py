@@ -68,6 +68,7 @@ class Resolved:
     drafter: Drafter
     inputs: dict[str, Input]
     build: BuildInForce | None = None  # the engine build read (None: not read)
+    kv_connector: bool = False  # the live args set a KV connector (P/D, KV offload)
 
     def table(self) -> dict[str, dict[str, Any]]:
         """The inputs as plain JSON (for /decision, status and predict --json)."""
@@ -168,7 +169,7 @@ def resolve(
         resolved = Workload.model_validate({**dict(workload), **update})
     except ValueError as exc:
         raise InputError(f"the workload cannot be built: {exc}") from None
-    return Resolved(resolved, served, drafter, inputs)
+    return Resolved(resolved, served, drafter, inputs, kv_connector=bool(live.kv_connector))
 
 
 def _drafter(

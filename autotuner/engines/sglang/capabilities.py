@@ -24,6 +24,7 @@ FOLLOW_BUILD = EngineCapabilities(
     # Under speculation Gated DeltaNet verifies through a ring of the draft maximum
     # (layers/attention/linear/gdn_backend.py; exec_.py:586-591), KDA keeps the written one.
     draft_window_families=(SsmKind.GATED_DELTANET,),
+    replay_with_kv_connector=True,  # ENGINES.md: allowed (a PD prefill server refuses the flag)
     build=build_in_force(),
 )
 PRESETS = {c.name: c for c in (FOLLOW_BUILD,)}

@@ -99,6 +99,7 @@ def parse(args: Sequence[str], flags: FlagNames | None = None) -> EngineArgs:
         enable_prefix_caching=_switch(args, "--enable-prefix-caching"),
         enforce_eager=_switch(args, "--enforce-eager"),
         speculative=config,
+        kv_connector=True if _text(args, "--kv-transfer-config") else None,
     )
 
 
