@@ -193,10 +193,8 @@ class Controller:
         return self._apply(planned, before, live, ctx)
 
     def _release_canary(self, planned: Step) -> None:
-        """A canary (one group of a LeaderWorkerSet) holds the rest back: once nothing is being
-        verified and nothing written this step, let them roll. After a verified switch they
-        roll to it; after a revert (released the step after it is written) the template is
-        again what they run. A failed release is tried again next step."""
+        """A canary (one LeaderWorkerSet group) holds the rest back: once nothing is verified
+        or written, let them roll (to a verified switch, or after a revert to what they run)."""
         if planned.acts or planned.state.verification is not None or self.actuator is None:
             return
         try:
