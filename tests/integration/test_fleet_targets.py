@@ -515,3 +515,29 @@ def test_a_canary_left_held_is_released_at_the_next_quiet_step(server: FakeApiSe
     released = server.get("LeaderWorkerSet", "llm", "vllm")
     assert released["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["partition"] == 0
     assert PARTITION_ANNOTATION not in released["metadata"]["annotations"]
+
+
+def test_llm_d_modelserver_args_rollout_and_stuck(server: FakeApiServer) -> None:
+    """llm-d serves from a Deployment whose engine container is `modelserver`, beside its
+    routing proxy: only the engine's managed flags change; the Deployment's rollout says how far
+    it got and when it cannot finish."""
+    obj = deployment(args=ARGS, container="modelserver")
+    proxy = {"name": "routing-proxy", "image": "ghcr.io/llm-d/llm-d-routing-sidecar:v0.2.0"}
+    obj["spec"]["template"]["spec"]["containers"].insert(0, proxy)
+    server.put("Deployment", obj)
+    before = server.get("Deployment", "llm", "vllm")
+    act = tuner(server, "k8s://llm/deployment/vllm")  # the engine's container found by name
+    live = act.read()
+    assert live.setup == Setup(spec_tokens=3)
+    act.apply(REPLAY, state="s", expected_version=live.version)
+    after = server.get("Deployment", "llm", "vllm")
+    engine = ("spec", "template", "spec", "containers", 1, "args")
+    assert parse_setup(at(after, engine)) == REPLAY
+    assert_only(before, after, [engine])
+    assert not act.read().rollout.done
+    server.complete_rollout("Deployment", "llm", "vllm")
+    assert act.read().rollout.done
+    server.stall_rollout("Deployment", "llm", "vllm", "0/4 nodes: Insufficient nvidia.com/gpu")
+    stuck = act.read().rollout.stuck
+    assert stuck is not None
+    assert "Insufficient nvidia.com/gpu" in stuck
