@@ -179,7 +179,7 @@ class Controller:
         self.metrics.count(planned.decision.action)
         for notice in planned.notices:
             self.notifier.tell(notice)
-        if ctx.advisory is None and live is not None and live.canary_held:
+        if ctx.advisory is None and not ctx.paused and live is not None and live.canary_held:
             self._release_canary(planned)
         if not planned.acts or ctx.advisory is not None:
             return planned
