@@ -10,6 +10,7 @@ import pytest
 
 from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.types import Observation
+from autotuner.engines.vllm.builds import TABLE
 from autotuner.errors import UnusableReason
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sim.server import SimServer
@@ -61,8 +62,17 @@ def test_prometheus_agrees_with_the_direct_scrape(start_prometheus: StartPrometh
     assert theirs.batch is not None
     assert ours.batch is not None
     assert theirs.batch.mean == ours.batch.mean == 24
-    assert theirs.live_setup == ours.live_setup
     assert theirs.live_setup is not None
+    assert ours.live_setup is not None
+    # Prometheus adds its target's labels (here `namespace`) to the CacheConfig fields; the
+    # build those fields show is the same.
+    assert theirs.live_setup.model_copy(update={"cache_config_labels": ()}) == (
+        ours.live_setup.model_copy(update={"cache_config_labels": ()})
+    )
+    shown = [
+        TABLE.version_shown(s.cache_config_labels) for s in (theirs.live_setup, ours.live_setup)
+    ]
+    assert shown == ["0.33.0", "0.33.0"]
     assert theirs.live_setup.setup.label == "spec:3"
     # The prefix-cache hit rate: a ratio of two increase()s, each extrapolated alike.
     assert ours.prefix_cache_hit_rate == pytest.approx(0.6, abs=1e-6)
