@@ -64,9 +64,16 @@ def image_version(image: str | None) -> str | None:
 
 
 @cache
-def _load(package: str) -> tuple[str, tuple[BuildRow, ...]]:
+def _document(package: str) -> dict[str, Any]:
+    """The package's builds.yaml, read once."""
     text = resources.files(package).joinpath("builds.yaml").read_text("utf-8")
     data: dict[str, Any] = yaml.safe_load(text)
+    return data
+
+
+@cache
+def _load(package: str) -> tuple[str, tuple[BuildRow, ...]]:
+    data = _document(package)
     rows = tuple(BuildRow.model_validate(row) for row in data["rows"])
     return str(data["default_version"]), rows
 
@@ -75,9 +82,8 @@ def _load(package: str) -> tuple[str, tuple[BuildRow, ...]]:
 def _markers(package: str) -> dict[str, str]:
     """`shown_by_labels` of builds.yaml: a metrics label -> the version from which the engine
     exports it (none: the table has none)."""
-    text = resources.files(package).joinpath("builds.yaml").read_text("utf-8")
-    data: dict[str, Any] = yaml.safe_load(text)
-    return {str(k): str(v) for k, v in (data.get("shown_by_labels") or {}).items()}
+    labels = _document(package).get("shown_by_labels") or {}
+    return {str(k): str(v) for k, v in labels.items()}
 
 
 @dataclass(frozen=True)

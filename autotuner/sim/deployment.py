@@ -26,7 +26,7 @@ from autotuner.core.types import Setup
 from autotuner.engines.build_table import image_version
 from autotuner.engines.dialect import Dialect
 from autotuner.engines.vllm.args import parse
-from autotuner.engines.vllm.builds import TABLE, build_in_force
+from autotuner.engines.vllm.builds import TABLE
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.engines.vllm.companions import missing, spelled
 from autotuner.engines.vllm.setup import vllm_tokens
@@ -107,7 +107,7 @@ class VllmServer:
             return f"{self.model.name} has no recurrent state: no --use-replayssm"
         engine = self.engine.serving(self.model)
         if engine.follows_build:
-            engine = engine.running_on(build_in_force(image=image))
+            engine = engine.running_on(TABLE.build_in_force(image=image))
         refused = engine.refusal(setup)
         row = engine.row
         if refused is not None or row is None or not engine.follows_build:

@@ -32,7 +32,7 @@ from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import ModelSpec
 from autotuner.core.types import Setup
 from autotuner.engines.build_table import image_version
-from autotuner.engines.vllm.builds import TABLE, build_in_force
+from autotuner.engines.vllm.builds import TABLE
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.engines.vllm.dialect import VllmDialect
 from autotuner.errors import InputError
@@ -114,7 +114,7 @@ VERSIONS = {"0.33.0": (0, 33), "0.32.0": (0, 32), "0.31.0": (0, 31), "0.32.0-cpu
 def test_each_row_writes_what_its_version_starts_with(
     declared: str, model: ModelSpec, label: str
 ) -> None:
-    build = build_in_force(declared)
+    build = TABLE.build_in_force(declared)
     engine = FOLLOW_BUILD.running_on(build).serving(model)
     setup = Setup.parse(label)
     refusal = engine.refusal(setup)
@@ -134,12 +134,12 @@ def test_each_row_writes_what_its_version_starts_with(
 
 def test_every_row_of_the_table_is_exercised() -> None:
     _, rows = TABLE.table()
-    covered = {row.name for declared in VERSIONS for row in build_in_force(declared).rows}
+    covered = {row.name for declared in VERSIONS for row in TABLE.build_in_force(declared).rows}
     assert covered == {row.name for row in rows}
 
 
 def test_replay_alone_takes_flashinfer_and_prefix_caching_off() -> None:
-    engine = FOLLOW_BUILD.running_on(build_in_force("0.33.0")).serving(NEMOTRON)
+    engine = FOLLOW_BUILD.running_on(TABLE.build_in_force("0.33.0")).serving(NEMOTRON)
     args, saved = VLLM.render_args(
         OPERATOR, Setup.parse("replay:16"), companions=engine.companions(Setup.parse("replay:16"))
     )
@@ -160,11 +160,11 @@ def test_speculation_on_the_cpu_build_turns_prefix_caching_off(declared: str, of
     of the align-mode pre-copy, mamba_utils.py:1226, is missing there); the CUDA build has no
     such rule. A dense model has no SSM family, so no row and no companion."""
     spec2 = Setup(spec_tokens=2)  # not the operator's spec:3, so it is written
-    engine = FOLLOW_BUILD.running_on(build_in_force(declared)).serving(NEMOTRON)
+    engine = FOLLOW_BUILD.running_on(TABLE.build_in_force(declared)).serving(NEMOTRON)
     args, _ = VLLM.render_args(OPERATOR, spec2, companions=engine.companions(spec2))
     assert ("--no-enable-prefix-caching" in args) is off
     assert engine.keeps_prefix_caching(spec2) is not off
-    dense = FOLLOW_BUILD.running_on(build_in_force(declared)).serving(
+    dense = FOLLOW_BUILD.running_on(TABLE.build_in_force(declared)).serving(
         load_model("meta-llama/Llama-3.1-8B-Instruct")
     )
     assert dense.companions(spec2) == ()
@@ -174,7 +174,7 @@ def test_speculation_alone_starts_on_architectures_without_replay() -> None:
     """The 0.33 Mamba-2 row names the architectures with ReplaySSM (NemotronH): another Mamba-2
     hybrid still speculates, and only its replay is refused."""
     granite = load_model("ibm-granite/granite-4.0-h-small")
-    row = build_in_force("0.33.0").row("mamba2")
+    row = TABLE.build_in_force("0.33.0").row("mamba2")
     assert row is not None
     assert row.refusal(Setup(spec_tokens=2), granite.architecture) is None
     assert row.refusal(Setup(replay_window=16), granite.architecture) is not None
@@ -182,7 +182,7 @@ def test_speculation_alone_starts_on_architectures_without_replay() -> None:
 
 def test_the_operators_own_flags_are_put_back_in_place() -> None:
     operator = [*OPERATOR, "--enable-prefix-caching", "--mamba-backend=triton", "--port", "8000"]
-    engine = FOLLOW_BUILD.running_on(build_in_force("0.33.0")).serving(NEMOTRON)
+    engine = FOLLOW_BUILD.running_on(TABLE.build_in_force("0.33.0")).serving(NEMOTRON)
     both = Setup.parse("replay+spec:3:16")
     on, saved = VLLM.render_args(operator, both, companions=engine.companions(both))
     assert "--enable-prefix-caching" not in on
@@ -210,16 +210,16 @@ def test_the_image_tag_names_the_version(image: str, version: str | None) -> Non
 
 def test_the_build_in_force_by_precedence() -> None:
     image = "vllm/vllm-openai:v0.32.0"
-    declared = build_in_force("0.33.0", image=image, reported="0.32.0")
+    declared = TABLE.build_in_force("0.33.0", image=image, reported="0.32.0")
     assert (declared.origin, declared.version) == (Origin.SETTINGS, "0.33.0")
-    tagged = build_in_force(image=image, reported="0.33.0")
+    tagged = TABLE.build_in_force(image=image, reported="0.33.0")
     assert (tagged.origin, tagged.version) == (Origin.IMAGE_TAG, "0.32.0")
-    reported = build_in_force(image="vllm/vllm-openai:latest", reported="0.33.0")
+    reported = TABLE.build_in_force(image="vllm/vllm-openai:latest", reported="0.33.0")
     assert (reported.origin, reported.version) == (Origin.VERSION_ENDPOINT, "0.33.0")
-    unread = build_in_force(reported="sim")
+    unread = TABLE.build_in_force(reported="sim")
     assert unread.origin is Origin.DEFAULT
     assert "'sim'" in unread.detail
-    older = build_in_force(image="vllm/vllm-openai:v0.20.0")
+    older = TABLE.build_in_force(image="vllm/vllm-openai:v0.20.0")
     assert not older.known
     assert older.row("mamba2") is not None
     assert older.row("mamba2").refusal(Setup.parse("replay:16"), None)  # type: ignore[union-attr]

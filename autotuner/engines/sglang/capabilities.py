@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from autotuner.core.engine.capabilities import BUILD, AdaptiveTier, EngineCapabilities
 from autotuner.core.model.spec import SsmKind
-from autotuner.engines.sglang.builds import build_in_force
+from autotuner.engines.sglang.builds import TABLE
 from autotuner.engines.sglang.setup import ADAPTIVE_STEPS, ADAPTIVE_TIERS
 
 FOLLOW_BUILD = EngineCapabilities(
@@ -25,6 +25,6 @@ FOLLOW_BUILD = EngineCapabilities(
     # (layers/attention/linear/gdn_backend.py; exec_.py:586-591), KDA keeps the written one.
     draft_window_families=(SsmKind.GATED_DELTANET,),
     replay_with_kv_connector=True,  # ENGINES.md: allowed (a PD prefill server refuses the flag)
-    build=build_in_force(),
+    build=TABLE.build_in_force(),
 )
 PRESETS = {c.name: c for c in (FOLLOW_BUILD,)}

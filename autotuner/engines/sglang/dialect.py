@@ -65,4 +65,4 @@ class SglangDialect(Dialect):
         return sglang_setup.setup_flags(setup, companions)
 
     def build_in_force(self, declared: str, *, image: str | None) -> BuildInForce:
-        return builds.build_in_force(declared, image=image)
+        return builds.TABLE.build_in_force(declared, image=image)

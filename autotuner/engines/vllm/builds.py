@@ -4,8 +4,8 @@ else the table's default version (engines/build_table.py does the choosing)."""
 
 from __future__ import annotations
 
-from autotuner.core.engine.builds import BuildInForce, Origin
-from autotuner.engines.build_table import AUTO, BuildTable
+from autotuner.core.engine.builds import Origin
+from autotuner.engines.build_table import BuildTable
 
 TABLE = BuildTable(
     package="autotuner.engines.vllm",
@@ -13,14 +13,3 @@ TABLE = BuildTable(
     reported_by=Origin.VERSION_ENDPOINT,
     example="0.33.0, 0.32, 0.32.0-cpu",
 )
-
-
-def build_in_force(
-    declared: str = AUTO,
-    *,
-    image: str | None = None,
-    reported: str | None = None,
-    declared_by: str = "engine.build",
-) -> BuildInForce:
-    """The vLLM build the engine runs (reported: what `GET /version` said)."""
-    return TABLE.build_in_force(declared, image=image, reported=reported, declared_by=declared_by)

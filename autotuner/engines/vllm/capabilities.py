@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from autotuner.core.engine.capabilities import BUILD, EngineCapabilities
 from autotuner.core.model.spec import SsmKind
-from autotuner.engines.vllm.builds import build_in_force
+from autotuner.engines.vllm.builds import TABLE
 
 FOLLOW_BUILD = EngineCapabilities(
     name=BUILD,
     replay_with_speculation=True,
     replay_families=(SsmKind.MAMBA2,),
-    build=build_in_force(),
+    build=TABLE.build_in_force(),
 )
 UPSTREAM = EngineCapabilities(name="upstream")
 # Upstream plus the Gated DeltaNet ReplaySSM kernels (PR #48792): replay or speculation, not

@@ -76,4 +76,4 @@ class VllmDialect(Dialect):
         return own + [spelled(c) for c in companions]
 
     def build_in_force(self, declared: str, *, image: str | None) -> BuildInForce:
-        return builds.build_in_force(declared, image=image)
+        return builds.TABLE.build_in_force(declared, image=image)
