@@ -1,3 +1,5 @@
+"""Setup labels: what parses, what is refused and why, and the per-batch K schedule."""
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -23,22 +25,22 @@ def test_parse(text: str, k: int, window: int, kind: SetupKind) -> None:
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "message"),
     [
-        "",
-        "spec",
-        "spec:0",
-        "replay:1",
-        "replay+spec:3",
-        "fast",
-        "spec:3@1-64",
-        "spec:2@1-8:3",
-        "spec:3@1-64:3,32-128:1",
-        "spec:99",
+        ("", "cannot read setup ''"),
+        ("spec", "spec takes 1 number"),
+        ("spec:0", "K must be >= 1"),
+        ("replay:1", "replay window L must be >= 2"),
+        ("replay+spec:3", r"replay\+spec takes 2 number"),
+        ("fast", "cannot read setup 'fast'"),
+        ("spec:3@1-64", "use start-end:K"),
+        ("spec:2@1-8:3", "band K=3 exceeds num_speculative_tokens=2"),
+        ("spec:3@1-64:3,32-128:1", "bands must be sorted and must not overlap"),
+        ("spec:99", "less than or equal to 16"),
     ],
 )
-def test_bad_setups_are_refused_with_a_message(text: str) -> None:
-    with pytest.raises(InputError):
+def test_bad_setups_are_refused_with_a_message(text: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
         Setup.parse(text)
 
 
