@@ -324,16 +324,17 @@ def test_a_config_naming_no_architecture_says_so() -> None:
 # --------------------------------------------------------------------------- hf_quant_config.json
 
 
-def model_dir(
-    tmp_path: Path, name: str, quant: dict[str, Any] | None = None, *, raw: bool = False
-) -> Path:
+def model_dir(tmp_path: Path, name: str, quant: dict[str, Any] | str | None = None) -> Path:
     """A model directory: the fixture as config.json, and an hf_quant_config.json beside it in
-    the shape ModelOpt writes ({"producer": ..., "quantization": {...}}; the fixtures' README)."""
+    the shape ModelOpt writes ({"producer": ..., "quantization": {...}}; the fixtures' README),
+    or, given as text, the file as written (a real one, or a broken one)."""
     folder = tmp_path / name.removesuffix(".config.json")
     folder.mkdir()
     shutil.copy(CONFIGS / name, folder / "config.json")
-    if quant is not None:
-        body = quant if raw else {"producer": {"name": "modelopt"}, "quantization": quant}
+    if isinstance(quant, str):
+        (folder / "hf_quant_config.json").write_text(quant)
+    elif quant is not None:
+        body = {"producer": {"name": "modelopt"}, "quantization": quant}
         (folder / "hf_quant_config.json").write_text(json.dumps(body))
     return folder
 
@@ -418,11 +419,7 @@ def test_deepseek_v4_module_names_on_the_v3_shapes(tmp_path: Path) -> None:
 
 
 def test_config_quantization_wins_over_hf_quant_config(tmp_path: Path) -> None:
-    folder = tmp_path / "v3"
-    folder.mkdir()
-    shutil.copy(CONFIGS / "deepseek-v3.config.json", folder / "config.json")
-    shutil.copy(DSV4_QUANT, folder / "hf_quant_config.json")
-    spec = load_model(str(folder))
+    spec = load_model(str(model_dir(tmp_path, "deepseek-v3.config.json", DSV4_QUANT.read_text())))
     assert spec.weight_dtype == "fp8"
     assert [n for n in spec.notes if "hf_quant_config.json not read" in n]
 
@@ -438,10 +435,8 @@ def test_config_quantization_wins_over_hf_quant_config(tmp_path: Path) -> None:
     ],
 )
 def test_a_broken_hf_quant_config_is_refused(tmp_path: Path, body: str, message: str) -> None:
-    folder = model_dir(tmp_path, SUPER)
-    (folder / "hf_quant_config.json").write_text(body)
     with pytest.raises(ModelConfigError, match=message):
-        load_model(str(folder))
+        load_model(str(model_dir(tmp_path, SUPER, body)))
 
 
 def test_an_unknown_quant_method_is_refused_with_the_way_out() -> None:
