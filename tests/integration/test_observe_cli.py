@@ -10,6 +10,7 @@ from autotuner.core.types import Setup
 from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sim.server import SimServer
 from tests.integration.conftest import free_port
+from tests.support.cli import printed_json, refusal
 from tests.support.clock import Clock
 
 runner = CliRunner()
@@ -22,23 +23,18 @@ def test_observe_json_against_a_live_endpoint() -> None:
         step_time=lambda b, s: 0.01,
     )
     with SimServer(sim) as server:
-        result = runner.invoke(
-            app,
-            [
-                "observe",
-                "--url",
-                f"{server.url}/metrics",
-                "--window",
-                "1s",
-                "--interval",
-                "200ms",
-                "--min-drafts",
-                "10",
-                "--json",
-            ],
+        obs = printed_json(
+            "observe",
+            "--url",
+            f"{server.url}/metrics",
+            "--window",
+            "1s",
+            "--interval",
+            "200ms",
+            "--min-drafts",
+            "10",
+            "--json",
         )
-    assert result.exit_code == 0, result.output
-    obs = json.loads(result.stdout)
     assert obs["usable"] is True
     assert obs["reason"] is None
     assert {"mean", "p50", "p90", "p99", "samples"} <= set(obs["batch"])
@@ -62,10 +58,8 @@ def test_observe_exits_3_with_the_reason_when_unusable() -> None:
 
 
 def test_observe_bad_arguments_exit_2() -> None:
-    result = runner.invoke(app, ["observe", "--url", "http://x", "--window", "soon"])
-    assert result.exit_code == 2
-    result = runner.invoke(app, ["observe", "--url", "http://x", "--source", "graphite"])
-    assert result.exit_code == 2
+    refusal("observe", "--url", "http://x", "--window", "soon")
+    refusal("observe", "--url", "http://x", "--source", "graphite")
 
 
 class ScrapedVllm(SimulatedVllm):
@@ -110,11 +104,8 @@ def test_observe_reads_the_schedule_from_the_target(tmp_path: Path) -> None:
     common = ["observe", "--window", "1s", "--interval", "70ms", "--min-drafts", "10", "--json"]
     with SimServer(sim) as server:
         common += ["--url", f"{server.url}/metrics"]
-        plain = runner.invoke(app, common)
-        read = runner.invoke(app, [*common, "--target", f"exec://{args}?restart=true"])
-    assert plain.exit_code == 0, plain.output
-    assert read.exit_code == 0, read.output
-    naive = json.loads(plain.stdout)["acceptance"]
+        naive = printed_json(*common)["acceptance"]
+        stats = printed_json(*common, "--target", f"exec://{args}?restart=true")["acceptance"]
     assert naive["proposals"] == "unknown"
     assert naive["lower_bound"] == [False, True, True]
     # Position 1 over every draft: 0.7 x the share of drafts made at K = 3 (b / step(b)
@@ -122,7 +113,6 @@ def test_observe_reads_the_schedule_from_the_target(tmp_path: Path) -> None:
     drafts = {b: b / sim.step_time(b, sim.setup) for b in sim.loads}
     at_k3 = sum(n for b, n in drafts.items() if sim.setup.k_at(b) == 3) / sum(drafts.values())
     assert naive["per_position"][1] == pytest.approx(0.7 * at_k3, rel=1e-6)
-    stats = json.loads(read.stdout)["acceptance"]
     assert stats["proposals"] == "schedule"
     assert stats["read_with"] == schedule.label
     assert stats["per_position"] == pytest.approx([0.8, 0.7, 0.6], abs=1e-6)

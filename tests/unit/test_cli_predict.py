@@ -1,20 +1,16 @@
-import json
+"""The `predict` command: its JSON and table, its one-line refusals, what the engine build lets
+win, and every command's help."""
 
 import pytest
-from typer.testing import CliRunner
 
-from autotuner.cli.main import app
 from autotuner.core.types import Setup, SetupKind
-
-runner = CliRunner()
+from tests.support.cli import printed, printed_json, refusal
 
 
 def test_predict_json_has_the_promised_fields() -> None:
-    result = runner.invoke(
-        app, ["predict", "--gpu", "H200", "--batch", "1,64,256", "--spec-tokens", "1..3", "--json"]
+    report = printed_json(
+        "predict", "--gpu", "H200", "--batch", "1,64,256", "--spec-tokens", "1..3", "--json"
     )
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
     first = report["predictions"][0]
     assert {"setup", "batch", "tokens_per_s", "step_time_s", "feasible"} <= set(first)
     assert {"spec_tokens", "replay_window"} <= set(first["setup"])
@@ -27,22 +23,18 @@ def test_predict_json_has_the_promised_fields() -> None:
 
 
 def test_predict_table_names_the_winner() -> None:
-    result = runner.invoke(
-        app,
-        [
-            "predict",
-            "--model",
-            "Qwen/Qwen3.5-122B-A10B-FP8",
-            "--gpu",
-            "B300",
-            "--acceptance-per-position",
-            "0.8,0.7,0.6",
-        ],
+    text = printed(
+        "predict",
+        "--model",
+        "Qwen/Qwen3.5-122B-A10B-FP8",
+        "--gpu",
+        "B300",
+        "--acceptance-per-position",
+        "0.8,0.7,0.6",
         env={"COLUMNS": "160"},
     )
-    assert result.exit_code == 0, result.output
-    assert "winner" in result.stdout
-    assert "Quick rule" in result.stdout
+    assert "winner" in text
+    assert "Quick rule" in text
 
 
 @pytest.mark.parametrize(
@@ -60,23 +52,21 @@ def test_predict_table_names_the_winner() -> None:
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args: list[str]) -> None:
-    result = runner.invoke(app, ["predict", *args])
-    assert result.exit_code == 2
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    lines = [line for line in refusal("predict", *args).splitlines() if line.strip()]
     assert len(lines) == 1
     assert lines[0].startswith("autotuner: error:")
 
 
 def test_winners_are_only_setups_the_engine_accepts() -> None:
     args = ["predict", "--batch", "8,256", "--spec-tokens", "1..3", "--json"]
-    upstream = json.loads(runner.invoke(app, [*args, "--engine", "upstream"]).stdout)
-    both = json.loads(runner.invoke(app, [*args, "--engine", "replay-spec"]).stdout)
+    upstream = printed_json(*args, "--engine", "upstream")
+    both = printed_json(*args, "--engine", "replay-spec")
     assert all("+" not in row["setup"] for row in upstream["best"])
     assert any("+" in row["setup"] for row in both["best"])
     refused = [p for p in upstream["predictions"] if p["refused_by_engine"]]
     assert refused
     assert all(p["setup"]["name"] == "replay+spec" for p in refused)
-    assert runner.invoke(app, ["predict", "--engine", "tgi"]).exit_code == 2
+    refusal("predict", "--engine", "tgi")
 
 
 @pytest.mark.parametrize(
@@ -96,32 +86,24 @@ def test_winners_are_only_setups_the_engine_accepts() -> None:
 )
 def test_every_command_prints_its_help(command: list[str]) -> None:
     # Rich reads square brackets in help texts as markup: a stray [/X] crashes --help.
-    result = runner.invoke(app, [*command, "--help"])
-    assert result.exit_code == 0, result.output
-    assert "Usage:" in result.output
+    assert "Usage:" in printed(*command, "--help")
 
 
 def test_weights_override_is_used_and_said() -> None:
     model = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
-    base = runner.invoke(app, ["predict", "--model", model, "--batch", "1", "--json"])
-    over = runner.invoke(
-        app, ["predict", "--model", model, "--batch", "1", "--json", "--weights", "bf16"]
-    )
-    assert base.exit_code == 0, base.output
-    assert over.exit_code == 0, over.output
-    before, after = json.loads(base.output), json.loads(over.output)
+    before = printed_json("predict", "--model", model, "--batch", "1", "--json")
+    after = printed_json("predict", "--model", model, "--batch", "1", "--json", "--weights", "bf16")
     assert after["model"]["weight_source"] == "override"
     assert after["model"]["weight_gib"] > 3 * before["model"]["weight_gib"]
     assert any("given as an override" in note for note in after["notes"])
-    bad = runner.invoke(app, ["predict", "--model", model, "--weights", "fp7"])
-    assert bad.exit_code == 2
+    refusal("predict", "--model", model, "--weights", "fp7")
 
 
 def test_vllm_0_33_ranks_replay_spec_at_large_batch_with_its_companion_flags() -> None:
     """The default model (Nemotron-3-Super NVFP4) on one H200 and vLLM 0.33's row: replay+spec
     wins at large batch, within L <= 16, and is printed with the flags 0.33 needs for it."""
     args = ["predict", "--gpu", "H200", "--batch", "8,256,512", "--engine-version", "0.33"]
-    report = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    report = printed_json(*args, "--json")
     large = [row for row in report["best"] if row["batch"] >= 256]
     assert all(Setup.parse(row["setup"]).kind is SetupKind.REPLAY_SPEC for row in large)
     assert all(Setup.parse(row["setup"]).replay_window <= 16 for row in report["best"])
@@ -129,20 +111,19 @@ def test_vllm_0_33_ranks_replay_spec_at_large_batch_with_its_companion_flags() -
     winner = large[0]["setup"]
     assert "--mamba-backend flashinfer" in report["flags"][winner]
     assert "--no-enable-prefix-caching" in report["flags"][winner]
-    text = runner.invoke(app, args, env={"COLUMNS": "300"}).stdout
+    text = printed(*args, env={"COLUMNS": "300"})
     assert "--no-enable-prefix-caching" in text
     assert "vLLM 0.33 from settings (--engine-version: 0.33)" in text
 
 
 def test_qwen3_5_on_vllm_0_33_gets_no_replay_and_says_why() -> None:
     args = ["predict", "--model", "Qwen/Qwen3.5-122B-A10B", "--gpu", "H200", "--tp", "4"]
-    result = runner.invoke(app, [*args, "--engine-version", "0.33"], env={"COLUMNS": "300"})
-    assert result.exit_code == 0, result.output
-    assert "is not supported for architecture" in result.stdout
-    assert "vllm/config/vllm.py:3475-3479" in result.stdout
-    report = json.loads(runner.invoke(app, [*args, "--engine-version", "0.33", "--json"]).stdout)
+    text = printed(*args, "--engine-version", "0.33", env={"COLUMNS": "300"})
+    assert "is not supported for architecture" in text
+    assert "vllm/config/vllm.py:3475-3479" in text
+    report = printed_json(*args, "--engine-version", "0.33", "--json")
     assert all(Setup.parse(row["setup"]).replay_window == 0 for row in report["best"])
-    forked = json.loads(runner.invoke(app, [*args, "--engine", "gdn-replay", "--json"]).stdout)
+    forked = printed_json(*args, "--engine", "gdn-replay", "--json")
     assert any(Setup.parse(row["setup"]).replay_window for row in forked["best"])
 
 
@@ -150,7 +131,7 @@ def test_sglang_adaptive_is_predicted_as_its_batch_tiers() -> None:
     """On SGLang, --speculative-adaptive drafts nothing from batch 64: `predict` prices it so
     (K = 0 there), where vLLM's adaptive verification keeps verifying drafts."""
     args = ["predict", "--model", "Qwen/Qwen3.5-122B-A10B", "--gpu", "B300", "--batch", "4,512"]
-    report = json.loads(runner.invoke(app, [*args, "--engine-kind", "sglang", "--json"]).stdout)
+    report = printed_json(*args, "--engine-kind", "sglang", "--json")
     adaptive = {
         row["batch"]: row["spec_tokens"]
         for row in report["predictions"]

@@ -3,15 +3,11 @@ crossover's textbook dependencies on K, acceptance and context."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from autotuner.cli.main import app
 from autotuner.core.decide.context import Context
 from autotuner.core.decide.search import candidates
 from autotuner.core.decide.settings import PolicySettings
@@ -26,6 +22,7 @@ from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import PLAIN, Setup
 from autotuner.engines.vllm.capabilities import REPLAY_SPEC
+from tests.support.cli import printed_json
 
 LLAMA_70B = load_model("meta-llama/Llama-3.1-70B-Instruct")
 H100 = datasheet("H100-SXM")
@@ -139,21 +136,17 @@ def test_replay_is_never_a_candidate_for_attention_only_models() -> None:
     setups, _ = candidates(TunerState(), context, PolicySettings(), geometric(0.8, 4))
     assert setups
     assert all(s.replay_window == 0 for s in setups)
-    report = CliRunner().invoke(
-        app,
-        [
-            "predict",
-            "--model",
-            "meta-llama/Llama-3.1-8B-Instruct",
-            "--gpu",
-            "H100-SXM",
-            "--drafter",
-            "eagle",
-            "--json",
-        ],
+    report = printed_json(
+        "predict",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--gpu",
+        "H100-SXM",
+        "--drafter",
+        "eagle",
+        "--json",
     )
-    assert report.exit_code == 0, report.output
-    labels = {p["setup"]["label"] for p in json.loads(report.stdout)["predictions"]}
+    labels = {p["setup"]["label"] for p in report["predictions"]}
     assert labels == {"plain", "spec:1", "spec:2", "spec:3", "spec:4"}
 
 

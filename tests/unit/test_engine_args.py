@@ -9,9 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from autotuner.cli.main import app
 from autotuner.core.engine.args import SpeculativeConfig
 from autotuner.core.engine.drafter import (
     DECLARED,
@@ -37,6 +35,7 @@ from autotuner.engines.vllm.capabilities import PRESETS
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.engines.vllm.setup import parse_setup, vllm_tokens
 from autotuner.errors import ArgsError
+from tests.support.cli import printed, printed_json, refusal
 from tests.support.fixtures import CONFIGS
 
 LLAMA_CONFIG = CONFIGS / "llama-3.1-70b.config.json"
@@ -45,8 +44,6 @@ NEMOTRON = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
 H200 = datasheet("H200")
 ACCEPT = geometric(0.7, 4)
 MTP = '{"method":"mtp","num_speculative_tokens":3}'
-
-runner = CliRunner()
 
 
 # --------------------------------------------------------------------------- parsing
@@ -191,11 +188,9 @@ def labels(report: dict[str, object]) -> set[str]:
 
 
 def report_for(model_path: str, *extra: str) -> dict[str, object]:
-    result = runner.invoke(
-        app, ["predict", "--model", model_path, "--batch", "1,32", *extra, "--json"]
+    report: dict[str, object] = printed_json(
+        "predict", "--model", model_path, "--batch", "1,32", *extra, "--json"
     )
-    assert result.exit_code == 0, result.output
-    report: dict[str, object] = json.loads(result.stdout)
     return report
 
 
@@ -372,17 +367,18 @@ def test_predict_takes_the_live_args_and_shows_each_source() -> None:
     assert inputs["drafter"]["source"] == LIVE
     assert report["workload"]["tensor_parallel"] == 2  # type: ignore[index]
     assert "spec:3" in labels(report)
-    text = runner.invoke(
-        app,
-        ["predict", "--model", "meta-llama/Llama-3.1-70B-Instruct-FP8", "--vllm-args", line],
+    text = printed(
+        "predict",
+        "--model",
+        "meta-llama/Llama-3.1-70B-Instruct-FP8",
+        "--vllm-args",
+        line,
         env={"COLUMNS": "200"},
     )
-    assert text.exit_code == 0, text.output
-    assert "tensor_parallel 2 (live args)" in text.stdout
-    assert "deployed drafter: eagle K=3 (live args)" in text.stdout
-    bad = runner.invoke(app, ["predict", "--vllm-args", "--speculative-config '{\"method\": mtp'"])
-    assert bad.exit_code == 2
-    assert "--speculative-config: value is not a JSON object" in bad.stderr
+    assert "tensor_parallel 2 (live args)" in text
+    assert "deployed drafter: eagle K=3 (live args)" in text
+    bad = refusal("predict", "--vllm-args", "--speculative-config '{\"method\": mtp'")
+    assert "--speculative-config: value is not a JSON object" in bad
 
 
 def test_an_observed_prefix_cache_becomes_the_workload_with_its_source() -> None:

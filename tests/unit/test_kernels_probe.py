@@ -3,16 +3,13 @@ writes a profile the core loads and `predict` uses."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TypedDict
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from autotuner.cli.main import app
 from autotuner.core.predict.hardware import load_profile
 from kernels_probe.exactness import (
     BOUND,
@@ -26,6 +23,7 @@ from kernels_probe.exactness import (
     mamba_step,
     to_bfloat16,
 )
+from tests.support.cli import printed_json
 from tests.support.run import python_module
 
 
@@ -134,26 +132,21 @@ def test_cpu_probe_writes_a_profile_predict_uses(tmp_path: Path) -> None:
     )
     assert any(k.startswith("replay_L16_") for k in profile.measurements)
     assert all(m.p10 <= m.median <= m.p90 for m in profile.measurements.values())
-    predicted = CliRunner().invoke(
-        app,
-        [
-            "predict",
-            "--profile",
-            str(out),
-            "--model",
-            "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B",
-            "--tp",
-            "8",
-            "--drafter",
-            "eagle",
-            "--batch",
-            "1,4",
-            "--spec-tokens",
-            "1..2",
-            "--json",
-        ],
+    report = printed_json(
+        "predict",
+        "--profile",
+        str(out),
+        "--model",
+        "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B",
+        "--tp",
+        "8",
+        "--drafter",
+        "eagle",
+        "--batch",
+        "1,4",
+        "--spec-tokens",
+        "1..2",
+        "--json",
     )
-    assert predicted.exit_code == 0, predicted.output
-    report = json.loads(predicted.stdout)
     assert report["profile_source"] == "kernels_probe"
     assert any(p["tokens_per_s"] > 0 for p in report["predictions"])

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from autotuner.cli.main import app
 from autotuner.errors import InputError
 from autotuner.settings import Settings, cli_overrides, describe, load_settings
+from tests.support.cli import printed, refusal
 
 
 def test_precedence_and_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,14 +63,10 @@ def test_bad_file_and_bad_override(tmp_path: Path) -> None:
 
 
 def test_config_show_and_run_refuse_bad_settings() -> None:
-    runner = CliRunner()
-    shown = runner.invoke(app, ["config", "show", "--json", "--set=policy.switch.dwell_s=2m"])
-    assert shown.exit_code == 0, shown.output
-    assert '"policy.switch.dwell_s"' in shown.stdout
-    assert '"cli"' in shown.stdout
-    bad = runner.invoke(app, ["run", "--set", "loop.interval_s=-1"])
-    assert bad.exit_code == 2
-    assert "loop.interval_s" in bad.stderr
+    shown = printed("config", "show", "--json", "--set=policy.switch.dwell_s=2m")
+    assert '"policy.switch.dwell_s"' in shown
+    assert '"cli"' in shown
+    assert "loop.interval_s" in refusal("run", "--set", "loop.interval_s=-1")
 
 
 GROUPED = """\
