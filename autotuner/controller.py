@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from autotuner.actuators.base import Actuator, LiveTarget
 from autotuner.canary.phase import CanaryPhase
@@ -25,6 +25,7 @@ from autotuner.loop.inputs import LiveInputs
 from autotuner.loop.phases import PhaseTimer
 from autotuner.loop.records import StateRecords
 from autotuner.settings import Settings
+from autotuner.sources.scope import MetricsScope
 from autotuner.telling.counting import ErrorKind
 from autotuner.telling.exporter import TunerMetrics
 from autotuner.telling.notifier import Notifier
@@ -35,6 +36,16 @@ if TYPE_CHECKING:  # the Kubernetes client is heavy: imported only for k8s targe
     from autotuner.canary.guard import QualityGuard
 
 Observer = Callable[[], Observation]  # one window per call (sources/observers.py)
+
+
+@runtime_checkable
+class Narrowing(Protocol):
+    """An observer that can be told a held canary's pods (sources/observers.py): it reads
+    them alone until told None, or answers with a note saying why it cannot."""
+
+    def narrow(self, scope: MetricsScope | None) -> str | None: ...
+
+
 GUARD_DISABLED = "the quality guard is disabled (quality.enabled=false)"
 
 
@@ -57,6 +68,7 @@ class Controller:
     state: TunerState | None = None
     last_step_at: float | None = None
     last_usable_at: float | None = None
+    scope: MetricsScope | None = None  # the canary's pods the observer reads (None: all)
     stop_event: threading.Event = field(default_factory=threading.Event)
     started_at: float = field(init=False)
     notifier: Notifier = field(init=False)
@@ -77,12 +89,12 @@ class Controller:
     def step(self) -> Decision:
         now = self.clock()
         timed = PhaseTimer(self.metrics)
-        with timed("observe"):
-            observation = self._observe(now)
         with timed("lease"):
             leader = self._lead()
         with timed("read_target"):
             live = self._read()
+        with timed("observe"):  # after the read: a held canary narrows what is observed
+            observation, narrowing = self._observe(now, live)
         observation = as_deployed(observation, live)
         with timed("resume"):
             state = self.records.resume(self.state, live, leader)
@@ -95,6 +107,8 @@ class Controller:
             planned = step(state, observation, ctx, self.settings.policy)
         with timed("carry_out"):
             planned = self._carry_out(planned, state, live, observation, budget, ctx)
+        if narrowing:
+            planned = replace(planned, decision=planned.decision.noted(narrowing))
         with timed("save_state"):
             if leader and self.actuator is not None and not planned.acts:
                 self.records.save_periodically(planned.state, live, now)
@@ -104,13 +118,26 @@ class Controller:
         self.state, self.last_step_at = planned.state, now
         return planned.decision
 
-    def _observe(self, now: float) -> Observation:
+    def _observe(self, now: float, live: LiveTarget | None) -> tuple[Observation, str | None]:
+        """The window, and the observer's note when it cannot read a held canary alone."""
+        note = self._narrow(live)
         observation = self.observe()
         if observation.usable:
             self.last_usable_at = now
         elif observation.reason is not None:
             self.metrics.count(observation.reason)
-        return observation
+        return observation, note
+
+    def _narrow(self, live: LiveTarget | None) -> str | None:
+        """Point the observer at a held canary's pods, so that verification judges the new
+        setup by them and not by the groups still on the old one; once released, at every pod
+        again. A target that could not be read keeps the last scope."""
+        scope = live.scope if live is not None else self.scope
+        if scope != self.scope:
+            told = f"metrics read from {scope} alone" if scope else "metrics read from every pod"
+            self.notifier.log(told)
+        self.scope = scope
+        return self.observe.narrow(scope) if isinstance(self.observe, Narrowing) else None
 
     def _lead(self) -> bool:
         if self.elector is None:

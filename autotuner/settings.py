@@ -133,6 +133,13 @@ class SourceSettings(Group):
         description="vLLM /metrics URLs (one per replica), or one Prometheus URL.",
     )
     selector: str = Field("", description='Prometheus label selector, e.g. namespace="llm".')
+    pod_label: str = Field(
+        "pod",
+        pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$",
+        description="The Prometheus label that holds a series' pod name (kube-prometheus "
+        "PodMonitors and ServiceMonitors add `pod`): while a LeaderWorkerSet canary is held, "
+        "the queries keep its pods' series by it.",
+    )
 
     @property
     def direct(self) -> bool:

@@ -20,6 +20,7 @@ from autotuner.engines.build_table import AUTO
 from autotuner.engines.companion_record import Saved
 from autotuner.engines.dialect import Dialect, Rendered
 from autotuner.errors import ActuatorError, ArgsError, ConflictError
+from autotuner.sources.scope import MetricsScope
 
 STATE_ANNOTATION = "spec-autotuner.io/state"
 PAUSE_ANNOTATION = "spec-autotuner.io/paused"
@@ -52,6 +53,8 @@ class LiveTarget:
     operator_args: Saved | None = None  # the operator's companion tokens, kept while changed
     advice: str | None = None  # why the tuner only advises here (it writes nothing), if so
     canary_held: bool = False  # a canary holds the rest back (a LeaderWorkerSet's partition)
+    # The canary's pods while one is held: the window that verifies the change reads them alone.
+    scope: MetricsScope | None = None
 
 
 @dataclass(frozen=True)

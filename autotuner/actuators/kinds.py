@@ -18,6 +18,7 @@ from autotuner.actuators.base import RolloutStatus, select_container
 from autotuner.actuators.sites import ConfigMapReader, Site, check_agreement, read_site
 from autotuner.engines.dialect import Dialect
 from autotuner.errors import ActuatorError, ArgsError, InputError
+from autotuner.sources.scope import MetricsScope, literal
 
 Obj = dict[str, Any]
 Path = tuple[str | int, ...]
@@ -215,6 +216,20 @@ def _lws_rollout(raw: Obj) -> RolloutStatus:
     """Groups at or above the partition roll; those below wait for it to be lowered."""
     replicas = raw["spec"].get("replicas", 1)
     return _replica_rollout(raw, replicas, waiting=min(lws_partition(raw), replicas))
+
+
+def lws_canary_scope(raw: Obj, target: str) -> MetricsScope | None:
+    """The pods of the groups a partition lets roll (index partition..replicas-1: the canary),
+    None when it holds none back. LWS names a group's leader `<name>-<group>` and its workers
+    `<name>-<group>-<worker>` (api/leaderworkerset/v1, LeaderWorkerSetSpec) and labels them
+    `leaderworkerset.sigs.k8s.io/group-index`; a Prometheus `pod` label carries the names."""
+    replicas = int(raw["spec"].get("replicas", 1))
+    groups = tuple(range(min(lws_partition(raw), replicas), replicas))
+    if not groups or len(groups) == replicas:
+        return None
+    which = "|".join(str(g) for g in groups)
+    pods = f"{literal(raw['metadata']['name'])}-({which})(-[0-9]+)?"
+    return MetricsScope(target=target, groups=groups, pods=pods)
 
 
 # --------------------------------------------------------------------------- Dynamo

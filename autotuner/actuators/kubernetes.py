@@ -46,6 +46,7 @@ from autotuner.actuators.kinds import (
     at,
     engine_sites,
     kind_named,
+    lws_canary_scope,
     lws_partition,
     pointer,
 )
@@ -168,10 +169,12 @@ class KubernetesActuator(Actuator):
             image=at(raw, (*engine.container, "image")),
         )
         annotations = raw["metadata"].get("annotations") or {}
+        held = PARTITION_ANNOTATION in annotations and self.kind.partitioned
         live = replace(
             live,
             advice=self._advice(raw, [s for _, s in sites]),
             canary_held=PARTITION_ANNOTATION in annotations,
+            scope=lws_canary_scope(raw, str(self.target)) if held else None,
         )
         if live.version is not None:
             self._seen[live.version] = live

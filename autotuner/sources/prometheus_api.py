@@ -33,6 +33,7 @@ from autotuner.engines.vllm.metrics import (
 )
 from autotuner.errors import SourceError, UnusableReason
 from autotuner.sources.invariants import check_totals
+from autotuner.sources.scope import MetricsScope, joined, label_name, pod_matcher
 from autotuner.sources.sglang_metrics import SOURCE as SGLANG
 from autotuner.sources.sglang_metrics import marked
 from autotuner.sources.sglang_prometheus import sglang_totals
@@ -43,7 +44,9 @@ RETRYABLE = frozenset({429, 503})
 
 
 class PrometheusSource:
-    """Queries one Prometheus server; `selector` narrows every query (e.g. namespace="llm")."""
+    """Queries one Prometheus server; `selector` narrows every query (e.g. namespace="llm"),
+    and so does `scope` while a canary is held: then only its pods' series are read, by their
+    `pod_label` (kube-prometheus's PodMonitors and ServiceMonitors call it `pod`)."""
 
     def __init__(
         self,
@@ -57,6 +60,7 @@ class PrometheusSource:
         max_bytes: int = DEFAULT_MAX_BYTES,
         clock: Callable[[], float] = time.time,
         engine: str = "vllm",
+        pod_label: str = "pod",
     ) -> None:
         self.url = url.rstrip("/")
         self.engine = engine  # whose series the queries ask for: vllm or sglang
@@ -68,9 +72,17 @@ class PrometheusSource:
         self.window: Deadline | None = None  # the deadline of the window being queried
         self.scrape_interval_s = scrape_interval_s
         self.clock = clock
+        self.pod_label = label_name(pod_label)  # where the server keeps each series' pod name
+        self.scope: MetricsScope | None = None  # a canary's pods, while one is held
+
+    @property
+    def matchers(self) -> str:
+        """What narrows every query: the selector and, during a canary, its pods."""
+        return joined(self.selector, pod_matcher(self.scope, self.pod_label))
 
     def series(self, metric: str) -> str:
-        return f"{metric}{{{self.selector}}}" if self.selector else metric
+        matchers = self.matchers
+        return f"{metric}{{{matchers}}}" if matchers else metric
 
     def _get(self, path: str, params: dict[str, str]) -> Any:
         """One query's result, within its deadline (one wait for a Retry-After included)."""

@@ -8,13 +8,15 @@ from typing import Any, Protocol
 
 from autotuner.core.observe.observation import Ratio, WindowTotals
 from autotuner.engines.sglang.metrics import COUNTERS, GAUGES, HISTOGRAMS
+from autotuner.sources.scope import joined
 from autotuner.sources.sglang_metrics import add_speculation, per_step
 
 
 class PrometheusSource(Protocol):
     """The queries of sources/prometheus_api.py's PrometheusSource this module asks."""
 
-    selector: str
+    @property
+    def matchers(self) -> str: ...
 
     def series(self, metric: str) -> str: ...
     def instant(self, query: str, at: float) -> list[dict[str, Any]]: ...
@@ -27,8 +29,8 @@ class PrometheusSource(Protocol):
 
 def _scheduler(source: PrometheusSource, metric: str) -> str:
     """A scheduler gauge of the first tensor- and pipeline-parallel rank (an absent pp_rank
-    label matches ""), narrowed by the selector."""
-    matchers = ", ".join(m for m in (source.selector, 'tp_rank="0"', 'pp_rank=~"0|"') if m)
+    label matches ""), narrowed by the selector (and a canary's pods)."""
+    matchers = joined(source.matchers, 'tp_rank="0"', 'pp_rank=~"0|"')
     return f"{metric}{{{matchers}}}"
 
 

@@ -115,9 +115,11 @@ def test_lws_partition_canary_rolls_the_last_group_then_the_rest(server: FakeApi
     obj = server.get("LeaderWorkerSet", "llm", "vllm")
     obj["status"]["updatedReplicas"] = 1  # the last group runs the new args
     server.put("LeaderWorkerSet", obj)
-    rollout = act.read().rollout
-    assert rollout.done
-    assert "2 held by the partition" in rollout.detail
+    live = act.read()
+    assert live.rollout.done
+    assert "2 held by the partition" in live.rollout.detail
+    assert live.scope is not None  # the canary's pods, for the metrics that verify it
+    assert (live.scope.groups, live.scope.pods) == ((2,), "vllm-(2)(-[0-9]+)?")
     act.event("CanaryHeld", "only the last group rolls")
     involved = server.events[-1]["involvedObject"]
     assert (involved["apiVersion"], involved["kind"]) == (
@@ -128,6 +130,7 @@ def test_lws_partition_canary_rolls_the_last_group_then_the_rest(server: FakeApi
     released = server.get("LeaderWorkerSet", "llm", "vllm")
     assert released["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["partition"] == 0
     assert PARTITION_ANNOTATION not in released["metadata"]["annotations"]
+    assert act.read().scope is None  # every group's metrics again
     assert not act.release_canary()  # nothing held any more
 
 

@@ -1,0 +1,271 @@
+"""While a LeaderWorkerSet canary is held, verification reads the canary group's metrics alone:
+the loop over the loopback API server, its observer told the canary's pods by the target's read;
+and the same through a real Prometheus scraping two groups that serve at different rates."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from autotuner.actuators.base import STATE_ANNOTATION
+from autotuner.actuators.kinds import at
+from autotuner.actuators.kubeapi import K8sTarget, api_client
+from autotuner.actuators.kubernetes import PARTITION_ANNOTATION, KubernetesActuator
+from autotuner.controller import Controller
+from autotuner.core.decide.state import TunerState, Verification
+from autotuner.core.model.registry import load_model
+from autotuner.core.predict.hardware import datasheet
+from autotuner.core.types import Action, Decision, Observation, Setup
+from autotuner.engines.vllm.setup import parse_setup
+from autotuner.errors import ForbiddenError
+from autotuner.settings import cli_overrides, load_settings
+from autotuner.sim.engine import SimSetup, SimulatedVllm
+from autotuner.sim.server import SimServer
+from autotuner.sim.truth import TruthEngine
+from autotuner.sources.observers import PrometheusObserver
+from autotuner.sources.scope import MetricsScope
+from tests.integration.conftest import StartPrometheus, free_port, wait_for_samples
+from tests.support.fake_apiserver import FakeApiServer, fake_apiserver
+from tests.support.loop import wired
+from tests.support.serving_objects import lws
+from tests.support.settings import ACT_AT_ONCE
+
+MODEL = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
+MTP = '{"method":"mtp","num_speculative_tokens":3}'
+ARGS = ["--model", MODEL, "--tensor-parallel-size", "8", "--speculative-config", MTP]
+URI = "k8s://llm/leaderworkerset/vllm"
+WORKER = ("spec", "leaderWorkerTemplate", "workerTemplate", "spec", "containers", 0, "args")
+SPEC3, REPLAY = Setup(spec_tokens=3), Setup(replay_window=16)
+RATES = (0.8, 0.7, 0.6)
+VERIFIED = re.compile(r"^verified \S+: ([\d,]+) tokens/s per engine")
+
+
+@pytest.fixture
+def server() -> Iterator[FakeApiServer]:
+    with fake_apiserver() as fake:
+        yield fake
+
+
+def tuner(server: FakeApiServer) -> KubernetesActuator:
+    return KubernetesActuator(
+        K8sTarget.parse(URI), api_client(server.url, timeout_s=2), canary=True
+    )
+
+
+def partition(server: FakeApiServer) -> Any:
+    obj = server.get("LeaderWorkerSet", "llm", "vllm")
+    return obj["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"].get("partition")
+
+
+def groups_report(server: FakeApiServer, updated: int) -> None:
+    """The LWS controller's status at the object's generation: both groups ready, `updated`
+    of them on the current template."""
+    obj = server.get("LeaderWorkerSet", "llm", "vllm")
+    obj["status"] = {
+        "observedGeneration": obj["metadata"]["generation"],
+        "replicas": 2,
+        "readyReplicas": 2,
+        "updatedReplicas": updated,
+    }
+    server.put("LeaderWorkerSet", obj)
+
+
+def measured(decision: Decision) -> float:
+    """The tokens/s per engine a verified decision judged the change by."""
+    found = VERIFIED.match(decision.sentence)
+    assert found, decision.sentence
+    return float(found.group(1).replace(",", ""))
+
+
+# --------------------------------------------------------------------------- the loop's plumbing
+
+
+class TwoGroups:
+    """Two LWS groups' engines as the object's template runs them: group 1 (the canary) on the
+    worker args as written, group 0 on the args it started with until the partition lets it
+    roll. Read together (their tokens/s summed over two engine series, as Prometheus sums
+    them) unless narrowed to a scope, which the loop does from the target's read."""
+
+    def __init__(self, server: FakeApiServer, truth: TruthEngine, clock: list[float]) -> None:
+        self.server, self.truth, self.clock = server, truth, clock
+        self.scope: MetricsScope | None = None
+        self.scopes: list[MetricsScope | None] = []  # what each window was narrowed to
+
+    def narrow(self, scope: MetricsScope | None) -> str | None:
+        self.scope = scope
+        self.scopes.append(scope)
+        return None
+
+    def group(self, index: int) -> Observation:
+        obj = self.server.get("LeaderWorkerSet", "llm", "vllm")
+        held = partition(self.server) or 0
+        return self.running(parse_setup(at(obj, WORKER)) if index >= held else SPEC3)
+
+    def running(self, setup: Setup) -> Observation:
+        """One group's window on `setup`."""
+        return self.truth.observation(
+            now=self.clock[0], window_s=60, setup=setup, batch=512.0, rates=RATES
+        )
+
+    def __call__(self) -> Observation:
+        if self.scope is not None:
+            (index,) = self.scope.groups
+            return self.group(index)
+        old, canary = self.group(0), self.group(1)
+        assert old.generation_tokens_per_s is not None
+        assert canary.generation_tokens_per_s is not None
+        total = old.generation_tokens_per_s + canary.generation_tokens_per_s
+        return canary.model_copy(update={"generation_tokens_per_s": total, "series": 2})
+
+
+def test_the_loop_verifies_an_lws_canary_by_the_canary_group_alone(
+    server: FakeApiServer,
+) -> None:
+    """The switch holds group 0 back; while it is held the loop narrows the observer to group 1
+    and verification's tokens/s per engine is group 1's (not the two groups' mean); once the
+    partition is released, every group is read again."""
+    model, gpu = load_model(MODEL), datasheet("H200")
+    truth, clock = TruthEngine(model, gpu), [1000.0]
+    server.put("LeaderWorkerSet", lws(ARGS, worker_args=ARGS))
+    overrides = [*ACT_AT_ONCE, "policy.estimates.batch_half_life_s=120"]
+    settings, _ = load_settings(cli=cli_overrides(overrides))
+    groups = TwoGroups(server, truth, clock)
+    loop = wired(settings, (model, gpu), groups, tuner(server), lambda: clock[0])
+    while partition(server) != 1:  # until the switch holds group 0 back
+        assert clock[0] < 1000.0 + 3600, "the loop never switched"
+        clock[0] += 60
+        loop.step()
+    assert set(groups.scopes) == {None}  # nothing held before the switch
+    groups_report(server, updated=1)
+    while partition(server) == 1:
+        assert clock[0] < 1000.0 + 7200, "verification never released the canary"
+        clock[0] += 60
+        decision = loop.step()
+    assert decision.action is Action.KEEP
+    canary, old = groups.group(1), groups.running(SPEC3)  # group 0 was held on spec:3
+    assert canary.generation_tokens_per_s is not None
+    assert old.generation_tokens_per_s is not None
+    mean = (canary.generation_tokens_per_s + old.generation_tokens_per_s) / 2
+    assert abs(canary.generation_tokens_per_s - mean) > 0.05 * mean  # the mix says otherwise
+    assert measured(decision) == pytest.approx(canary.generation_tokens_per_s, abs=1)
+    canary_pods = MetricsScope(URI, (1,), "vllm-(1)(-[0-9]+)?")
+    assert groups.scopes[-1] == canary_pods
+    groups_report(server, updated=2)
+    clock[0] += 60
+    loop.step()
+    assert groups.scopes[-2:] == [canary_pods, None]  # released: every group is read again
+    snapshot = loop.metrics.current()
+    assert snapshot.observation is not None
+    assert snapshot.observation.series == 2
+
+
+def test_a_target_that_cannot_be_read_keeps_the_canary_scope(server: FakeApiServer) -> None:
+    """A read that fails mid-canary does not widen the window to the groups on the old setup."""
+    server.put("LeaderWorkerSet", held_canary(ARGS, state=None))
+    model, gpu = load_model(MODEL), datasheet("H200")
+    settings, _ = load_settings(cli=cli_overrides(list(ACT_AT_ONCE)))
+    groups = TwoGroups(server, TruthEngine(model, gpu), [1000.0])
+    loop = wired(settings, (model, gpu), groups, tuner(server), lambda: 1000.0)
+    loop.step()
+    scope = groups.scopes[-1]
+    assert scope is not None
+    assert scope.groups == (1,)
+    server.forbidden.add(("get", "leaderworkersets"))
+    with pytest.raises(ForbiddenError):
+        tuner(server).read()
+    loop.step()
+    assert loop.metrics.current().decision is not None  # the step went on without the target
+    assert groups.scopes[-1] == scope
+
+
+# --------------------------------------------------------------------------- a real Prometheus
+
+
+def held_canary(args: list[str], *, state: str | None) -> dict[str, Any]:
+    """A two-group LeaderWorkerSet whose partition (1) holds group 0 back while group 1 runs
+    `args`, with the tuner's state record; the LWS controller reports group 1 rolled."""
+    obj = lws(args, worker_args=args)
+    obj["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["partition"] = 1
+    obj["metadata"]["annotations"] = {PARTITION_ANNOTATION: "0"}
+    if state is not None:
+        obj["metadata"]["annotations"][STATE_ANNOTATION] = state
+    obj["status"]["updatedReplicas"] = 1
+    return obj
+
+
+def scrape_as_pods(prometheus: str, config: Path, pods: dict[str, str]) -> None:
+    """Reload Prometheus with one target per pod, each labelled `pod` as a kube-prometheus
+    PodMonitor labels it (the shared fixture's config gives every target one label set)."""
+    jobs = "".join(
+        f'      - {{targets: ["{host}"], labels: {{namespace: llm, pod: {pod}}}}}\n'
+        for pod, host in pods.items()
+    )
+    config.write_text(
+        "global:\n  scrape_interval: 200ms\n  evaluation_interval: 200ms\n"
+        f"scrape_configs:\n  - job_name: vllm\n    static_configs:\n{jobs}"
+    )
+    assert httpx.post(f"{prometheus}/-/reload", timeout=10).status_code == 200
+
+
+def test_prometheus_verifies_the_canary_group_then_reads_every_group(
+    server: FakeApiServer, start_prometheus: StartPrometheus, tmp_path: Path
+) -> None:
+    """Group 0 (spec:3, slow steps) and group 1 (the canary, replay:16) serve at rates far
+    apart. The loop's verification, through a real Prometheus, measures group 1's tokens/s per
+    engine; after it releases the partition the next window sums both groups."""
+    old = SimulatedVllm(
+        setup=SimSetup(spec_tokens=3), load=lambda t: 24.0, step_time=lambda b, s: 0.2
+    )
+    canary = SimulatedVllm(
+        setup=SimSetup(spec_tokens=0, replay=True, replay_window=16),
+        load=lambda t: 24.0,
+        step_time=lambda b, s: 0.02,
+    )
+    old_rate = 24 * (1 + 0.8 + 0.8 * 0.7 + 0.8 * 0.7 * 0.6) / 0.2  # the simulator's counts
+    canary_rate = 24 / 0.02
+    with SimServer(old) as group0, SimServer(canary) as group1:
+        prometheus = start_prometheus([f"127.0.0.1:{free_port()}"], "200ms")  # nothing there
+        hosts = {"vllm-0": group0.url, "vllm-1": group1.url}
+        pods = {pod: url.removeprefix("http://") for pod, url in hosts.items()}
+        scrape_as_pods(prometheus, tmp_path / "prometheus.yml", pods)
+        for pod in pods:
+            wait_for_samples(prometheus, f'vllm:num_requests_running{{pod="{pod}"}}', 30)
+        overrides = cli_overrides([*ACT_AT_ONCE, "loop.window_s=4"])
+        overrides["source"] = {
+            "kind": "prometheus",
+            "urls": [prometheus],
+            "selector": 'namespace="llm"',
+            "scrape_interval_s": 0.2,
+        }
+        settings, _ = load_settings(cli=overrides)
+        verification = Verification(
+            target=REPLAY,
+            previous=SPEC3,
+            switched_at=time.time() - 3600,
+            predicted_gain=0.5,
+            baseline_rate=old_rate,
+            baseline_batch=24,
+        )
+        state = TunerState(current=SPEC3).verifying(verification).model_dump_json()
+        server.put("LeaderWorkerSet", held_canary([*ARGS[:4], "--use-replayssm"], state=state))
+        observer = PrometheusObserver(settings)
+        served = (load_model(MODEL), datasheet("H200"))
+        loop: Controller = wired(settings, served, observer, tuner(server), time.time)
+        decision = loop.step()
+        assert decision.action is Action.KEEP, decision.sentence
+        assert measured(decision) == pytest.approx(canary_rate, rel=0.1)
+        assert partition(server) == 0  # verified: the rest may roll
+        loop.step()
+    assert observer.source.scope is None
+    snapshot = loop.metrics.current()
+    assert snapshot.observation is not None
+    assert snapshot.observation.series == 2
+    assert snapshot.observation.generation_tokens_per_s == pytest.approx(
+        canary_rate + old_rate, rel=0.1
+    )
