@@ -43,6 +43,9 @@ class Evaluation:
     setups: tuple[Setup, ...] = ()  # every candidate compared (infeasible ones too)
     plan: Plan | None = None  # the setups over the horizon, net of restarts
     forecast: Forecast | None = None
+    # The move serves at least as much as holding at every batch the forecast gives a chance,
+    # in every acceptance scenario: no trend still unseen within that range makes it wrong.
+    dominates: bool = False
 
 
 def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
@@ -51,7 +54,7 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
     state, settings = sit.state, sit.settings
     if state.batch.total < settings.estimates.min_batch_weight:
         return None
-    durations, pieces = outlook(sit)
+    durations, pieces = outlook(sit, sit.forecast)
     mass = np.asarray(durations) @ pieces / sum(durations)
     point = sit.acceptance
     setups, notes = candidates(state, sit.ctx, settings, point)
@@ -74,6 +77,8 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
     confidence = (
         _agreement(tables, plan, current, best, durations, min_gain) if gain >= min_gain else 0.0
     )
+    reach = _reach(sit, pieces)
+    dominates = gain >= min_gain and _dominates(sit, best, current, reach)
     notes += _remembered(sit)
     notes += _prefill_weighed(sit, (best, current), values)
     if sit.forecast is not None:
@@ -96,6 +101,7 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
         setups=tuple(values),
         plan=plan,
         forecast=sit.forecast,
+        dominates=dominates,
     )
 
 
@@ -117,22 +123,24 @@ def _prefill_weighed(
     return said
 
 
-def outlook(sit: Situation) -> tuple[tuple[float, ...], npt.NDArray[np.float64]]:
+def outlook(
+    sit: Situation, ahead: Forecast | None
+) -> tuple[tuple[float, ...], npt.NDArray[np.float64]]:
     """The horizon's pieces: their lengths, and each piece's probability per batch bin: the
-    batch history's shape (how windows spread: two modes stay two) moved to the forecast's
-    level for the piece and widened by how much less sure that level is than the first
-    piece's; without a forecast, one piece with the batch history as it is."""
+    batch history's shape (how windows spread: two modes stay two) moved to the `ahead`
+    forecast's level for the piece and widened by how much less sure that level is than the
+    first piece's; without a forecast, one piece with the batch history as it is."""
     horizon = sit.settings.restart.horizon_s
     history = sit.state.batch.probabilities()
-    if sit.forecast is None:
+    if ahead is None:
         return (horizon,), history[None, :]
     logs = np.log(BIN_MIDDLES.astype(np.float64))
     centre = float(history @ logs)
     edges = np.log(np.asarray(BATCH_BINS, dtype=np.float64))
     edges[0], edges[-1] = -np.inf, np.inf  # what lies beyond the bins counts in the end ones
-    first = sit.forecast.sigma[0]
+    first = ahead.sigma[0]
     rows = []
-    for level, sigma in zip(sit.forecast.level, sit.forecast.sigma, strict=True):
+    for level, sigma in zip(ahead.level, ahead.sigma, strict=True):
         shift = math.log(level) - centre
         scale = math.hypot(BIN_BLUR, math.sqrt(max(sigma**2 - first**2, 0.0))) * math.sqrt(2)
         moved = (edges[:, None] - logs[None, :] - shift) / scale
@@ -140,7 +148,15 @@ def outlook(sit: Situation) -> tuple[tuple[float, ...], npt.NDArray[np.float64]]
         row = np.diff(cumulative)
         row[row < NEGLIGIBLE] = 0.0  # bins this unlikely are not worth predicting
         rows.append(row / row.sum())
-    return sit.forecast.durations, np.vstack(rows)
+    return ahead.durations, np.vstack(rows)
+
+
+def _reach(sit: Situation, pieces: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
+    """The batch bins the load could reach over the horizon: those the forecast gives a
+    chance, widened by how little of the trend has been watched."""
+    if sit.forecast is None:
+        return np.asarray(pieces.sum(axis=0) > 0)
+    return np.asarray(outlook(sit, sit.forecast.reach())[1].sum(axis=0) > 0)
 
 
 def _erf(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -302,6 +318,20 @@ def _agreement(
         moved = _path_tokens(path, rates, durations)
         agreeing += held > 0 and math.isfinite(moved) and moved / held - 1.0 >= min_gain
     return agreeing / len(tables)
+
+
+def _dominates(sit: Situation, best: Setup, current: Setup, reach: npt.NDArray[np.bool_]) -> bool:
+    """Whether `best` serves at least what `current` serves at every batch bin in `reach`,
+    under the acceptance point estimate and both ends of its interval."""
+    for scenario in _scenarios(sit.acceptance):
+        accept = scenario or from_conditional([])
+        if any(s.spec_tokens > accept.max_spec_tokens for s in (best, current) if s.spec_tokens):
+            return False
+        ahead = binned(sit.predictor, best, accept, reach)
+        behind = binned(sit.predictor, current, accept, reach)
+        if not np.all(ahead >= behind):
+            return False
+    return True
 
 
 def _adaptive_versus_schedule(values: dict[Setup, float], setups: Sequence[Setup]) -> list[str]:
