@@ -16,7 +16,7 @@ from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.step import step
 from autotuner.core.engine.capabilities import EngineCapabilities
-from autotuner.core.types import Action, Decision, Setup
+from autotuner.core.types import Action, BlockReason, Decision, Setup
 from autotuner.engines.vllm.capabilities import GDN_REPLAY, REPLAY_SPEC
 from autotuner.sim.worlds import DAY, World, qwen_on_b300
 from tests.support.policy import SPEC3, cost_model_world, policy_settings
@@ -180,3 +180,22 @@ def test_a_change_that_wins_only_at_some_loads_waits_for_the_load_to_be_watched(
     assert all(at >= SETTINGS.switch.dwell_s for at, _ in changes), [
         (at, d.sentence) for at, d in changes
     ]
+
+
+def test_a_dip_not_worth_its_restarts_over_the_day_is_held_through() -> None:
+    # Every day the load falls from 450 to 150 for three hours at noon, where spec:2 serves
+    # more than replay:16. Over a 4 h horizon that is worth going there and back (two
+    # restarts); over the day it is within the forecast's noise of holding, so with a day
+    # remembered the plan for the whole period holds replay:16 through the dip, and says so.
+    def dip(t: float) -> float:
+        return 150.0 if 12 <= (t % DAY) / 3600 < 15 else 450.0
+
+    decisions = _drive(_world(dip), 10, start_h=24 + 8, remembered_days=1, every=True)
+    changes = [(t, d) for t, d in decisions if d.action is Action.SWITCH]
+    assert [d.target for _, d in changes] == [Setup(replay_window=16)], [
+        (round(t % DAY / 3600, 1), d.sentence) for t, d in changes
+    ]
+    in_dip = [d for t, d in decisions if 12.5 <= (t % DAY) / 3600 < 14.5]
+    held = [d for d in in_dip if "over the period the plan with the fewest restarts" in d.sentence]
+    assert held, [d.sentence for d in in_dip]
+    assert all(d.blocked_by is BlockReason.RESTART_COST for d in held)

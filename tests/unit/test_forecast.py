@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from autotuner.core.decide.forecast import LoadMemory, forecast
+from autotuner.core.decide.forecast import DAY_SEGMENTS, LoadMemory, day_forecast, forecast
 from autotuner.core.decide.settings import ForecastSettings
 from autotuner.sim.worlds import DAY, working_day
 
@@ -93,3 +93,17 @@ def test_a_few_flat_windows_leave_the_reach_of_demand_wide() -> None:
     assert early.reach().sigma[-1] > 0.5
     assert early.reach().sigma[-1] > 5 * early.sigma[-1]
     assert watched.reach().sigma == watched.sigma
+
+
+def test_the_whole_day_is_forecast_only_once_a_day_has_been_watched() -> None:
+    assert day_forecast(_fed(working_day, 0.0, DAY / 2), DAY / 2, SETTINGS) is None
+    memory = _fed(working_day, 0.0, DAY + 3600)
+    ahead = day_forecast(memory, DAY + 3600, SETTINGS)
+    assert ahead is not None
+    assert ahead.horizon_s == SETTINGS.period_s
+    assert len(ahead.level) == DAY_SEGMENTS
+    # It follows the day: the busiest hour ahead is the profile's, every hour near its level.
+    truth = [working_day(DAY + 3600 + dt) for dt in ahead.offsets]
+    assert int(np.argmax(ahead.level)) == int(np.argmax(truth))
+    errors = [abs(math.log(f / t)) for f, t in zip(ahead.level, truth, strict=True)]
+    assert float(np.mean(errors)) < 0.25

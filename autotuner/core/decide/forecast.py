@@ -23,6 +23,7 @@ from autotuner.durations import format_duration
 
 PROFILE_SLOTS = 48  # half-hours of a day
 PROFILE_FULL = 0.5  # periods of coverage from which the profile is trusted alone
+DAY_SEGMENTS = 24  # pieces of the whole-period forecast the day's plan is made over
 MIN_SIGMA = 0.05  # log-space floor: no forecast is exact
 MAX_TREND_CHANGE = math.log(8.0)  # the trend alone never moves the level more than this
 SIGNIFICANT = 2.0  # a slope under this many standard errors is taken as none
@@ -136,10 +137,23 @@ class Forecast:
         )
 
 
+def day_forecast(memory: LoadMemory, now: float, settings: ForecastSettings) -> Forecast | None:
+    """Demand per engine over the next whole period, an hour-long piece at a time for a day
+    (None until the profile has seen every slot of the period)."""
+    if memory.period_s != settings.period_s or min(memory.coverage) < PROFILE_FULL:
+        return None
+    return forecast(memory, now, settings.period_s, settings, segments=DAY_SEGMENTS)
+
+
 def forecast(
-    memory: LoadMemory, now: float, horizon_s: float, settings: ForecastSettings
+    memory: LoadMemory,
+    now: float,
+    horizon_s: float,
+    settings: ForecastSettings,
+    segments: int | None = None,
 ) -> Forecast | None:
-    """Demand per engine over [now, now + horizon_s] (None: no window seen yet).
+    """Demand per engine over [now, now + horizon_s] in `segments` pieces (default: the
+    settings'; None: no window seen yet).
 
     Where the profile has seen the hours in question, the forecast is the profile there plus
     today's departure from it (its level and damped trend, fitted on the recent windows minus
@@ -152,7 +166,7 @@ def forecast(
     # Today's departure from the profile is a level: its slope would mostly fit how coarsely
     # the profile's half-hours follow a steep hour.
     departure = _Line.fit(departures, now, sloped=False) if departures else None
-    tau, count = settings.trend_damping_s, settings.segments
+    tau, count = settings.trend_damping_s, segments or settings.segments
     durations = (horizon_s / count,) * count
     offsets = tuple((i + 0.5) * horizon_s / count for i in range(count))
     levels, sigmas, weight = [], [], 0.0

@@ -87,7 +87,7 @@ def _pays(sit: Situation, evaluation: Evaluation) -> tuple[bool, str]:
     plan = evaluation.plan
     if plan is not None and current is not None:
         if plan.now(current) == evaluation.best:
-            return True, ""
+            return _day_allows(sit, evaluation, current)
         moves = plan.changes(current)
         if moves:
             at, later = moves[0]
@@ -105,6 +105,22 @@ def _pays(sit: Situation, evaluation: Evaluation) -> tuple[bool, str]:
     return gain_tokens > restart_tokens * restart.margin, (
         f"{gain_tokens:,.0f} tokens over the {restart.horizon_s:.0f}s horizon do not pay "
         f"{restart.margin:g} x the restart's {restart_tokens:,.0f} ({seconds:.0f}s)"
+    )
+
+
+def _day_allows(sit: Situation, evaluation: Evaluation, current: Setup) -> tuple[bool, str]:
+    """Whether the plan over the whole period lets the horizon's move go now: it holds the
+    running setup now and does not reach the move's setup within the horizon when the move
+    is not worth its restarts over the day (no plan for the day: nothing to hold it)."""
+    day, horizon = evaluation.day_plan, sit.settings.restart.horizon_s
+    if day is None or day.now(current) is not None:
+        return True, ""
+    if any(setup == evaluation.best for at, setup in day.changes(current) if at < horizon):
+        return True, ""
+    return False, (
+        f"over the period the plan with the fewest restarts within "
+        f"{sit.settings.forecast.noise:.0%} of the best holds {current.label} "
+        f"({day.describe(current)})"
     )
 
 

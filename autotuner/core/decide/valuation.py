@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from autotuner.core.decide.context import Situation
 from autotuner.core.decide.estimates import BATCH_BINS, BIN_MIDDLES
-from autotuner.core.decide.forecast import Forecast
+from autotuner.core.decide.forecast import Forecast, day_forecast
 from autotuner.core.decide.plan import Plan, best_plan
 from autotuner.core.decide.search import candidates, schedules
 from autotuner.core.decide.settings import ObjectiveKind
@@ -43,6 +43,8 @@ class Evaluation:
     setups: tuple[Setup, ...] = ()  # every candidate compared (infeasible ones too)
     plan: Plan | None = None  # the setups over the horizon, net of restarts
     forecast: Forecast | None = None
+    # The plan over the whole next period (None until the profile has seen all of it).
+    day_plan: Plan | None = None
     # The move serves at least as much as holding at every batch the forecast gives a chance,
     # in every acceptance scenario: no trend still unseen within that range makes it wrong.
     dominates: bool = False
@@ -72,6 +74,7 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
         notes.append("no setup meets the latency SLO: falling back to throughput")
     finite = {s: v for s, v in values.items() if math.isfinite(v)}
     plan = _plan(sit, current, finite, tables[0], durations)
+    day = _day_plan(sit, current, finite, point)
     best, best_value, current_value, gain = _best(plan, current, values, tables[0], durations)
     min_gain = settings.switch.min_gain
     confidence = (
@@ -84,6 +87,8 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
     if sit.forecast is not None:
         notes.append(sit.forecast.describe())
     notes.append(plan.describe(current))
+    if day is not None:
+        notes.append(f"over the period: {day.describe(current)}")
     typical = state.batch.quantile(0.5)
     sigmas = {s: sit.predictor.sigma(s, typical, current) for s in finite}
     return Evaluation(
@@ -102,6 +107,7 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
         plan=plan,
         forecast=sit.forecast,
         dominates=dominates,
+        day_plan=day,
     )
 
 
@@ -207,14 +213,20 @@ def _plan(
     finite: dict[Setup, float],
     rates: Rates,
     durations: Sequence[float],
+    *,
+    max_restarts: int | None = None,
+    tail_s: float | None = None,
 ) -> Plan:
-    """The best plan over the horizon among the setups that can run, restarts charged at their
-    learned cost (times the margin and the share of replicas restarting)."""
+    """The best plan over the pieces among the setups that can run, restarts charged at their
+    learned cost (times the margin and the share of replicas restarting); at most
+    `max_restarts` (default: the forecast's plan limit within the day's budget), the last
+    setup credited `tail_s` after the pieces (default: half their span)."""
     restart = sit.settings.restart
     options = [current, *(s for s in finite if s != current)]
     table = np.vstack([np.where(np.isfinite(rates[s]), rates[s], 0.0) for s in options])
     lost = [sit.restart_s(s) * restart.margin * restart.share for s in options]
     room = restart.max_per_day - len(sit.state.recent_changes(sit.now)) - 1
+    limit = min(sit.settings.forecast.max_plan_restarts, max(room, 1))
     return best_plan(
         current,
         options,
@@ -222,9 +234,24 @@ def _plan(
         durations,
         lost,
         noise=sit.settings.forecast.noise,
-        max_restarts=min(sit.settings.forecast.max_plan_restarts, max(room, 1)),
-        tail_s=_tail(durations),
+        max_restarts=limit if max_restarts is None else max_restarts,
+        tail_s=_tail(durations) if tail_s is None else tail_s,
     )
+
+
+def _day_plan(
+    sit: Situation, current: Setup, finite: dict[Setup, float], point: AcceptanceEstimate | None
+) -> Plan | None:
+    """The plan over the whole next period by the profile of previous ones, as many restarts
+    as a day's budget allows and the fewest within noise of the best: hysteresis on the whole
+    day (a dip the horizon finds worth two restarts may not be worth them over the day)."""
+    ahead = day_forecast(sit.state.load, sit.now, sit.settings.forecast)
+    if ahead is None:
+        return None
+    durations, pieces = outlook(sit, ahead)
+    rates = _rates(sit, [current, *finite], pieces, point)
+    budget = max(sit.settings.restart.max_per_day, 1)
+    return _plan(sit, current, finite, rates, durations, max_restarts=budget, tail_s=0.0)
 
 
 def _best(
