@@ -17,7 +17,7 @@ from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.step import step
 from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.types import Action, BlockReason, Decision, Setup
-from autotuner.engines.vllm.capabilities import GDN_REPLAY, REPLAY_SPEC
+from autotuner.engines.vllm.capabilities import GDN_REPLAY
 from autotuner.sim.worlds import DAY, World, qwen_on_b300
 from tests.support.policy import SPEC3, cost_model_world, policy_settings
 
@@ -156,30 +156,6 @@ def test_the_decision_says_what_the_forecast_was() -> None:
     assert any(note.startswith("forecast demand") for note in decision.notes)
     assert any(note.startswith("plan over") for note in decision.notes)
     assert decision.action is Action.SWITCH
-
-
-def test_a_change_that_wins_at_every_batch_does_not_wait_for_the_load_to_be_watched() -> None:
-    # spec:3 copies its state per draft where replay with speculation moves a pointer: from
-    # batch 3 up the latter serves more, so at 200 no trend the first hour could show would undo
-    # the move, and it is made within the first windows instead of after the dwell.
-    world = _world(lambda t: 200.0)
-    changes = _drive(world, 2, REPLAY_SPEC)
-    assert changes, "no switch"
-    at, decision = changes[0]
-    assert decision.target is not None
-    assert decision.target.replay_window
-    assert at < SETTINGS.switch.dwell_s, decision.sentence
-
-
-def test_a_change_that_wins_only_at_some_loads_waits_for_the_load_to_be_watched() -> None:
-    # At 40 a window's load could still be a trend down to batch 1, where replay costs more
-    # than it saves: the move waits the dwell.
-    world = _world(lambda t: 40.0)
-    changes = _drive(world, 2, REPLAY_SPEC)
-    assert changes, "no switch"
-    assert all(at >= SETTINGS.switch.dwell_s for at, _ in changes), [
-        (at, d.sentence) for at, d in changes
-    ]
 
 
 def test_a_dip_not_worth_its_restarts_over_the_day_is_held_through() -> None:

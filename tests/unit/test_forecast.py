@@ -80,21 +80,6 @@ def test_no_window_no_forecast() -> None:
     assert forecast(LoadMemory(), 0.0, HORIZON, SETTINGS) is None
 
 
-def test_a_few_flat_windows_leave_the_reach_of_demand_wide() -> None:
-    # Three flat windows say little about where demand goes in four hours: the forecast keeps
-    # its level, and its reach (what an early move must not lose anywhere in) is wide; a
-    # watched hour of the same flat load narrows the reach to the forecast itself.
-    early = forecast(_fed(lambda t: 120.0, 0.0, 3 * STEP), 3 * STEP, HORIZON, SETTINGS)
-    watched = forecast(_fed(lambda t: 120.0, 0.0, 3600.0), 3600.0, HORIZON, SETTINGS)
-    assert early is not None
-    assert watched is not None
-    assert early.reach().level == early.level
-    assert early.reach().sigma[0] == early.sigma[0]  # the level now was seen
-    assert early.reach().sigma[-1] > 0.5
-    assert early.reach().sigma[-1] > 5 * early.sigma[-1]
-    assert watched.reach().sigma == watched.sigma
-
-
 def test_the_whole_day_is_forecast_only_once_a_day_has_been_watched() -> None:
     assert day_forecast(_fed(working_day, 0.0, DAY / 2), DAY / 2, SETTINGS) is None
     memory = _fed(working_day, 0.0, DAY + 3600)

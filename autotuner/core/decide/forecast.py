@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -27,9 +27,6 @@ DAY_SEGMENTS = 24  # pieces of the whole-period forecast the day's plan is made 
 MIN_SIGMA = 0.05  # log-space floor: no forecast is exact
 MAX_TREND_CHANGE = math.log(8.0)  # the trend alone never moves the level more than this
 SIGNIFICANT = 2.0  # a slope under this many standard errors is taken as none
-# How far demand may move over the horizon while the trend window is still unwatched: the
-# trend's own limit at two standard deviations.
-UNWATCHED_SIGMA = MAX_TREND_CHANGE / 2
 
 
 class LoadMemory(BaseModel):
@@ -94,7 +91,6 @@ class Forecast:
     sigma: tuple[float, ...]
     profile_weight: float  # how much the profile counted at the horizon's end (0: trend only)
     slope_per_h: float  # the recent trend, log demand per hour
-    unwatched: float = 0.0  # the share of the trend window neither watched nor in the profile
 
     @property
     def horizon_s(self) -> float:
@@ -105,18 +101,9 @@ class Forecast:
         levels = tuple(
             lv * math.exp(factor * s) for lv, s in zip(self.level, self.sigma, strict=True)
         )
-        return replace(self, level=levels)
-
-    def reach(self) -> Forecast:
-        """The same levels, as unsure as a trend not yet watched leaves them: where demand could
-        go if the first windows' flatness is no guide (what a move must not lose anywhere in,
-        to be made before the load has been watched)."""
-        horizon = self.horizon_s
-        sigmas = tuple(
-            math.hypot(s, self.unwatched * UNWATCHED_SIGMA * (dt if i else 0.0) / horizon)
-            for i, (s, dt) in enumerate(zip(self.sigma, self.offsets, strict=True))
+        return Forecast(
+            self.durations, self.offsets, levels, self.sigma, self.profile_weight, self.slope_per_h
         )
-        return replace(self, sigma=sigmas)
 
     def describe(self) -> str:
         """One phrase for the decision: the demand now, halfway and at the end, and whence."""
@@ -170,7 +157,6 @@ def forecast(
     durations = (horizon_s / count,) * count
     offsets = tuple((i + 0.5) * horizon_s / count for i in range(count))
     levels, sigmas, weight = [], [], 0.0
-    unwatched = _unwatched(memory, now, settings.trend_window_s)
     for i, dt in enumerate(offsets):
         ahead = 0.0 if i == 0 else dt
         value, sigma = raw.at(ahead, tau, horizon_s)
@@ -185,20 +171,7 @@ def forecast(
             sigma = weight * math.hypot(spread / 2, shift_sigma) + (1 - weight) * sigma
         levels.append(math.exp(value))
         sigmas.append(max(sigma, MIN_SIGMA))
-    unseen = (1 - weight) * unwatched
-    return Forecast(
-        durations, offsets, tuple(levels), tuple(sigmas), weight, raw.slope * 3600, unseen
-    )
-
-
-def _unwatched(memory: LoadMemory, now: float, trend_window_s: float) -> float:
-    """The share of the trend window not yet watched (1 at the first window): a trend fitted
-    on a few windows says little about where demand goes, however flat they were."""
-    times = [t for t, _ in memory.recent]
-    # Each window stands for the time since the one before it: n windows cover n spacings.
-    spacing = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 0.0
-    watched = now - times[0] + spacing
-    return float(np.clip(1.0 - watched / trend_window_s, 0.0, 1.0))
+    return Forecast(durations, offsets, tuple(levels), tuple(sigmas), weight, raw.slope * 3600)
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ def _worth(sit: Situation, evaluation: Evaluation, dwell: bool) -> list[Check]:
         (
             # Without a pending change the plan holds: the dwell never starts, and the
             # restart cost below says why.
-            dwell and pending is not None and not _dwelt(sit, dwelt, evaluation.dominates),
+            dwell and pending is not None and not _dwelt(sit, dwelt),
             BlockReason.DWELL,
             f"the forecast has pointed at a change for {dwelt:.0f}s of the "
             f"{switch.dwell_s:.0f}s dwell (sooner as its gain is larger)",
@@ -60,14 +60,13 @@ def _worth(sit: Situation, evaluation: Evaluation, dwell: bool) -> list[Check]:
     ]
 
 
-def _dwelt(sit: Situation, dwelt: float, dominates: bool) -> bool:
+def _dwelt(sit: Situation, dwelt: float) -> bool:
     """Whether the change has pointed long enough: for the whole dwell, or sooner when its net
     gain summed over the time it pointed reaches what the smallest gain would need over the
     dwell (hysteresis is against noise, and noise does not hold a large gain window after
     window; a marginal change still waits the whole dwell). The early way needs the load
-    watched for a dwell first (the first windows of a run show no trend, and a change chosen
-    for the load of the first minutes was measured worse in the demo's worlds), unless the
-    change wins at every batch: then no trend the watching could reveal would undo it."""
+    watched for a dwell first: the first windows of a run show no trend, and a change chosen
+    for the load of the first minutes was measured worse in the demo's worlds."""
     switch, pending = sit.settings.switch, sit.state.pending
     assert pending is not None
     if dwelt >= switch.dwell_s:
@@ -76,7 +75,7 @@ def _dwelt(sit: Situation, dwelt: float, dominates: bool) -> bool:
     watched = recent[-1][0] - recent[0][0] if recent else 0.0
     need = max(switch.min_gain, EVIDENCE_FLOOR) * switch.dwell_s
     enough = min(switch.dwell_s, sit.settings.forecast.trend_window_s)
-    return (dominates or watched >= enough) and pending.evidence >= need
+    return watched >= enough and pending.evidence >= need
 
 
 def _pays(sit: Situation, evaluation: Evaluation) -> tuple[bool, str]:

@@ -45,9 +45,6 @@ class Evaluation:
     forecast: Forecast | None = None
     # The plan over the whole next period (None until the profile has seen all of it).
     day_plan: Plan | None = None
-    # The move serves at least as much as holding at every batch the forecast gives a chance,
-    # in every acceptance scenario: no trend still unseen within that range makes it wrong.
-    dominates: bool = False
 
 
 def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
@@ -80,8 +77,6 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
     confidence = (
         _agreement(tables, plan, current, best, durations, min_gain) if gain >= min_gain else 0.0
     )
-    reach = _reach(sit, pieces)
-    dominates = gain >= min_gain and _dominates(sit, best, current, reach)
     notes += _remembered(sit)
     notes += _prefill_weighed(sit, (best, current), values)
     if sit.forecast is not None:
@@ -106,7 +101,6 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
         setups=tuple(values),
         plan=plan,
         forecast=sit.forecast,
-        dominates=dominates,
         day_plan=day,
     )
 
@@ -132,10 +126,10 @@ def _prefill_weighed(
 def outlook(
     sit: Situation, ahead: Forecast | None
 ) -> tuple[tuple[float, ...], npt.NDArray[np.float64]]:
-    """The horizon's pieces: their lengths, and each piece's probability per batch bin: the
-    batch history's shape (how windows spread: two modes stay two) moved to the `ahead`
-    forecast's level for the piece and widened by how much less sure that level is than the
-    first piece's; without a forecast, one piece with the batch history as it is."""
+    """The pieces `ahead` cuts its span into: their lengths, and each piece's probability per
+    batch bin: the batch history's shape (how windows spread: two modes stay two) moved to the
+    piece's level and widened by how much less sure that level is than the first piece's;
+    without a forecast, one piece of the payback horizon with the batch history as it is."""
     horizon = sit.settings.restart.horizon_s
     history = sit.state.batch.probabilities()
     if ahead is None:
@@ -155,14 +149,6 @@ def outlook(
         row[row < NEGLIGIBLE] = 0.0  # bins this unlikely are not worth predicting
         rows.append(row / row.sum())
     return ahead.durations, np.vstack(rows)
-
-
-def _reach(sit: Situation, pieces: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
-    """The batch bins the load could reach over the horizon: those the forecast gives a
-    chance, widened by how little of the trend has been watched."""
-    if sit.forecast is None:
-        return np.asarray(pieces.sum(axis=0) > 0)
-    return np.asarray(outlook(sit, sit.forecast.reach())[1].sum(axis=0) > 0)
 
 
 def _erf(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -345,20 +331,6 @@ def _agreement(
         moved = _path_tokens(path, rates, durations)
         agreeing += held > 0 and math.isfinite(moved) and moved / held - 1.0 >= min_gain
     return agreeing / len(tables)
-
-
-def _dominates(sit: Situation, best: Setup, current: Setup, reach: npt.NDArray[np.bool_]) -> bool:
-    """Whether `best` serves at least what `current` serves at every batch bin in `reach`,
-    under the acceptance point estimate and both ends of its interval."""
-    for scenario in _scenarios(sit.acceptance):
-        accept = scenario or from_conditional([])
-        if any(s.spec_tokens > accept.max_spec_tokens for s in (best, current) if s.spec_tokens):
-            return False
-        ahead = binned(sit.predictor, best, accept, reach)
-        behind = binned(sit.predictor, current, accept, reach)
-        if not np.all(ahead >= behind):
-            return False
-    return True
 
 
 def _adaptive_versus_schedule(values: dict[Setup, float], setups: Sequence[Setup]) -> list[str]:
