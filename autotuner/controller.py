@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 from autotuner.actuators.base import Actuator, LiveTarget
 from autotuner.canary.phase import CanaryPhase
@@ -23,9 +23,9 @@ from autotuner.core.types import Action, Decision, Observation
 from autotuner.errors import ActuatorError, ConflictError, RestartError
 from autotuner.loop.inputs import LiveInputs
 from autotuner.loop.phases import PhaseTimer
+from autotuner.loop.pods import ObservedPods
 from autotuner.loop.records import StateRecords
 from autotuner.settings import Settings
-from autotuner.sources.scope import MetricsScope
 from autotuner.telling.counting import ErrorKind
 from autotuner.telling.exporter import TunerMetrics
 from autotuner.telling.notifier import Notifier
@@ -36,14 +36,6 @@ if TYPE_CHECKING:  # the Kubernetes client is heavy: imported only for k8s targe
     from autotuner.canary.guard import QualityGuard
 
 Observer = Callable[[], Observation]  # one window per call (sources/observers.py)
-
-
-@runtime_checkable
-class Narrowing(Protocol):
-    """An observer that can be told a held canary's pods (sources/observers.py): it reads
-    them alone until told None, or answers with a note saying why it cannot."""
-
-    def narrow(self, scope: MetricsScope | None) -> str | None: ...
 
 
 GUARD_DISABLED = "the quality guard is disabled (quality.enabled=false)"
@@ -68,13 +60,13 @@ class Controller:
     state: TunerState | None = None
     last_step_at: float | None = None
     last_usable_at: float | None = None
-    scope: MetricsScope | None = None  # the canary's pods the observer reads (None: all)
     stop_event: threading.Event = field(default_factory=threading.Event)
     started_at: float = field(init=False)
     notifier: Notifier = field(init=False)
     canary: CanaryPhase = field(init=False)
     records: StateRecords = field(init=False)
     inputs: LiveInputs = field(init=False)
+    pods: ObservedPods = field(init=False)  # a held canary's, or every pod
 
     def __post_init__(self) -> None:
         self.started_at = self.clock()
@@ -83,6 +75,7 @@ class Controller:
         self.canary = CanaryPhase(self.quality, self.quality_off, self.notifier, loop.interval_s)
         self.records = StateRecords(self.actuator, self.notifier, loop.state_save_interval_s)
         self.inputs = LiveInputs(self.settings, self.model, self.notifier)
+        self.pods = ObservedPods(self.observe, self.notifier)
 
     # ----------------------------------------------------------------- one step
 
@@ -120,24 +113,13 @@ class Controller:
 
     def _observe(self, now: float, live: LiveTarget | None) -> tuple[Observation, str | None]:
         """The window, and the observer's note when it cannot read a held canary alone."""
-        note = self._narrow(live)
+        note = self.pods.follow(live)
         observation = self.observe()
         if observation.usable:
             self.last_usable_at = now
         elif observation.reason is not None:
             self.metrics.count(observation.reason)
         return observation, note
-
-    def _narrow(self, live: LiveTarget | None) -> str | None:
-        """Point the observer at a held canary's pods, so that verification judges the new
-        setup by them and not by the groups still on the old one; once released, at every pod
-        again. A target that could not be read keeps the last scope."""
-        scope = live.scope if live is not None else self.scope
-        if scope != self.scope:
-            told = f"metrics read from {scope} alone" if scope else "metrics read from every pod"
-            self.notifier.log(told)
-        self.scope = scope
-        return self.observe.narrow(scope) if isinstance(self.observe, Narrowing) else None
 
     def _lead(self) -> bool:
         if self.elector is None:
