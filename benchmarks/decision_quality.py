@@ -31,7 +31,7 @@ import numpy as np
 
 from autotuner.core.decide.backtrack import best_path
 from autotuner.core.decide.context import Context
-from autotuner.core.decide.settings import PolicySettings, RestartSettings
+from autotuner.core.decide.settings import ForecastSettings, PolicySettings, RestartSettings
 from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.step import step
 from autotuner.core.engine.capabilities import EngineCapabilities
@@ -40,9 +40,9 @@ from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, Decision, Setup
 from autotuner.engines.sglang.capabilities import FOLLOW_BUILD as SGLANG_BUILD
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD, GDN_REPLAY, REPLAY_SPEC
+from autotuner.sim.days import DAY
 from autotuner.sim.truth import realistic_error
 from autotuner.sim.worlds import (
-    DAY,
     NEMOTRON,
     Prior,
     World,
@@ -100,6 +100,7 @@ WORLD_NAMES = (
     "acceptance-drift",
     "combined",
     "working-days",
+    "lull-days",
 )
 TRACE_NAMES = ("diurnal", "bursts", "drift", "step")
 PREFIX_NAMES = ("prefix-pays", "prefix-idle")  # Nemotron-3-Super on vLLM 0.33's rules only
@@ -397,6 +398,11 @@ def options() -> argparse.Namespace:
     parser.add_argument("--gpu", default="H200", help="GPU of the older traces")
     parser.add_argument("--hours", type=float, default=24.0)
     parser.add_argument(
+        "--no-whole-day",
+        action="store_true",
+        help="without the plan over the whole day (policy.forecast.whole_day=false)",
+    )
+    parser.add_argument(
         "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes"
     )
     args = parser.parse_args()
@@ -443,6 +449,7 @@ class Task:
     gpu: str
     hours: float
     interval: float
+    whole_day: bool = True
 
 
 # Replay or speculation (upstream with the GDN replay kernels the published Qwen3.5 points ran:
@@ -462,7 +469,10 @@ def run_task(task: Task) -> tuple[Result, str]:
     from their names here)."""
     world = build_world(task.world, task.model, task.gpu)
     # Every restart of these worlds takes DOWNTIME_S, a first compile or not.
-    settings = PolicySettings(restart=RestartSettings(downtime_s=DOWNTIME_S, first_compile_s=0))
+    settings = PolicySettings(
+        restart=RestartSettings(downtime_s=DOWNTIME_S, first_compile_s=0),
+        forecast=ForecastSettings(whole_day=task.whole_day),
+    )
     times = np.arange(0.0, task.hours * world.days * 3600, task.interval)
     result = evaluate_world(
         world, ENGINES[task.engine], settings, times, task.interval, label=task.engine
@@ -482,7 +492,7 @@ def main() -> None:
         f"{DOWNTIME_S:.0f}s; the policy predicts with the cost model, each world's truth differs"
     )
     tasks = [
-        Task(name, engine, args.model, args.gpu, args.hours, args.interval)
+        Task(name, engine, args.model, args.gpu, args.hours, args.interval, not args.no_whole_day)
         for name in chosen_names(args)
         for engine in engines_of(name)
     ]

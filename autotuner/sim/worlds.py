@@ -34,12 +34,12 @@ from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import HardwareProfile, datasheet
 from autotuner.core.types import Observation, Setup
+from autotuner.sim.days import DAY, LULL_DAY, WORKING_DAY, daily_load, day_of
 from autotuner.sim.engine import BUILD_LABELS
 from autotuner.sim.sglang_startup import run_at
 from autotuner.sim.truth import StepError, TruthEngine, no_error, realistic_error
 from autotuner.sources.sglang_metrics import add_speculation, marked
 
-DAY = 86400.0
 Rates = tuple[float, ...]
 
 
@@ -289,52 +289,35 @@ class ReplayGain:
 # --- Days ----------------------------------------------------------------------------------------
 
 
-def daily_load(low: float, high: float) -> Callable[[float], float]:
-    """Demand rising from `low` at midnight to `high` at noon and back (a cosine)."""
-
-    def demand(t: float) -> float:
-        return low + (high - low) * (1 - math.cos(2 * math.pi * t / DAY)) / 2
-
-    return demand
-
-
-# A working day, as an hour-of-day -> demand table: quiet nights, a steep morning rise, a lunch
-# dip, a slow evening fall. A cosine's trend would carry its own shape; this one needs the days
-# before it to be foreseen.
-WORKING_DAY: tuple[tuple[float, float], ...] = (
-    (0, 6),
-    (6, 6),
-    (8, 60),
-    (9.5, 420),
-    (12, 420),
-    (12.5, 200),
-    (13.5, 200),
-    (14, 440),
-    (18, 420),
-    (22, 40),
-    (24, 6),
-)
-
-
-def working_day(t: float) -> float:
-    """Demand of WORKING_DAY at time t, every day alike (linear in log demand between rows)."""
-    hour = (t % DAY) / 3600
-    hours = [h for h, _ in WORKING_DAY]
-    logs = [math.log(v) for _, v in WORKING_DAY]
-    return float(math.exp(np.interp(hour, hours, logs)))
-
-
 def working_days_world(prior: Prior | None = None, days: float = 3.0) -> World:
     """The same working day repeated: the demand profile kept by time of day should make the
     second day's decisions better than the first's."""
+    about = "identical working days (steep 8-9.5 h rise, lunch dip, evening fall)"
+    return repeating_world("working-days", about, WORKING_DAY, prior, days)
+
+
+def lull_days_world(prior: Prior | None = None, days: float = 3.0) -> World:
+    """Busy days with an afternoon lull: from the second day the plan over the whole day holds
+    through the lull (two restarts a day fewer)."""
+    about = "identical busy days (450) with a 3 h afternoon lull (100)"
+    return repeating_world("lull-days", about, LULL_DAY, prior, days)
+
+
+def repeating_world(
+    name: str,
+    about: str,
+    table: tuple[tuple[float, float], ...],
+    prior: Prior | None = None,
+    days: float = 3.0,
+) -> World:
+    """The day of `table` repeated `days` times, on the cost model x realistic_error."""
     prior = prior or qwen_on_b300()
     return World(
-        name="working-days",
-        about=f"{days:g} identical working days (steep 8-9.5 h rise, lunch dip, evening fall); "
-        "model x sim.truth.realistic_error",
+        name=name,
+        about=f"{days:g} {about}; model x sim.truth.realistic_error",
         prior=prior,
         speed=model_speed(prior, realistic_error),
-        demand=working_day,
+        demand=day_of(table),
         acceptance=constant_acceptance(REFERENCE_ACCEPTANCE),
         start=Setup(spec_tokens=3),
         days=days,
@@ -463,6 +446,7 @@ def issue_worlds() -> dict[str, World]:
         "measured": measured_world(prior),
         **synthetic_worlds(prior),
         "working-days": working_days_world(prior),
+        "lull-days": lull_days_world(prior),
     }
 
 

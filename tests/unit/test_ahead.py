@@ -18,7 +18,8 @@ from autotuner.core.decide.step import step
 from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.types import Action, BlockReason, Decision, Setup
 from autotuner.engines.vllm.capabilities import GDN_REPLAY
-from autotuner.sim.worlds import DAY, World, qwen_on_b300
+from autotuner.sim.days import DAY
+from autotuner.sim.worlds import World, qwen_on_b300
 from tests.support.policy import SPEC3, cost_model_world, policy_settings
 
 INTERVAL = 300.0
@@ -175,3 +176,7 @@ def test_a_dip_not_worth_its_restarts_over_the_day_is_held_through() -> None:
     held = [d for d in in_dip if "over the period the plan with the fewest restarts" in d.sentence]
     assert held, [d.sentence for d in in_dip]
     assert all(d.blocked_by is BlockReason.RESTART_COST for d in held)
+    # Without the plan over the whole day, the 4 h horizon's plan goes there and back.
+    alone = policy_settings(SETTINGS, forecast={"whole_day": False})
+    decisions = _drive(_world(dip), 10, settings=alone, start_h=24 + 8, remembered_days=1)
+    assert len(decisions) >= 3, [d.sentence for _, d in decisions]

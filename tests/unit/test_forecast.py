@@ -9,7 +9,7 @@ import numpy as np
 
 from autotuner.core.decide.forecast import DAY_SEGMENTS, LoadMemory, day_forecast, forecast
 from autotuner.core.decide.settings import ForecastSettings
-from autotuner.sim.worlds import DAY, working_day
+from autotuner.sim.days import DAY, working_day
 
 SETTINGS = ForecastSettings()
 STEP = 300.0

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from autotuner.core.types import Setup
-from autotuner.sim.worlds import DAY, qwen_sglang_world
+from autotuner.sim.days import DAY
+from autotuner.sim.worlds import qwen_sglang_world
 
 WORLD = qwen_sglang_world()
 NOON = DAY / 2  # the day's peak: demand 512

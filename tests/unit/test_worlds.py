@@ -15,8 +15,8 @@ from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.costmodel import predict
 from autotuner.core.types import Setup
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
+from autotuner.sim.days import DAY
 from autotuner.sim.worlds import (
-    DAY,
     NEMOTRON,
     REFERENCE_ACCEPTANCE,
     REPLAY_L16_RATIO,

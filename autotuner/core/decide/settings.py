@@ -219,6 +219,12 @@ class ForecastSettings(Group):
     max_plan_restarts: int = Field(
         3, ge=1, le=8, description="Most restarts a plan over the horizon may hold."
     )
+    whole_day: bool = Field(
+        True,
+        description="Once the profile has seen a whole period, hold a move that the plan over "
+        "the next period (the day's restart budget, the fewest restarts within `noise` of the "
+        "best) does not make: fewer restarts a day for up to `noise` of the day's tokens.",
+    )
 
 
 class PolicySettings(Group):

@@ -231,6 +231,8 @@ def _day_plan(
     """The plan over the whole next period by the profile of previous ones, as many restarts
     as a day's budget allows and the fewest within noise of the best: hysteresis on the whole
     day (a dip the horizon finds worth two restarts may not be worth them over the day)."""
+    if not sit.settings.forecast.whole_day:
+        return None
     ahead = day_forecast(sit.state.load, sit.now, sit.settings.forecast)
     if ahead is None:
         return None
