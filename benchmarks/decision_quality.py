@@ -7,8 +7,9 @@ Worlds (autotuner/sim/worlds.py): `measured` (MEASUREMENTS.md's published points
 over batch, no cost model), `verify-cost`, `replay-gain`, `acceptance-drift` and `combined`
 (the cost model distorted so that its ranking is wrong), and the older traces `diurnal`,
 `bursts`, `drift`, `step` (the cost model times sim.truth.realistic_error), `working-days`
-(three days), `prefix-pays` / `prefix-idle` (vLLM 0.33's rows) and `qwen-sglang` (SGLang
-0.5.23's table, each setup run as SGLang runs it). Every strategy is
+and `lull-days` (three days each; `--no-whole-day` runs without the plan over the whole day),
+`prefix-pays` / `prefix-idle` (vLLM 0.33's rows) and `qwen-sglang` (SGLang 0.5.23's table,
+each setup run as SGLang runs it). Every strategy is
 charged the same restart downtime. Reported per world and engine capability set: tokens served
 (ratio to the restart-aware oracle), time-weighted efficiency (mean of throughput now / the
 best setup's throughput now, zero while restarting), restarts per day (on average, and the
