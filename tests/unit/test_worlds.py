@@ -15,7 +15,7 @@ from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.costmodel import predict
 from autotuner.core.types import Setup
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
-from autotuner.sim.days import DAY
+from autotuner.sim.days import DAY, daily_load
 from autotuner.sim.worlds import (
     NEMOTRON,
     REFERENCE_ACCEPTANCE,
@@ -28,7 +28,6 @@ from autotuner.sim.worlds import (
     VerifyCost,
     World,
     constant_acceptance,
-    daily_load,
     drifting_acceptance,
     log_interp,
     measured_world,
