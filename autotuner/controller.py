@@ -189,7 +189,7 @@ class Controller:
         for notice in planned.notices:
             self.notifier.tell(notice)
         if ctx.advisory is None and not ctx.paused and live is not None and live.canary_held:
-            self._release_canary(planned)
+            release_canary(self.actuator, self.notifier, planned)
         if not planned.acts or ctx.advisory is not None:
             return planned
         if planned.decision.action is Action.SWITCH:
@@ -200,18 +200,6 @@ class Controller:
                 decision = decision.noted(f"quality: {check.summary}")
             planned = replace(planned, decision=decision, state=state)
         return self._apply(planned, before, live, ctx)
-
-    def _release_canary(self, planned: Step) -> None:
-        """A canary (one LeaderWorkerSet group) holds the rest back: once nothing is verified
-        or written, let them roll (to a verified switch, or after a revert to what they run)."""
-        if planned.acts or planned.state.verification is not None or self.actuator is None:
-            return
-        try:
-            if self.actuator.release_canary():
-                running = planned.decision.current.label
-                self.notifier.log(f"canary released: the remaining groups roll to {running}")
-        except ActuatorError as exc:
-            self.notifier.failed(ErrorKind.PATCH, f"cannot release the canary: {exc}")
 
     def _apply(
         self, planned: Step, before: TunerState, live: LiveTarget | None, ctx: Context
@@ -347,3 +335,16 @@ class Controller:
         if self.elector is not None:
             self.elector.release()
         self.notifier.log("stopped")
+
+
+def release_canary(actuator: Actuator | None, notifier: Notifier, planned: Step) -> None:
+    """A canary (one LeaderWorkerSet group) holds the rest back: once nothing is verified or
+    written, let them roll (to a verified switch, or after a revert to what they run)."""
+    if planned.acts or planned.state.verification is not None or actuator is None:
+        return
+    try:
+        if actuator.release_canary():
+            running = planned.decision.current.label
+            notifier.log(f"canary released: the remaining groups roll to {running}")
+    except ActuatorError as exc:
+        notifier.failed(ErrorKind.PATCH, f"cannot release the canary: {exc}")
