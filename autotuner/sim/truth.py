@@ -161,7 +161,7 @@ class TruthEngine:
             time_per_output_token=Ratio(step / tau, 1.0),
             prompt_length=Ratio(prompt, 1.0),
             generation_length=Ratio(generated, 1.0),
-            cache_config=_cache_config(setup, ssm_dtype),
+            cache_config=cache_config_labels(setup, ssm_dtype),
         )
         if self.workload.prefix_hit_rate is not None:
             # vLLM looks prompts up (and counts) only while prefix caching is on.
@@ -181,7 +181,7 @@ class TruthEngine:
         return build_observation("truth", totals, now=now, limits=limits or ObservationLimits())
 
 
-def _cache_config(setup: Setup, ssm_dtype: str) -> dict[str, str]:
+def cache_config_labels(setup: Setup, ssm_dtype: str = "float32") -> dict[str, str]:
     """The labels of `vllm:cache_config_info` an engine running `setup` shows."""
     return {
         "use_replayssm": str(bool(setup.replay_window)),

@@ -35,9 +35,14 @@ from autotuner.core.predict.costmodel import predict
 from autotuner.core.predict.hardware import HardwareProfile, datasheet
 from autotuner.core.types import Observation, Setup
 from autotuner.sim.days import DAY, LULL_DAY, WORKING_DAY, daily_load, day_of
-from autotuner.sim.engine import BUILD_LABELS
 from autotuner.sim.sglang_startup import run_at
-from autotuner.sim.truth import StepError, TruthEngine, no_error, realistic_error
+from autotuner.sim.truth import (
+    StepError,
+    TruthEngine,
+    cache_config_labels,
+    no_error,
+    realistic_error,
+)
 from autotuner.sources.sglang_metrics import add_speculation, marked
 
 Rates = tuple[float, ...]
@@ -508,7 +513,7 @@ def observe(world: World, setup: Setup, now: float, window_s: float) -> Observat
     )
     if world.engine == SGLANG:
         return _sglang_observation(world.name, totals, setup, running, rates, steps)
-    totals.cache_config = _cache_config(setup)
+    totals.cache_config = cache_config_labels(setup)
     if setup.spec_tokens:
         _drafts(totals, setup, spec_tokens_at(setup, running), rates, steps)
     return build_observation(world.name, totals, now=now, limits=ObservationLimits())
@@ -532,16 +537,6 @@ def _sglang_observation(
     add_speculation(totals, {**counters, "requests": requests} if k else {}, max(k, 1))
     observation = build_observation(name, totals, now=totals.end, limits=ObservationLimits())
     return marked(observation)
-
-
-def _cache_config(setup: Setup) -> dict[str, str]:
-    return {
-        "use_replayssm": str(bool(setup.replay_window)),
-        "replayssm_buffer_len": str(setup.replay_window or 16),
-        "mamba_ssm_cache_dtype": "float32",
-        "mamba_cache_mode": "none",
-        **BUILD_LABELS,
-    }
 
 
 def _drafts(

@@ -234,14 +234,30 @@ def predict_all(
 ) -> dict[str, SetupCurve]:
     """`prefix_caching(setup)`: whether the engine keeps prefix caching under that setup;
     `as_run(setup)`: the setup whose speed the engine runs when `setup` is written."""
-    curves = {}
-    for s in setups:
-        run = as_run(s)
-        curve = predict(
-            model, hardware, run, batch, acceptance, workload, prefix_caching=prefix_caching(s)
+    return {
+        s.label: predict_as_run(
+            model, hardware, s, batch, acceptance, workload, as_run, prefix_caching(s)
         )
-        curves[s.label] = curve if run == s else replace(curve, setup=s)
-    return curves
+        for s in setups
+    }
+
+
+def predict_as_run(
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    setup: Setup,
+    batch: npt.ArrayLike,
+    acceptance: AcceptanceEstimate,
+    workload: Workload | None,
+    as_run: Callable[[Setup], Setup],
+    prefix_caching: bool,
+) -> SetupCurve:
+    """`setup`'s curve priced as the engine runs it (`as_run(setup)`), labelled as written."""
+    run = as_run(setup)
+    curve = predict(
+        model, hardware, run, batch, acceptance, workload, prefix_caching=prefix_caching
+    )
+    return curve if run == setup else replace(curve, setup=setup)
 
 
 def _adaptive_verified(

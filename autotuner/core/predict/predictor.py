@@ -5,7 +5,7 @@ all ask the same Predictor, so they cannot disagree within one step."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -17,7 +17,7 @@ from autotuner.core.predict.acceptance import AcceptanceEstimate, from_condition
 from autotuner.core.predict.attribution import Attribution, Fit
 from autotuner.core.predict.capacity import max_batch as capacity
 from autotuner.core.predict.comparisons import Crossover, flips
-from autotuner.core.predict.costmodel import SetupCurve, predict
+from autotuner.core.predict.costmodel import SetupCurve, predict, predict_as_run
 from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.core.predict.prefill import PrefillCost, keeps_prefix_caching, prefill_cost
 from autotuner.core.types import PLAIN, Setup
@@ -56,17 +56,16 @@ class Predictor:
     ) -> SetupCurve:
         """The cost model alone (what calibration compares the measurement with), for the
         setup as the engine runs it."""
-        run = self.as_run(setup)
-        curve = predict(
+        return predict_as_run(
             self.model,
             self.hardware,
-            run,
+            setup,
             batches,
             accept,
             self.workload,
-            prefix_caching=self.prefix_caching(setup),
+            self.as_run,
+            self.prefix_caching(setup),
         )
-        return curve if run == setup else replace(curve, setup=setup)
 
     def prefill_cost(self, setup: Setup) -> PrefillCost | None:
         """What `setup` pays in recomputed prefill (None: it keeps prefix caching, or the hit
