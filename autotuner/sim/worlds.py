@@ -303,7 +303,7 @@ def working_days_world(prior: Prior | None = None, days: float = 3.0) -> World:
 
 def lull_days_world(prior: Prior | None = None, days: float = 3.0) -> World:
     """Busy days with an afternoon lull: from the second day the plan over the whole day holds
-    through the lull (two restarts a day fewer)."""
+    through the lull (fewer restarts on average; the worst 24 hours are the same)."""
     about = "identical busy days (450) with a 3 h afternoon lull (100)"
     return repeating_world("lull-days", about, LULL_DAY, prior, days)
 

@@ -43,7 +43,8 @@ class Evaluation:
     setups: tuple[Setup, ...] = ()  # every candidate compared (infeasible ones too)
     plan: Plan | None = None  # the setups over the horizon, net of restarts
     forecast: Forecast | None = None
-    # The plan over the whole next period (None until the profile has seen all of it).
+    # The plan over the whole next period (None until the profile has seen all of it, or
+    # when the horizon's plan holds).
     day_plan: Plan | None = None
 
 
@@ -71,7 +72,8 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
         notes.append("no setup meets the latency SLO: falling back to throughput")
     finite = {s: v for s, v in values.items() if math.isfinite(v)}
     plan = _plan(sit, current, finite, tables[0], durations)
-    day = _day_plan(sit, current, finite, point)
+    # Asked only when the horizon's plan moves now: that is the move it may hold.
+    day = _day_plan(sit, current, finite, point) if plan.now(current) is not None else None
     best, best_value, current_value, gain = _best(plan, current, values, tables[0], durations)
     min_gain = settings.switch.min_gain
     confidence = (
@@ -237,7 +239,7 @@ def _day_plan(
     if ahead is None:
         return None
     durations, pieces = outlook(sit, ahead)
-    rates = _rates(sit, [current, *finite], pieces, point)
+    rates = _rates(sit, [current, *(s for s in finite if s != current)], pieces, point)
     budget = max(sit.settings.restart.max_per_day, 1)
     return _plan(sit, current, finite, rates, durations, max_restarts=budget, tail_s=0.0)
 
