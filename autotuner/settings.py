@@ -43,6 +43,9 @@ from autotuner.engines.kinds import ENGINES, Engine, EngineKind, engine
 from autotuner.engines.vllm.flags import FlagNames
 from autotuner.errors import InputError
 
+# A Prometheus label name (the data model's rule).
+LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+
 
 class Mode(Word):
     """What the sidecar may do: advise computes, exports and explains; act also patches."""
@@ -135,7 +138,7 @@ class SourceSettings(Group):
     selector: str = Field("", description='Prometheus label selector, e.g. namespace="llm".')
     pod_label: str = Field(
         "pod",
-        pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$",
+        pattern=LABEL_NAME,
         description="The Prometheus label that holds a series' pod name (kube-prometheus "
         "PodMonitors and ServiceMonitors add `pod`): while a LeaderWorkerSet canary is held, "
         "the queries keep its pods' series by it.",

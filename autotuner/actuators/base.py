@@ -17,7 +17,7 @@ from autotuner.core.engine.builds import BuildInForce, Companion
 from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.types import Setup
 from autotuner.engines.build_table import AUTO
-from autotuner.engines.companion_record import Saved
+from autotuner.engines.companion_record import Saved, saved_record
 from autotuner.engines.dialect import Dialect, Rendered
 from autotuner.errors import ActuatorError, ArgsError, ConflictError
 from autotuner.sources.scope import MetricsScope
@@ -97,7 +97,7 @@ def live_target(
         setup = dialect.setup_of(command, args)
         drafter = dialect.speculative_config(command, args)
         record = annotations.get(OPERATOR_ANNOTATION, operator_args)
-        saved = dialect.saved_record(json.loads(record)) if record else None
+        saved = saved_record(json.loads(record)) if record else None
     except ArgsError as exc:
         raise ActuatorError(f"{where}: {exc}") from None
     except ValueError as exc:

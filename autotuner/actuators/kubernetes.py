@@ -157,23 +157,23 @@ class KubernetesActuator(Actuator):
     def _live(self, raw: Obj, sites: list[tuple[Engine, Site]]) -> LiveTarget:
         self._uid = raw["metadata"].get("uid")
         engine, site = sites[0]
+        annotations = raw["metadata"].get("annotations") or {}
         live = live_target(
             str(self.target),
             description=f"{self.target} {pointer(engine.container)}",
             command=site.command,
             args=site.args,
-            annotations=raw["metadata"].get("annotations") or {},
+            annotations=annotations,
             dialect=self.dialect,
             version=raw["metadata"].get("resourceVersion"),
             rollout=self._rollout(raw),
             image=at(raw, (*engine.container, "image")),
         )
-        annotations = raw["metadata"].get("annotations") or {}
-        held = PARTITION_ANNOTATION in annotations and self.kind.partitioned
+        held = PARTITION_ANNOTATION in annotations  # written only on partitioned kinds
         live = replace(
             live,
             advice=self._advice(raw, [s for _, s in sites]),
-            canary_held=PARTITION_ANNOTATION in annotations,
+            canary_held=held,
             scope=lws_canary_scope(raw, str(self.target)) if held else None,
         )
         if live.version is not None:

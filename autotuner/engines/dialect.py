@@ -16,8 +16,9 @@ from typing import Any, ClassVar
 from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
 from autotuner.core.engine.builds import BuildInForce, Companion
 from autotuner.core.types import Setup
+from autotuner.engines.build_table import BuildTable
 from autotuner.engines.commandline import edit_container
-from autotuner.engines.companion_record import Saved, Spelling, render_companions, saved_record
+from autotuner.engines.companion_record import Saved, Spelling, render_companions
 
 # New (command, args) for a setup, and the operator's companion record to keep.
 Rendered = tuple[list[str], list[str], Saved | None]
@@ -31,6 +32,7 @@ class Dialect(ABC):
     name: ClassVar[str]  # the engine, as settings and messages name it (e.g. `vllm`)
     # Among several containers, the engine's is the one whose name holds this.
     container_hint: ClassVar[str]
+    build_table: ClassVar[BuildTable]  # the builds this engine ships and what each accepts
 
     @property
     @abstractmethod
@@ -86,17 +88,13 @@ class Dialect(ABC):
         """A setup's own flags and its companions' as a reader would type them (for reports,
         not for writing: `render` writes)."""
 
-    @abstractmethod
     def build_in_force(self, declared: str, *, image: str | None) -> BuildInForce:
         """The build the target runs: the declared version, else its image's tag."""
+        return self.build_table.build_in_force(declared, image=image)
 
     def setup_of(self, command: Sequence[str], args: Sequence[str]) -> Setup:
         """The Setup a container's command line configures."""
         return self.parse(self.tokens(command, args))
-
-    def saved_record(self, value: object) -> Saved | None:
-        """The operator's companion record read back from the target (ArgsError if bad)."""
-        return saved_record(value)
 
     def render_args(
         self,

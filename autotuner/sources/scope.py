@@ -8,8 +8,7 @@ import json
 import re
 from dataclasses import dataclass
 
-# A Prometheus label name (the data model's rule); a setting that names one is checked by it.
-LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+from autotuner.settings import LABEL_NAME
 
 
 @dataclass(frozen=True)
@@ -44,12 +43,13 @@ def label_name(label: str) -> str:
 
 
 def pod_matcher(scope: MetricsScope | None, label: str) -> str:
-    """The label matcher that keeps the scope's pods' series (`pod=~"vllm-(1)(-[0-9]+)?"`),
-    or "" without a scope. The pattern is written as a JSON string, which is also a valid
-    PromQL string literal (the same escapes), so a backslash in it reaches the regex intact."""
+    """The matcher on `label` (a name `label_name` took) that keeps the scope's pods' series
+    (`pod=~"vllm-(1)(-[0-9]+)?"`), or "" without a scope. The pattern is written as a JSON
+    string, which is also a valid PromQL string literal (the same escapes), so a backslash in
+    it reaches the regex intact."""
     if scope is None:
         return ""
-    return f"{label_name(label)}=~{json.dumps(scope.pods)}"
+    return f"{label}=~{json.dumps(scope.pods)}"
 
 
 def joined(*matchers: str) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
-from autotuner.core.engine.builds import BuildInForce, Companion
+from autotuner.core.engine.builds import Companion
 from autotuner.core.types import Setup
 from autotuner.engines.companion_record import Spelling
 from autotuner.engines.dialect import Dialect
@@ -21,6 +21,7 @@ from autotuner.errors import InputError
 class SglangDialect(Dialect):
     name = "sglang"
     container_hint = sglang_setup.CONTAINER_HINT
+    build_table = builds.TABLE
 
     @property
     def managed(self) -> frozenset[str]:
@@ -63,6 +64,3 @@ class SglangDialect(Dialect):
 
     def setup_flags(self, setup: Setup, companions: Sequence[Companion]) -> list[str]:
         return sglang_setup.setup_flags(setup, companions)
-
-    def build_in_force(self, declared: str, *, image: str | None) -> BuildInForce:
-        return builds.TABLE.build_in_force(declared, image=image)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
-from autotuner.core.engine.builds import BuildInForce, Companion
+from autotuner.core.engine.builds import Companion
 from autotuner.core.types import Setup
 from autotuner.engines.companion_record import Spelling
 from autotuner.engines.dialect import Dialect
@@ -24,6 +24,7 @@ class VllmDialect(Dialect):
 
     name = "vllm"
     container_hint = vllm_setup.CONTAINER_HINT
+    build_table = builds.TABLE
 
     @property
     def managed(self) -> frozenset[str]:
@@ -74,6 +75,3 @@ class VllmDialect(Dialect):
                 f"{setup.replay_window}"
             )
         return own + [spelled(c) for c in companions]
-
-    def build_in_force(self, declared: str, *, image: str | None) -> BuildInForce:
-        return builds.TABLE.build_in_force(declared, image=image)
