@@ -24,6 +24,7 @@ from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver
 from tests.support.loop import wired
+from tests.support.lws_canary import groups_report, held_canary, partition
 from tests.support.serving_objects import (
     dynamo_v1alpha1,
     dynamo_v1beta1,
@@ -422,19 +423,6 @@ def canary_loop(server: FakeApiServer) -> tuple[Controller, list[float]]:
     return wired(settings, (model, gpu), observe, act, lambda: clock[0]), clock
 
 
-def groups_report(server: FakeApiServer, ready: int, updated: int) -> None:
-    """The LeaderWorkerSet controller's status of the canary loop's two groups at the object's
-    generation: `ready` serving, `updated` on the current template."""
-    obj = server.get("LeaderWorkerSet", "llm", "vllm")
-    obj["status"] = {
-        "observedGeneration": obj["metadata"]["generation"],
-        "replicas": 2,
-        "readyReplicas": ready,
-        "updatedReplicas": updated,
-    }
-    server.put("LeaderWorkerSet", obj)
-
-
 def test_the_loop_reverts_an_lws_canary_stuck_on_gpus(server: FakeApiServer) -> None:
     """The loop switches a LeaderWorkerSet through a partition canary; the canary group cannot
     be scheduled (no free GPU): the rollout is stuck and the loop reverts it."""
@@ -472,16 +460,12 @@ def test_the_loop_releases_an_lws_canary_once_verified(server: FakeApiServer) ->
     the remaining groups roll (the operator's partition is back)."""
     loop, clock = canary_loop(server)
 
-    def partition() -> Any:
-        obj = server.get("LeaderWorkerSet", "llm", "vllm")
-        return obj["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"].get("partition")
-
-    while partition() != 1:  # until the switch holds the other group back
+    while partition(server) != 1:  # until the switch holds the other group back
         assert clock[0] < 1000.0 + 3600, "the loop never switched"
         clock[0] += 60
         loop.step()
     groups_report(server, ready=2, updated=1)
-    while partition() == 1:
+    while partition(server) == 1:
         assert clock[0] < 1000.0 + 7200, "verification never released the canary"
         clock[0] += 60
         loop.step()
@@ -499,10 +483,7 @@ def test_a_canary_left_held_is_released_at_the_next_quiet_step(server: FakeApiSe
     """A partition a canary holds while nothing is being verified (a release that failed, a
     tuner restarted): the next step that verifies and writes nothing lets the rest roll."""
     model, gpu = load_model(MODEL), datasheet("H200")
-    held = lws(ARGS, worker_args=ARGS)
-    held["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["partition"] = 1
-    held["metadata"]["annotations"] = {PARTITION_ANNOTATION: "0"}
-    server.put("LeaderWorkerSet", held)
+    server.put("LeaderWorkerSet", held_canary(ARGS))
     settings, _ = load_settings(cli=cli_overrides(["mode=act", "engine.build=0.33.0"]))
     truth = TruthEngine(model, gpu)
 

@@ -8,15 +8,13 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from autotuner.actuators.base import STATE_ANNOTATION
 from autotuner.actuators.kinds import at
 from autotuner.actuators.kubeapi import K8sTarget, api_client
-from autotuner.actuators.kubernetes import PARTITION_ANNOTATION, KubernetesActuator
+from autotuner.actuators.kubernetes import KubernetesActuator
 from autotuner.controller import Controller
 from autotuner.core.decide.state import TunerState, Verification
 from autotuner.core.model.registry import load_model
@@ -33,6 +31,7 @@ from autotuner.sources.scope import MetricsScope
 from tests.integration.conftest import StartPrometheus, free_port, wait_for_samples
 from tests.support.fake_apiserver import FakeApiServer, fake_apiserver
 from tests.support.loop import wired
+from tests.support.lws_canary import groups_report, held_canary, partition
 from tests.support.serving_objects import lws
 from tests.support.settings import ACT_AT_ONCE
 
@@ -56,24 +55,6 @@ def tuner(server: FakeApiServer) -> KubernetesActuator:
     return KubernetesActuator(
         K8sTarget.parse(URI), api_client(server.url, timeout_s=2), canary=True
     )
-
-
-def partition(server: FakeApiServer) -> Any:
-    obj = server.get("LeaderWorkerSet", "llm", "vllm")
-    return obj["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"].get("partition")
-
-
-def groups_report(server: FakeApiServer, updated: int) -> None:
-    """The LWS controller's status at the object's generation: both groups ready, `updated`
-    of them on the current template."""
-    obj = server.get("LeaderWorkerSet", "llm", "vllm")
-    obj["status"] = {
-        "observedGeneration": obj["metadata"]["generation"],
-        "replicas": 2,
-        "readyReplicas": 2,
-        "updatedReplicas": updated,
-    }
-    server.put("LeaderWorkerSet", obj)
 
 
 def measured(decision: Decision) -> float:
@@ -142,7 +123,7 @@ def test_the_loop_verifies_an_lws_canary_by_the_canary_group_alone(
         clock[0] += 60
         loop.step()
     assert set(groups.scopes) == {None}  # nothing held before the switch
-    groups_report(server, updated=1)
+    groups_report(server, ready=2, updated=1)
     while partition(server) == 1:
         assert clock[0] < 1000.0 + 7200, "verification never released the canary"
         clock[0] += 60
@@ -156,7 +137,7 @@ def test_the_loop_verifies_an_lws_canary_by_the_canary_group_alone(
     assert measured(decision) == pytest.approx(canary.generation_tokens_per_s, abs=1)
     canary_pods = MetricsScope(URI, (1,), "vllm-(1)(-[0-9]+)?")
     assert groups.scopes[-1] == canary_pods
-    groups_report(server, updated=2)
+    groups_report(server, ready=2, updated=2)
     clock[0] += 60
     loop.step()
     assert groups.scopes[-2:] == [canary_pods, None]  # released: every group is read again
@@ -185,18 +166,6 @@ def test_a_target_that_cannot_be_read_keeps_the_canary_scope(server: FakeApiServ
 
 
 # --------------------------------------------------------------------------- a real Prometheus
-
-
-def held_canary(args: list[str], *, state: str | None) -> dict[str, Any]:
-    """A two-group LeaderWorkerSet whose partition (1) holds group 0 back while group 1 runs
-    `args`, with the tuner's state record; the LWS controller reports group 1 rolled."""
-    obj = lws(args, worker_args=args)
-    obj["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["partition"] = 1
-    obj["metadata"]["annotations"] = {PARTITION_ANNOTATION: "0"}
-    if state is not None:
-        obj["metadata"]["annotations"][STATE_ANNOTATION] = state
-    obj["status"]["updatedReplicas"] = 1
-    return obj
 
 
 def scrape_as_pods(prometheus: str, config: Path, pods: dict[str, str]) -> None:
