@@ -9,8 +9,9 @@ import numpy as np
 from autotuner.core.decide.context import Context
 from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.step import step
+from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.observe.observation import unusable
-from autotuner.core.types import Action, BlockReason, Setup
+from autotuner.core.types import Action, BlockReason, Decision, Setup, SetupKind
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.errors import UnusableReason
 from autotuner.sim.truth import TruthEngine
@@ -18,29 +19,44 @@ from tests.support.policy import H200, MODEL, policy_settings
 
 TRUTH = TruthEngine(MODEL, H200)
 SPEC3 = Setup(spec_tokens=3)
+ENGINE = FOLLOW_BUILD.serving(MODEL)  # vLLM 0.33's rows: replay with speculation included
+# The same build without replay with speculation: replay alone serves less than spec:3 at
+# small batch, so no move serves more whatever the load does.
+NO_REPLAY_SPEC = ENGINE.model_copy(update={"replay_with_speculation": False})
 
 
 SWITCHED = "switched"
 
 
 def _holds(
-    first_compile_s: float, dwell_s: float = 1.0, steps: int = 8, watched_s: float = 0.0
+    first_compile_s: float,
+    dwell_s: float = 1.0,
+    steps: int = 8,
+    watched_s: float = 0.0,
+    engine: EngineCapabilities = ENGINE,
 ) -> list[BlockReason | str | None]:
     """Why each step at batch 480 held (SWITCHED where it switched), the engine left on
     spec:3; with `watched_s`, the demand of that long before is remembered (as if watched)."""
+    decisions = _decide(first_compile_s, dwell_s, steps, watched_s, engine)
+    return [SWITCHED if d.action is Action.SWITCH else d.blocked_by for d in decisions]
+
+
+def _decide(
+    first_compile_s: float, dwell_s: float, steps: int, watched_s: float, engine: EngineCapabilities
+) -> list[Decision]:
+    """The decisions of `steps` steps at batch 480, the engine left on spec:3."""
     settings = policy_settings(
         switch={"dwell_s": dwell_s},
         restart={"horizon_s": 60.0, "downtime_s": 0.5, "first_compile_s": first_compile_s},
         estimates={"batch_half_life_s": 1.5, "min_batch_weight": 2},
         exploration={"enabled": False},
     )
-    engine = FOLLOW_BUILD.serving(MODEL)
     state, now = TunerState(), 1000.0
     load = state.load
     for back in np.arange(watched_s, 0.0, -0.25):
         load = load.add(480.0, now - float(back), settings.forecast)
     state = state.updated(load=load)
-    reasons: list[BlockReason | str | None] = []
+    decisions = []
     for _ in range(steps):
         now += 0.25
         ctx = Context(now=now, model=MODEL, hardware=H200, engine=engine, deployed=SPEC3)
@@ -49,9 +65,8 @@ def _holds(
         )
         result = step(state, window, ctx, settings)
         state = result.state
-        switched = result.decision.action is Action.SWITCH
-        reasons.append(SWITCHED if switched else result.decision.blocked_by)
-    return reasons
+        decisions.append(result.decision)
+    return decisions
 
 
 def test_a_first_compile_longer_than_the_horizon_holds_for_its_cost() -> None:
@@ -79,10 +94,23 @@ def test_a_large_gain_ends_the_dwell_early_and_still_waits_one_step() -> None:
 
 
 def test_the_first_minutes_of_a_run_wait_the_whole_dwell() -> None:
-    # Nothing watched before: the first windows show no trend, so even a large gain waits.
-    reasons = _holds(first_compile_s=0.0, dwell_s=10.0, steps=20)
+    # Nothing watched before: the first windows show no trend, so even a large gain waits
+    # when the move (replay alone) serves less than spec:3 at some batch the load could reach.
+    reasons = _holds(first_compile_s=0.0, dwell_s=10.0, steps=20, engine=NO_REPLAY_SPEC)
     assert SWITCHED not in reasons
     assert set(reasons[1:]) == {BlockReason.DWELL}
+
+
+def test_a_kind_that_serves_more_at_every_batch_goes_before_the_load_is_watched() -> None:
+    # Replay with speculation serves at least what spec:3 serves at every batch: whatever the
+    # load does next, waiting for it to show a trend only serves less.
+    decisions = _decide(0.0, dwell_s=10.0, steps=20, watched_s=0.0, engine=ENGINE)
+    switches = [d for d in decisions if d.action is Action.SWITCH]
+    assert switches, [d.sentence for d in decisions]
+    assert decisions.index(switches[0]) * 0.25 < 10.0 / 2
+    assert switches[0].target is not None
+    assert switches[0].target.kind is SetupKind.REPLAY_SPEC
+    assert any("valued over any demand" in note for note in switches[0].notes)
 
 
 def test_the_dwell_evidence_adds_the_gain_over_the_time_it_pointed() -> None:
@@ -106,7 +134,7 @@ def test_an_engine_that_stops_serving_after_a_switch_is_reverted() -> None:
         exploration={"enabled": False},
         verification={"down_deadline_s": 30.0},
     )
-    engine = FOLLOW_BUILD.serving(MODEL)
+    engine = ENGINE
     state, now, deployed = TunerState(), 1000.0, SPEC3
     decisions = []
     for _ in range(60):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from autotuner.core.decide.context import Situation
 from autotuner.core.decide.decisions import why_unusable
 from autotuner.core.decide.state import TunerState
-from autotuner.core.decide.valuation import Evaluation
+from autotuner.core.decide.valuation import Evaluation, unwatched
 from autotuner.core.types import BlockReason, Observation, Setup
 from autotuner.durations import format_duration
 
@@ -51,7 +51,7 @@ def _worth(sit: Situation, evaluation: Evaluation, dwell: bool) -> list[Check]:
         (
             # Without a pending change the plan holds: the dwell never starts, and the
             # restart cost below says why.
-            dwell and pending is not None and not _dwelt(sit, dwelt),
+            dwell and pending is not None and not _dwelt(sit, evaluation, dwelt),
             BlockReason.DWELL,
             f"the forecast has pointed at a change for {dwelt:.0f}s of the "
             f"{switch.dwell_s:.0f}s dwell (sooner as its gain is larger)",
@@ -60,22 +60,21 @@ def _worth(sit: Situation, evaluation: Evaluation, dwell: bool) -> list[Check]:
     ]
 
 
-def _dwelt(sit: Situation, dwelt: float) -> bool:
+def _dwelt(sit: Situation, evaluation: Evaluation, dwelt: float) -> bool:
     """Whether the change has pointed long enough: for the whole dwell, or sooner when its net
     gain summed over the time it pointed reaches what the smallest gain would need over the
     dwell (hysteresis is against noise, and noise does not hold a large gain window after
     window; a marginal change still waits the whole dwell). The early way needs the load
-    watched for a dwell first: the first windows of a run show no trend, and a change chosen
-    for the load of the first minutes was measured worse in the demo's worlds."""
+    watched for a dwell first (the first windows of a run show no trend, and a change chosen
+    for the load of the first minutes was measured worse in the demo's worlds), unless the
+    move is to another kind of setup that serves at least what holding serves at every batch
+    (valuation.dominates)."""
     switch, pending = sit.settings.switch, sit.state.pending
     assert pending is not None
     if dwelt >= switch.dwell_s:
         return True
-    recent = sit.state.load.recent
-    watched = recent[-1][0] - recent[0][0] if recent else 0.0
     need = max(switch.min_gain, EVIDENCE_FLOOR) * switch.dwell_s
-    enough = min(switch.dwell_s, sit.settings.forecast.trend_window_s)
-    return watched >= enough and pending.evidence >= need
+    return pending.evidence >= need and (unwatched(sit) == 0 or evaluation.dominates)
 
 
 def _pays(sit: Situation, evaluation: Evaluation) -> tuple[bool, str]:

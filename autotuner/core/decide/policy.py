@@ -113,6 +113,11 @@ def _switch(sit: Situation, evaluation: Evaluation, make: Make) -> tuple[Decisio
         / max(evaluation.best_value - evaluation.current_value, 1e-9)
     )
     ahead = f"; {evaluation.forecast.describe()}" if evaluation.forecast else ""
+    if evaluation.dominates:
+        ahead += (
+            f"; the load is not yet watched for a dwell, and {best.label} serves at least "
+            f"what {current.label} serves at every batch"
+        )
     return make(
         Action.SWITCH,
         f"switch {current.label} -> {best.label}: {percent(evaluation.gain)} over the "

@@ -24,6 +24,9 @@ from autotuner.core.types import Setup
 TAIL_SHARE = 0.5  # of the horizon: how long a plan's last setup is credited after it
 NEGLIGIBLE = 1e-4  # a piece's probability at a bin below which the bin is left out
 BIN_BLUR = 0.1  # log-space spread a moved history bin gets (the bins are ~0.4 wide)
+# Demand not yet watched: every bin alike, in log demand (beyond what a setup fits, demand
+# queues at its largest batch, and its predictions say so).
+ANY_DEMAND = np.full(len(BIN_MIDDLES), 1.0 / len(BIN_MIDDLES))
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,9 @@ class Evaluation:
     # The plan over the whole next period (None until the profile has seen all of it, or
     # when the horizon's plan holds).
     day_plan: Plan | None = None
+    # Whether the move is another kind that serves at least what holding serves at every
+    # batch (asked only while the load has been watched for less than a dwell).
+    dominates: bool = False
 
 
 def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
@@ -83,9 +89,11 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
     notes += _prefill_weighed(sit, (best, current), values)
     if sit.forecast is not None:
         notes.append(sit.forecast.describe())
+        notes += _unwatched_note(sit)
     notes.append(plan.describe(current))
     if day is not None:
         notes.append(f"over the period: {day.describe(current)}")
+    dominant = best != current and unwatched(sit) > 0 and dominates(sit, best, current, point)
     typical = state.batch.quantile(0.5)
     sigmas = {s: sit.predictor.sigma(s, typical, current) for s in finite}
     return Evaluation(
@@ -104,6 +112,7 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
         plan=plan,
         forecast=sit.forecast,
         day_plan=day,
+        dominates=dominant,
     )
 
 
@@ -131,26 +140,78 @@ def outlook(
     """The pieces `ahead` cuts its span into: their lengths, and each piece's probability per
     batch bin: the batch history's shape (how windows spread: two modes stay two) moved to the
     piece's level and widened by how much less sure that level is than the first piece's;
-    without a forecast, one piece of the payback horizon with the batch history as it is."""
+    without a forecast, one piece of the payback horizon with the batch history as it is.
+
+    While the load has been watched for less than a dwell, the pieces after the first are
+    partly any demand at all, as much as the watch is missing: the trend of a few windows says
+    little of where the load goes next (the first piece is the load now)."""
     horizon = sit.settings.restart.horizon_s
     history = sit.state.batch.probabilities()
     if ahead is None:
         return (horizon,), history[None, :]
+    rows = [
+        _moved(history, level, sigma, ahead.sigma[0])
+        for level, sigma in zip(ahead.level, ahead.sigma, strict=True)
+    ]
+    missing = unwatched(sit)
+    if missing > 0:
+        rows[1:] = [(1 - missing) * row + missing * ANY_DEMAND for row in rows[1:]]
+    return ahead.durations, np.vstack(rows)
+
+
+def _moved(
+    history: npt.NDArray[np.float64], level: float, sigma: float, first: float
+) -> npt.NDArray[np.float64]:
+    """The batch history's shape moved to `level`, widened by `sigma` beyond `first`."""
     logs = np.log(BIN_MIDDLES.astype(np.float64))
-    centre = float(history @ logs)
     edges = np.log(np.asarray(BATCH_BINS, dtype=np.float64))
     edges[0], edges[-1] = -np.inf, np.inf  # what lies beyond the bins counts in the end ones
-    first = ahead.sigma[0]
-    rows = []
-    for level, sigma in zip(ahead.level, ahead.sigma, strict=True):
-        shift = math.log(level) - centre
-        scale = math.hypot(BIN_BLUR, math.sqrt(max(sigma**2 - first**2, 0.0))) * math.sqrt(2)
-        moved = (edges[:, None] - logs[None, :] - shift) / scale
-        cumulative = 0.5 * (1 + _erf(moved)) @ history
-        row = np.diff(cumulative)
-        row[row < NEGLIGIBLE] = 0.0  # bins this unlikely are not worth predicting
-        rows.append(row / row.sum())
-    return ahead.durations, np.vstack(rows)
+    shift = math.log(level) - float(history @ logs)
+    scale = math.hypot(BIN_BLUR, math.sqrt(max(sigma**2 - first**2, 0.0))) * math.sqrt(2)
+    moved = (edges[:, None] - logs[None, :] - shift) / scale
+    row = np.diff(0.5 * (1 + _erf(moved)) @ history)
+    row[row < NEGLIGIBLE] = 0.0  # bins this unlikely are not worth predicting
+    return np.asarray(row / row.sum(), dtype=np.float64)
+
+
+def _unwatched_note(sit: Situation) -> list[str]:
+    """Say how much of the horizon was valued over any demand, while the load is unwatched."""
+    missing = unwatched(sit)
+    if missing <= 0:
+        return []
+    return [
+        f"the load has been watched for {1 - missing:.0%} of a dwell: after the first piece, "
+        f"{missing:.0%} of the horizon is valued over any demand (every batch alike in log "
+        "demand)"
+    ]
+
+
+def unwatched(sit: Situation) -> float:
+    """How much of the load's watch is missing: 1 at the first window, 0 once the load has
+    been watched for a dwell (or a trend window, the shorter)."""
+    recent = sit.state.load.recent
+    watched = recent[-1][0] - recent[0][0] if recent else 0.0
+    enough = min(sit.settings.switch.dwell_s, sit.settings.forecast.trend_window_s)
+    return max(1.0 - watched / enough, 0.0) if enough > 0 else 0.0
+
+
+def dominates(
+    sit: Situation, move: Setup, current: Setup, point: AcceptanceEstimate | None
+) -> bool:
+    """Whether `move` is another kind of setup that serves at least what `current` serves at
+    every batch (within the forecast's noise), in every acceptance scenario: worth making
+    whatever the load does next. Another K or window of the same kind is the load's to
+    choose, so it is never taken as such."""
+    if move.kind is current.kind:
+        return False
+    active = np.ones(len(BIN_MIDDLES), dtype=np.bool_)
+    floor = 1.0 - sit.settings.forecast.noise
+    for scenario in _scenarios(point):
+        mine = _per_bin(sit, move, scenario, active)
+        theirs = _per_bin(sit, current, scenario, active)
+        if mine is None or (theirs is not None and bool(np.any(mine < floor * theirs))):
+            return False
+    return True
 
 
 def _erf(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
