@@ -212,10 +212,16 @@ def lws_partition(raw: Obj) -> int:
     return int(at(raw, (*LWS_UPDATE, "partition")) or 0)
 
 
+def _lws_rolling(raw: Obj) -> range:
+    """The group indices the partition lets roll (those below it wait for it to be lowered)."""
+    replicas = int(raw["spec"].get("replicas", 1))
+    return range(min(lws_partition(raw), replicas), replicas)
+
+
 def _lws_rollout(raw: Obj) -> RolloutStatus:
     """Groups at or above the partition roll; those below wait for it to be lowered."""
-    replicas = raw["spec"].get("replicas", 1)
-    return _replica_rollout(raw, replicas, waiting=min(lws_partition(raw), replicas))
+    rolling = _lws_rolling(raw)
+    return _replica_rollout(raw, rolling.stop, waiting=rolling.start)
 
 
 def lws_canary_scope(raw: Obj, target: str) -> MetricsScope | None:
@@ -223,9 +229,9 @@ def lws_canary_scope(raw: Obj, target: str) -> MetricsScope | None:
     None when it holds none back. LWS names a group's leader `<name>-<group>` and its workers
     `<name>-<group>-<worker>` (api/leaderworkerset/v1, LeaderWorkerSetSpec) and labels them
     `leaderworkerset.sigs.k8s.io/group-index`; a Prometheus `pod` label carries the names."""
-    replicas = int(raw["spec"].get("replicas", 1))
-    groups = tuple(range(min(lws_partition(raw), replicas), replicas))
-    if not groups or len(groups) == replicas:
+    rolling = _lws_rolling(raw)
+    groups = tuple(rolling)
+    if not groups or len(groups) == rolling.stop:
         return None
     which = "|".join(str(g) for g in groups)
     pods = f"{literal(raw['metadata']['name'])}-({which})(-[0-9]+)?"

@@ -33,7 +33,7 @@ from autotuner.engines.vllm.metrics import (
 )
 from autotuner.errors import SourceError, UnusableReason
 from autotuner.sources.invariants import check_totals
-from autotuner.sources.scope import MetricsScope, joined, label_name, pod_matcher
+from autotuner.sources.scope import MetricsScope, joined, pod_matcher
 from autotuner.sources.sglang_metrics import SOURCE as SGLANG
 from autotuner.sources.sglang_metrics import marked
 from autotuner.sources.sglang_prometheus import sglang_totals
@@ -72,7 +72,7 @@ class PrometheusSource:
         self.window: Deadline | None = None  # the deadline of the window being queried
         self.scrape_interval_s = scrape_interval_s
         self.clock = clock
-        self.pod_label = label_name(pod_label)  # where the server keeps each series' pod name
+        self.pod_label = pod_label  # where the server keeps each series' pod name
         self.scope: MetricsScope | None = None  # a canary's pods, while one is held
 
     @property

@@ -5,10 +5,7 @@ to them."""
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
-
-from autotuner.settings import LABEL_NAME
 
 
 @dataclass(frozen=True)
@@ -35,16 +32,9 @@ def literal(text: str) -> str:
     return "".join(c if c.isalnum() or c == "-" else "\\" + c for c in text)
 
 
-def label_name(label: str) -> str:
-    """`label`, when Prometheus would take it as a label name (else ValueError)."""
-    if not re.match(LABEL_NAME, label):
-        raise ValueError(f"{label!r} is not a Prometheus label name")
-    return label
-
-
 def pod_matcher(scope: MetricsScope | None, label: str) -> str:
-    """The matcher on `label` (a name `label_name` took) that keeps the scope's pods' series
-    (`pod=~"vllm-(1)(-[0-9]+)?"`), or "" without a scope. The pattern is written as a JSON
+    """The matcher on `label` (a label name, as the settings check) that keeps the scope's pods'
+    series (`pod=~"vllm-(1)(-[0-9]+)?"`), or "" without a scope. The pattern is written as a JSON
     string, which is also a valid PromQL string literal (the same escapes), so a backslash in
     it reaches the regex intact."""
     if scope is None:
@@ -53,5 +43,5 @@ def pod_matcher(scope: MetricsScope | None, label: str) -> str:
 
 
 def joined(*matchers: str) -> str:
-    """Label matchers joined into one selector body (empty ones left out)."""
-    return ", ".join(m.strip().strip("{}") for m in matchers if m.strip().strip("{}"))
+    """Label matchers (selector bodies, without braces) joined into one (empty ones left out)."""
+    return ", ".join(m for m in matchers if m)

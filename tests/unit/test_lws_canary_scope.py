@@ -71,9 +71,7 @@ def test_the_matcher_names_the_label_and_is_empty_without_a_scope() -> None:
     assert pod_matcher(CANARY, "pod") == MATCHER
     assert pod_matcher(CANARY, "kubernetes_pod_name").startswith("kubernetes_pod_name=~")
     assert pod_matcher(None, "pod") == ""
-    with pytest.raises(ValueError, match="label name"):
-        PrometheusSource("http://prometheus:9090", pod_label="2pod")
-    assert joined('{namespace="llm"}', "", MATCHER) == f'namespace="llm", {MATCHER}'
+    assert joined('namespace="llm"', "", MATCHER) == f'namespace="llm", {MATCHER}'
 
 
 def test_the_series_are_narrowed_while_a_scope_is_set() -> None:
