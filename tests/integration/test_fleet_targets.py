@@ -14,7 +14,6 @@ from autotuner.actuators.base import STATE_ANNOTATION
 from autotuner.actuators.kinds import Path, at
 from autotuner.actuators.kubeapi import K8sTarget, api_client, discover_target
 from autotuner.actuators.kubernetes import PARTITION_ANNOTATION, KubernetesActuator
-from autotuner.controller import Controller
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, Observation, Setup
@@ -24,7 +23,16 @@ from autotuner.settings import cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
 from tests.support.fake_apiserver import FakeApiServer, deployment, fake_apiserver
 from tests.support.loop import wired
-from tests.support.lws_canary import groups_report, held_canary, partition
+from tests.support.lws_canary import (
+    ARGS,
+    MODEL,
+    MTP,
+    canary_loop,
+    groups_report,
+    held_canary,
+    until_held,
+    until_released,
+)
 from tests.support.serving_objects import (
     dynamo_v1alpha1,
     dynamo_v1beta1,
@@ -33,11 +41,7 @@ from tests.support.serving_objects import (
     lws,
     unschedulable_pod,
 )
-from tests.support.settings import ACT_AT_ONCE
 
-MODEL = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
-MTP = '{"method":"mtp","num_speculative_tokens":3}'
-ARGS = ["--model", MODEL, "--tensor-parallel-size", "8", "--speculative-config", MTP]
 REPLAY = Setup(replay_window=16)
 WORKER: Path = ("spec", "leaderWorkerTemplate", "workerTemplate", "spec", "containers", 0)
 LEADER: Path = ("spec", "leaderWorkerTemplate", "leaderTemplate", "spec", "containers", 0)
@@ -404,25 +408,6 @@ def test_a_config_file_from_a_configmap_is_read_and_advised(server: FakeApiServe
 # --------------------------------------------------------------------------- the loop
 
 
-def canary_loop(server: FakeApiServer) -> tuple[Controller, list[float]]:
-    """The loop over a LeaderWorkerSet with the partition canary, observing the simulated engine
-    as the object's worker args set it up; the clock is the list's one value."""
-    model, gpu = load_model(MODEL), datasheet("H200")
-    truth, clock = TruthEngine(model, gpu), [1000.0]
-    server.put("LeaderWorkerSet", lws(ARGS, worker_args=ARGS))
-    overrides = [*ACT_AT_ONCE, "policy.estimates.batch_half_life_s=120"]
-    settings, _ = load_settings(cli=cli_overrides(overrides))
-    act = tuner(server, "k8s://llm/leaderworkerset/vllm", canary=True)
-
-    def observe() -> Observation:
-        args = at(server.get("LeaderWorkerSet", "llm", "vllm"), (*WORKER, "args"))
-        return truth.observation(
-            now=clock[0], window_s=60, setup=parse_setup(args), batch=512.0, rates=(0.8, 0.7, 0.6)
-        )
-
-    return wired(settings, (model, gpu), observe, act, lambda: clock[0]), clock
-
-
 def test_the_loop_reverts_an_lws_canary_stuck_on_gpus(server: FakeApiServer) -> None:
     """The loop switches a LeaderWorkerSet through a partition canary; the canary group cannot
     be scheduled (no free GPU): the rollout is stuck and the loop reverts it."""
@@ -459,18 +444,8 @@ def test_the_loop_releases_an_lws_canary_once_verified(server: FakeApiServer) ->
     """The canary group rolls and holds up: once verification keeps the setup, the loop lets
     the remaining groups roll (the operator's partition is back)."""
     loop, clock = canary_loop(server)
-
-    while partition(server) != 1:  # until the switch holds the other group back
-        assert clock[0] < 1000.0 + 3600, "the loop never switched"
-        clock[0] += 60
-        loop.step()
-    groups_report(server, ready=2, updated=1)
-    while partition(server) == 1:
-        assert clock[0] < 1000.0 + 7200, "verification never released the canary"
-        clock[0] += 60
-        loop.step()
-    decision = loop.metrics.current().decision
-    assert decision is not None
+    until_held(loop, clock, server)
+    decision = until_released(loop, clock, server)
     assert decision.action is Action.KEEP
     assert decision.sentence.startswith("verified")
     assert (

@@ -30,17 +30,22 @@ from autotuner.sources.scope import MetricsScope
 from tests.integration.conftest import StartPrometheus, free_port, wait_for_samples
 from tests.support.fake_apiserver import FakeApiServer, fake_apiserver
 from tests.support.loop import wired
-from tests.support.lws_canary import groups_report, held_canary, partition
-from tests.support.serving_objects import lws
+from tests.support.lws_canary import (
+    ARGS,
+    MODEL,
+    RATES,
+    URI,
+    WORKER_ARGS,
+    canary_loop,
+    groups_report,
+    held_canary,
+    partition,
+    until_held,
+    until_released,
+)
 from tests.support.settings import ACT_AT_ONCE
 
-MODEL = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
-MTP = '{"method":"mtp","num_speculative_tokens":3}'
-ARGS = ["--model", MODEL, "--tensor-parallel-size", "8", "--speculative-config", MTP]
-URI = "k8s://llm/leaderworkerset/vllm"
-WORKER = ("spec", "leaderWorkerTemplate", "workerTemplate", "spec", "containers", 0, "args")
 SPEC3, REPLAY = Setup(spec_tokens=3), Setup(replay_window=16)
-RATES = (0.8, 0.7, 0.6)
 VERIFIED = re.compile(r"^verified \S+: ([\d,]+) tokens/s per engine")
 
 
@@ -85,7 +90,7 @@ class TwoGroups:
     def group(self, index: int) -> Observation:
         obj = self.server.get("LeaderWorkerSet", "llm", "vllm")
         held = lws_partition(obj)
-        return self.running(parse_setup(at(obj, WORKER)) if index >= held else SPEC3)
+        return self.running(parse_setup(at(obj, WORKER_ARGS)) if index >= held else SPEC3)
 
     def running(self, setup: Setup) -> Observation:
         """One group's window on `setup`."""
@@ -110,23 +115,12 @@ def test_the_loop_verifies_an_lws_canary_by_the_canary_group_alone(
     """The switch holds group 0 back; while it is held the loop narrows the observer to group 1
     and verification's tokens/s per engine is group 1's (not the two groups' mean); once the
     partition is released, every group is read again."""
-    model, gpu = load_model(MODEL), datasheet("H200")
-    truth, clock = TruthEngine(model, gpu), [1000.0]
-    server.put("LeaderWorkerSet", lws(ARGS, worker_args=ARGS))
-    overrides = [*ACT_AT_ONCE, "policy.estimates.batch_half_life_s=120"]
-    settings, _ = load_settings(cli=cli_overrides(overrides))
-    groups = TwoGroups(server, truth, clock)
-    loop = wired(settings, (model, gpu), groups, tuner(server), lambda: clock[0])
-    while partition(server) != 1:  # until the switch holds group 0 back
-        assert clock[0] < 1000.0 + 3600, "the loop never switched"
-        clock[0] += 60
-        loop.step()
+    clock = [1000.0]
+    groups = TwoGroups(server, TruthEngine(load_model(MODEL), datasheet("H200")), clock)
+    loop, _ = canary_loop(server, groups, clock)
+    until_held(loop, clock, server)
     assert set(groups.scopes) == {None}  # nothing held before the switch
-    groups_report(server, ready=2, updated=1)
-    while partition(server) == 1:
-        assert clock[0] < 1000.0 + 7200, "verification never released the canary"
-        clock[0] += 60
-        decision = loop.step()
+    decision = until_released(loop, clock, server)
     assert decision.action is Action.KEEP
     canary, old = groups.group(1), groups.running(SPEC3)  # group 0 was held on spec:3
     assert canary.generation_tokens_per_s is not None
