@@ -7,13 +7,22 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 import pytest
 
-StartPrometheus = Callable[[list[str], str], str]
+
+class StartPrometheus(Protocol):
+    def __call__(
+        self, targets: list[str], scrape_interval: str = ..., pods: dict[str, str] | None = ...
+    ) -> str:
+        """Start Prometheus scraping `targets` (host:port), every series labelled
+        `namespace="llm"` and, with `pods` (target -> pod name), `pod` as a kube-prometheus
+        PodMonitor labels it; its URL once ready."""
+        ...
 
 
 def free_port() -> int:
@@ -23,6 +32,16 @@ def free_port() -> int:
         return port
 
 
+def static_configs(targets: list[str], pods: dict[str, str] | None) -> str:
+    """The scrape job's static configs: every target in one, or one per pod."""
+    if pods is None:
+        hosts = ", ".join(f'"{t}"' for t in targets)
+        return f"{{targets: [{hosts}], labels: {{namespace: llm}}}}"
+    return ", ".join(
+        f'{{targets: ["{t}"], labels: {{namespace: llm, pod: {pods[t]}}}}}' for t in targets
+    )
+
+
 @pytest.fixture
 def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
     binary = shutil.which("prometheus")
@@ -30,17 +49,18 @@ def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
         pytest.fail("prometheus is not installed: ./scripts/test.sh installs it")
     processes: list[subprocess.Popen[bytes]] = []
 
-    def start(targets: list[str], scrape_interval: str = "200ms") -> str:
+    def start(
+        targets: list[str], scrape_interval: str = "200ms", pods: dict[str, str] | None = None
+    ) -> str:
         port = free_port()
         config = tmp_path / "prometheus.yml"
-        hosts = ", ".join(f'"{t}"' for t in targets)
         config.write_text(
             "global:\n"
             f"  scrape_interval: {scrape_interval}\n"
             f"  evaluation_interval: {scrape_interval}\n"
             "scrape_configs:\n"
             "  - job_name: vllm\n"
-            f"    static_configs: [{{targets: [{hosts}], labels: {{namespace: llm}}}}]\n"
+            f"    static_configs: [{static_configs(targets, pods)}]\n"
         )
         log = (tmp_path / "prometheus.log").open("wb")
         process = subprocess.Popen(

@@ -7,9 +7,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
-import httpx
 import pytest
 
 from autotuner.actuators.kinds import at, lws_partition
@@ -27,7 +25,7 @@ from autotuner.sim.server import SimServer
 from autotuner.sim.truth import TruthEngine
 from autotuner.sources.observers import PrometheusObserver
 from autotuner.sources.scope import MetricsScope
-from tests.integration.conftest import StartPrometheus, free_port, wait_for_samples
+from tests.integration.conftest import StartPrometheus, wait_for_samples
 from tests.support.fake_apiserver import FakeApiServer, fake_apiserver
 from tests.support.loop import wired
 from tests.support.lws_canary import (
@@ -160,22 +158,8 @@ def test_a_target_that_cannot_be_read_keeps_the_canary_scope(server: FakeApiServ
 # --------------------------------------------------------------------------- a real Prometheus
 
 
-def scrape_as_pods(prometheus: str, config: Path, pods: dict[str, str]) -> None:
-    """Reload Prometheus with one target per pod, each labelled `pod` as a kube-prometheus
-    PodMonitor labels it (the shared fixture's config gives every target one label set)."""
-    jobs = "".join(
-        f'      - {{targets: ["{host}"], labels: {{namespace: llm, pod: {pod}}}}}\n'
-        for pod, host in pods.items()
-    )
-    config.write_text(
-        "global:\n  scrape_interval: 200ms\n  evaluation_interval: 200ms\n"
-        f"scrape_configs:\n  - job_name: vllm\n    static_configs:\n{jobs}"
-    )
-    assert httpx.post(f"{prometheus}/-/reload", timeout=10).status_code == 200
-
-
 def test_prometheus_verifies_the_canary_group_then_reads_every_group(
-    server: FakeApiServer, start_prometheus: StartPrometheus, tmp_path: Path
+    server: FakeApiServer, start_prometheus: StartPrometheus
 ) -> None:
     """Group 0 (spec:3, slow steps) and group 1 (the canary, replay:16) serve at rates far
     apart. The loop's verification, through a real Prometheus, measures group 1's tokens/s per
@@ -191,11 +175,10 @@ def test_prometheus_verifies_the_canary_group_then_reads_every_group(
     old_rate = 24 * (1 + 0.8 + 0.8 * 0.7 + 0.8 * 0.7 * 0.6) / 0.2  # the simulator's counts
     canary_rate = 24 / 0.02
     with SimServer(old) as group0, SimServer(canary) as group1:
-        prometheus = start_prometheus([f"127.0.0.1:{free_port()}"], "200ms")  # nothing there
         hosts = {"vllm-0": group0.url, "vllm-1": group1.url}
-        pods = {pod: url.removeprefix("http://") for pod, url in hosts.items()}
-        scrape_as_pods(prometheus, tmp_path / "prometheus.yml", pods)
-        for pod in pods:
+        pods = {url.removeprefix("http://"): pod for pod, url in hosts.items()}
+        prometheus = start_prometheus(list(pods), "200ms", pods)
+        for pod in hosts:
             wait_for_samples(prometheus, f'vllm:num_requests_running{{pod="{pod}"}}', 30)
         overrides = cli_overrides([*ACT_AT_ONCE, "loop.window_s=4"])
         overrides["source"] = {
