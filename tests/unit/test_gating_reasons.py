@@ -134,12 +134,11 @@ def test_an_engine_that_stops_serving_after_a_switch_is_reverted() -> None:
         exploration={"enabled": False},
         verification={"down_deadline_s": 30.0},
     )
-    engine = ENGINE
     state, now, deployed = TunerState(), 1000.0, SPEC3
     decisions = []
     for _ in range(60):
         now += 1.0
-        ctx = Context(now=now, model=MODEL, hardware=H200, engine=engine, deployed=deployed)
+        ctx = Context(now=now, model=MODEL, hardware=H200, engine=ENGINE, deployed=deployed)
         if deployed == SPEC3:
             window = TRUTH.observation(
                 now=now, window_s=1, setup=SPEC3, batch=480, rates=(0.8, 0.7, 0.6)

@@ -11,7 +11,7 @@ from autotuner.core.decide.context import Context, Situation, situation
 from autotuner.core.decide.estimates import BIN_MIDDLES
 from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.step import step
-from autotuner.core.decide.valuation import dominates, outlook, unwatched
+from autotuner.core.decide.valuation import dominates, outlook
 from autotuner.core.types import Observation, Setup
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.sim.truth import TruthEngine
@@ -48,14 +48,14 @@ def _watched(seconds: float) -> Situation:
 
 def test_the_horizon_after_now_is_valued_over_any_demand_until_the_load_is_watched() -> None:
     early = _watched(1.0)
-    assert 0.5 < unwatched(early) < 1.0
+    assert 0.5 < early.unwatched < 1.0
     _, pieces = outlook(early, early.forecast)
     assert pieces[0][BUSY].sum() == 0  # now: the load as it is
     assert np.all(pieces[1:, BUSY].sum(axis=1) > 0.1)  # ahead: any demand, in part
     assert np.allclose(pieces.sum(axis=1), 1.0)
 
     late = _watched(12.0)
-    assert unwatched(late) == 0
+    assert late.unwatched == 0
     _, pieces = outlook(late, late.forecast)
     assert pieces[:, BUSY].sum() == 0  # a flat load of 4, watched: it stays there
 

@@ -78,6 +78,9 @@ class Situation:
     demand: tuple[float, ...]  # requests per engine in the window (empty: no batch read)
     demand_mean: float  # their mean (nan when there are none)
     forecast: Forecast | None = None  # demand over the payback horizon (None: none seen yet)
+    # How much of the load's watch is missing: 1 at the first window, 0 once the load has been
+    # watched for a dwell (or a trend window, the shorter).
+    unwatched: float = 0.0
 
     @property
     def now(self) -> float:
@@ -123,7 +126,16 @@ def situation(
         demand=window,
         demand_mean=float(np.mean(window)) if window else math.nan,
         forecast=forecast(state.load, ctx.now, settings.restart.horizon_s, settings.forecast),
+        unwatched=_unwatched(state, settings),
     )
+
+
+def _unwatched(state: TunerState, settings: PolicySettings) -> float:
+    """The share of a dwell (or a trend window, the shorter) the recent windows do not span."""
+    recent = state.load.recent
+    watched = recent[-1][0] - recent[0][0] if recent else 0.0
+    enough = min(settings.switch.dwell_s, settings.forecast.trend_window_s)
+    return max(1.0 - watched / enough, 0.0) if enough > 0 else 0.0
 
 
 def demand(observation: Observation) -> list[float]:

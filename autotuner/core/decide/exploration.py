@@ -12,7 +12,7 @@ from autotuner.core.decide.context import Situation
 from autotuner.core.decide.decisions import Make, numbers, percent
 from autotuner.core.decide.gating import first_block
 from autotuner.core.decide.state import Exploration, TunerState, Verification
-from autotuner.core.decide.valuation import Evaluation, unwatched
+from autotuner.core.decide.valuation import Evaluation
 from autotuner.core.decide.verification import SIMILAR_DEMAND_OCTAVES
 from autotuner.core.predict.attribution import calibration_band
 from autotuner.core.types import Action, Decision, Setup
@@ -80,7 +80,7 @@ def _load_stays(sit: Situation) -> bool:
     verification compares in). On a rising morning a family that loses at 80 may win at the
     300 the forecast is going to, so the question waits for the load it is about. Before the
     load has been watched for a dwell nobody knows where it is going: the question waits."""
-    if unwatched(sit) > 0:
+    if sit.unwatched > 0:
         return False
     ahead = sit.forecast
     if ahead is None or not math.isfinite(sit.demand_mean):

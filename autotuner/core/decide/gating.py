@@ -6,7 +6,7 @@ from __future__ import annotations
 from autotuner.core.decide.context import Situation
 from autotuner.core.decide.decisions import why_unusable
 from autotuner.core.decide.state import TunerState
-from autotuner.core.decide.valuation import Evaluation, unwatched
+from autotuner.core.decide.valuation import Evaluation
 from autotuner.core.types import BlockReason, Observation, Setup
 from autotuner.durations import format_duration
 
@@ -74,7 +74,7 @@ def _dwelt(sit: Situation, evaluation: Evaluation, dwelt: float) -> bool:
     if dwelt >= switch.dwell_s:
         return True
     need = max(switch.min_gain, EVIDENCE_FLOOR) * switch.dwell_s
-    return pending.evidence >= need and (unwatched(sit) == 0 or evaluation.dominates)
+    return pending.evidence >= need and (sit.unwatched == 0 or evaluation.dominates)
 
 
 def _pays(sit: Situation, evaluation: Evaluation) -> tuple[bool, str]:

@@ -27,6 +27,10 @@ BIN_BLUR = 0.1  # log-space spread a moved history bin gets (the bins are ~0.4 w
 # Demand not yet watched: every bin alike, in log demand (beyond what a setup fits, demand
 # queues at its largest batch, and its predictions say so).
 ANY_DEMAND = np.full(len(BIN_MIDDLES), 1.0 / len(BIN_MIDDLES))
+LOG_MIDDLES = np.log(BIN_MIDDLES.astype(np.float64))
+# The bins' edges in log batch; what lies beyond the bins counts in the end ones.
+LOG_EDGES = np.log(np.asarray(BATCH_BINS, dtype=np.float64))
+LOG_EDGES[0], LOG_EDGES[-1] = -np.inf, np.inf
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
     notes.append(plan.describe(current))
     if day is not None:
         notes.append(f"over the period: {day.describe(current)}")
-    dominant = best != current and unwatched(sit) > 0 and dominates(sit, best, current, point)
+    dominant = best != current and sit.unwatched > 0 and dominates(sit, best, current, point)
     typical = state.batch.quantile(0.5)
     sigmas = {s: sit.predictor.sigma(s, typical, current) for s in finite}
     return Evaluation(
@@ -153,7 +157,7 @@ def outlook(
         _moved(history, level, sigma, ahead.sigma[0])
         for level, sigma in zip(ahead.level, ahead.sigma, strict=True)
     ]
-    missing = unwatched(sit)
+    missing = sit.unwatched
     if missing > 0:
         rows[1:] = [(1 - missing) * row + missing * ANY_DEMAND for row in rows[1:]]
     return ahead.durations, np.vstack(rows)
@@ -163,12 +167,9 @@ def _moved(
     history: npt.NDArray[np.float64], level: float, sigma: float, first: float
 ) -> npt.NDArray[np.float64]:
     """The batch history's shape moved to `level`, widened by `sigma` beyond `first`."""
-    logs = np.log(BIN_MIDDLES.astype(np.float64))
-    edges = np.log(np.asarray(BATCH_BINS, dtype=np.float64))
-    edges[0], edges[-1] = -np.inf, np.inf  # what lies beyond the bins counts in the end ones
-    shift = math.log(level) - float(history @ logs)
+    shift = math.log(level) - float(history @ LOG_MIDDLES)
     scale = math.hypot(BIN_BLUR, math.sqrt(max(sigma**2 - first**2, 0.0))) * math.sqrt(2)
-    moved = (edges[:, None] - logs[None, :] - shift) / scale
+    moved = (LOG_EDGES[:, None] - LOG_MIDDLES[None, :] - shift) / scale
     row = np.diff(0.5 * (1 + _erf(moved)) @ history)
     row[row < NEGLIGIBLE] = 0.0  # bins this unlikely are not worth predicting
     return np.asarray(row / row.sum(), dtype=np.float64)
@@ -176,7 +177,7 @@ def _moved(
 
 def _unwatched_note(sit: Situation) -> list[str]:
     """Say how much of the horizon was valued over any demand, while the load is unwatched."""
-    missing = unwatched(sit)
+    missing = sit.unwatched
     if missing <= 0:
         return []
     return [
@@ -184,15 +185,6 @@ def _unwatched_note(sit: Situation) -> list[str]:
         f"{missing:.0%} of the horizon is valued over any demand (every batch alike in log "
         "demand)"
     ]
-
-
-def unwatched(sit: Situation) -> float:
-    """How much of the load's watch is missing: 1 at the first window, 0 once the load has
-    been watched for a dwell (or a trend window, the shorter)."""
-    recent = sit.state.load.recent
-    watched = recent[-1][0] - recent[0][0] if recent else 0.0
-    enough = min(sit.settings.switch.dwell_s, sit.settings.forecast.trend_window_s)
-    return max(1.0 - watched / enough, 0.0) if enough > 0 else 0.0
 
 
 def dominates(
