@@ -2,6 +2,7 @@
 days, in worlds whose true speeds differ from the cost model the policy predicts with.
 
 Run: python -m benchmarks.decision_quality [--worlds measured,verify-cost,...] [--quick]
+[--decisions] (every switch and revert of the policy, with its sentence)
 
 Worlds (autotuner/sim/worlds.py): `measured` (MEASUREMENTS.md's published points interpolated
 over batch, no cost model), `verify-cost`, `replay-gain`, `acceptance-drift` and `combined`
@@ -263,6 +264,7 @@ class Result:
     explorations: int  # switches whose sentence says "explor"
     explorations_reverted: int
     switches: list[str]
+    changes: list[str]  # 'hh.hh h sentence' of every switch and revert the policy made
 
     @property
     def policy(self) -> Outcome:
@@ -321,6 +323,11 @@ def evaluate_world(
         explorations=run.saying_explor(Action.SWITCH),
         explorations_reverted=run.saying_explor(Action.REVERT),
         switches=_switches(run.used, times),
+        changes=[
+            f"{(float(t) + interval) / 3600:5.2f}h {d.sentence}"
+            for t, d in zip(times, run.decisions, strict=True)
+            if d.action in (Action.SWITCH, Action.REVERT)
+        ],
     )
 
 
@@ -336,7 +343,7 @@ def _switches(used: Sequence[Setup], times: np.ndarray) -> list[str]:
 # --- Output -------------------------------------------------------------------------------------
 
 
-def print_result(result: Result, about: str) -> None:
+def print_result(result: Result, about: str, decisions: bool = False) -> None:
     print(f"\n[{result.engine}] world {result.world}: {about}")
     print(f"  {'strategy':44} {'tokens/oracle':>13} {'time-eff':>9} {'restarts/day':>13}")
     reference = result.outcomes["oracle"].tokens
@@ -352,6 +359,9 @@ def print_result(result: Result, about: str) -> None:
         f"policy ran: {', '.join(result.switches)}"
     )
     print("  targets: " + "; ".join(f"{k}: {v}" for k, v in result.targets().items()))
+    if decisions:
+        for change in result.changes:
+            print(f"    {change}")
 
 
 def print_summary(results: Sequence[Result]) -> None:
@@ -402,6 +412,11 @@ def options() -> argparse.Namespace:
         "--no-whole-day",
         action="store_true",
         help="without the plan over the whole day (policy.forecast.whole_day=false)",
+    )
+    parser.add_argument(
+        "--decisions",
+        action="store_true",
+        help="print every switch and revert of the policy, with its sentence, under each world",
     )
     parser.add_argument(
         "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes"
@@ -500,7 +515,7 @@ def main() -> None:
     with ProcessPoolExecutor(max_workers=max(1, min(args.jobs, len(tasks)))) as pool:
         done = list(pool.map(run_task, tasks))
     for result, about in done:
-        print_result(result, about)
+        print_result(result, about, args.decisions)
     print_summary([result for result, _ in done])
     print(f"\nran in {time.monotonic() - began:.0f} s with {args.jobs} worker(s)")
 

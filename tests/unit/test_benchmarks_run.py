@@ -16,8 +16,11 @@ from tests.support.run import python_module
         ("fidelity", ["--context", "1024"], "worst |error|"),
         (
             "decision_quality",
-            ["--quick", "--hours", "12", "--worlds", "measured,combined,step", "--jobs", "1"],
-            "explor.",
+            [
+                *("--quick", "--hours", "12", "--worlds", "measured,combined,step"),
+                *("--jobs", "1", "--decisions"),
+            ],
+            "h switch spec:3 -> ",
         ),
         ("sidecar_overhead", ["--duration", "6", "--interval", "1", "--replicas", "2"], "peak RSS"),
         (
