@@ -371,7 +371,11 @@ def _tuner_line(line: str, tuner_values: Sequence[str]) -> bool:
 def tuner_values(text: str) -> list[str]:
     """The values of the tuner's annotations in a (multi-document) YAML file."""
     values: list[str] = []
-    for document in yaml.safe_load_all(text):
+    try:
+        documents = list(yaml.safe_load_all(text))
+    except yaml.YAMLError:
+        return values  # the caller reports the broken file; no annotation can be read
+    for document in documents:
         if isinstance(document, dict):
             annotations = (document.get("metadata") or {}).get("annotations") or {}
             values += [str(v) for k, v in annotations.items() if str(k).startswith(TUNER_KEY)]
@@ -411,14 +415,14 @@ def foreign_changes(before: str, after: str, managed: set[str], flags: Sequence[
             w for line in removed for w in line.split() if not _is_managed(w, managed, flags)
         ]
         kept_new = [w for line in added for w in line.split() if not _is_managed(w, managed, flags)]
-        if [_bare(w) for w in kept_old] != [_bare(w) for w in kept_new]:
+        if kept_old != kept_new:
             problems.append(f"words outside the managed flags changed: {kept_old} -> {kept_new}")
     return problems
 
 
 def _unmanaged(line: str, managed: set[str], flags: Sequence[str]) -> tuple[str, ...]:
-    """A line's indentation and its words that are not managed."""
-    words = [_bare(w) for w in line.split() if not _is_managed(w, managed, flags)]
+    """A line's indentation and its words that are not managed, quoted as written."""
+    words = [w for w in line.split() if not _is_managed(w, managed, flags)]
     return (_indent(line), *words)
 
 
