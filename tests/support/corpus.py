@@ -187,6 +187,26 @@ PUBLISHED = (
         invalid=("env",),
         notes=("the published patch repeats the key `env` in one container",),
     ),
+    Published(
+        "llm-d/tiered-prefix-cache-sglang.yaml",
+        "sglang",
+        model="Qwen/Qwen3-32B",
+        attention_only=True,
+        replay_rule=("--page-size",),
+    ),
+    Published(
+        "llm-d/precise-prefix-cache-vllm.yaml",
+        "vllm",
+        model="Qwen/Qwen3-32B",
+        attention_only=True,
+        notes=("$(KV_EVENTS_ENDPOINT) and $(POD_IP) inside an unmanaged flag's JSON",),
+    ),
+    Published(
+        "llm-d/multimodal-encode-deployment.yaml",
+        "vllm",
+        model="Qwen/Qwen3-VL-32B-Instruct",
+        notes=("a 4-line comment between --ec-transfer-config and its value",),
+    ),
     # kserve/kserve
     Published("kserve/llmisvc-opt-125m-cpu.yaml", "vllm", engine_version="0.23.0", kserve=True),
     Published(
@@ -252,6 +272,13 @@ PUBLISHED = (
         foreign_versions=("1.2.0",),
         scripts=True,
     ),
+    Published(
+        "aibrix/vineyard-deployment-tp.yaml",
+        "vllm",
+        model="deepseek-ai/deepseek-coder-33b-instruct",
+        notes=("--enable-prefix-caching: replay's companion turns it off, going back restores it",),
+    ),
+    Published("aibrix/semantic-router-qwen3-8b.yaml", "vllm", model="/models/Qwen3-8B/"),
     # vllm-project/production-stack
     Published(
         "production-stack/pd-orchestrated-decode.yaml",
