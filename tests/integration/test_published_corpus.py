@@ -41,6 +41,7 @@ from tests.support.corpus import (
     managed_words,
     only_tuner_lines_differ,
     published,
+    runs_with,
     shell_scripts,
     sources,
 )
@@ -50,6 +51,7 @@ READABLE = [p for p in PUBLISHED if not p.invalid]
 SETUPS = ("spec:3", "plain", "replay:16")
 LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
 KV_WORDS = ("kv connector", "kv_connector", "kv-transfer-config", "kv_transfer_config")
+REPLAY_FLAG = {"vllm": "--use-replayssm", "sglang": "--enable-linear-replayssm"}
 
 
 def ids(files: list[Published]) -> list[str]:
@@ -133,6 +135,21 @@ def test_the_span_check_tells_a_managed_edit_from_any_other() -> None:
     assert foreign_changes(text, text.replace(comment + "\n", "", 1), managed, flags)
     assert foreign_changes(text, text + "\n", managed, flags)
     assert foreign_changes(text, text.replace('"8000"', "'8000'", 1), managed, flags)
+
+
+def test_the_flag_check_reads_what_the_container_runs() -> None:
+    """A flag after `bash -exc SCRIPT` is only the script's $0: not handed to the engine; one
+    inside the script is."""
+    text = published("production-stack/pd-orchestrated-decode.yaml").path.read_text("utf-8")
+    last = "                --max-model-len ${MAX_SEQ_LEN}\n"
+    assert last in text
+    inside = text.replace(last, last.replace("}\n", "} --use-replayssm\n"), 1)
+    assert runs_with(inside, "--use-replayssm")
+    after_script = text.replace(
+        "\n      volumes:", "\n            - --use-replayssm\n      volumes:"
+    )
+    assert after_script != text
+    assert not runs_with(after_script, "--use-replayssm")
 
 
 # ------------------------------------------------------------------ status
@@ -259,6 +276,9 @@ def check_written(p: Published, before: str, after: str, uri: str, setup: str) -
     managed = managed_words([*live_before, *tokens(report)], flags_of(p))
     problems += foreign_changes(before, after, managed, flags_of(p))
     problems += [f"bash -n: {said}" for said in bash_refusals(shell_scripts(after))]
+    written = REPLAY_FLAG[p.engine] if setup.startswith("replay") else None
+    if written and not runs_with(after, written):
+        problems.append(f"{written} is written where the engine does not read it")
     if p.kserve and engine_containers(after) != engine_containers(before):
         problems.append("command/args written into a KServe container (its template's args)")
     assert not problems, "\n".join(problems)

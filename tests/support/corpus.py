@@ -513,6 +513,35 @@ def bash_refusals(scripts: Sequence[str]) -> list[str]:
     return said
 
 
+def runs_with(text: str, flag: str) -> bool:
+    """Whether some container of the file hands `flag` to the program it runs: inside the
+    script of a `sh -c SCRIPT` (words after the script are only the script's $0, $1 ...), else
+    in its command or args, or in an env VLLM_ADDITIONAL_ARGS that KServe's template expands."""
+    for document in yaml.safe_load_all(text):
+        for container in _containers(document):
+            words = [str(w) for w in (container.get("command") or [])]
+            words += [str(w) for w in (container.get("args") or [])]
+            script = shell_scripts(yaml.safe_dump({"command": words}))
+            if script:
+                if flag in script[0]:
+                    return True
+            elif any(w.split("=", 1)[0] == flag for w in words):
+                return True
+        if flag in _env_args(document):
+            return True
+    return False
+
+
+def _env_args(node: Any) -> str:
+    """Every VLLM_ADDITIONAL_ARGS value in a parsed document, joined."""
+    if isinstance(node, dict):
+        own = str(node.get("value", "")) if node.get("name") == "VLLM_ADDITIONAL_ARGS" else ""
+        return " ".join([own, *(_env_args(v) for v in node.values())])
+    if isinstance(node, list):
+        return " ".join(_env_args(v) for v in node)
+    return ""
+
+
 def engine_containers(text: str) -> list[tuple[list[str], list[str]]]:
     """(command, args) of every container of the file, in document order."""
     found: list[tuple[list[str], list[str]]] = []
