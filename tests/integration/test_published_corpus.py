@@ -39,6 +39,7 @@ from tests.support.corpus import (
     foreign_changes,
     git_blob_id,
     managed_words,
+    object_changes,
     only_tuner_lines_differ,
     published,
     runs_with,
@@ -390,6 +391,12 @@ CLUSTER = [
     InCluster("kserve/llmisvc-dp-ep-deepseek-r1-deepep-ht.yaml", "llminferenceservice.v1alpha2"),
     InCluster("dynamo/sglang-agg.yaml", "dynamographdeployment.v1alpha1", "/decode"),
     InCluster("dynamo/nemotron-3-super-agg-h200-chat.yaml", "dynamographdeployment", "/agg"),
+    InCluster("dynamo/vllm-disagg.yaml", "dynamographdeployment.v1alpha1", "/VllmDecodeWorker"),
+    InCluster("llm-d/wide-ep-decode.yaml", "leaderworkerset"),
+    InCluster("aibrix/brixbench-vllm-qwen3-32b-tp4.yaml", "deployment"),
+    InCluster("aibrix/adapter-base.yaml", "deployment"),
+    InCluster("kserve/llmisvc-tool-calling-single-gpu.yaml", "llminferenceservice.v1alpha2"),
+    InCluster("production-stack/gie-gpu-deployment.yaml", "deployment"),
 ]
 
 
@@ -438,19 +445,22 @@ def test_the_published_object_in_a_cluster(c: InCluster) -> None:
         assert ran.code == 0, ran.said
         assert json.loads(cli("status", "--json", *target).stdout)["setup"] == "replay:16"
         managed = managed_words(_engine_words(after), flags_of(p))
-        problems = foreign_changes(
-            yaml.safe_dump(without_bookkeeping(before), width=1 << 20),
-            yaml.safe_dump(without_bookkeeping(after), width=1 << 20),
-            managed,
-            flags_of(p),
+        problems = object_changes(
+            without_bookkeeping(before), without_bookkeeping(after), managed, flags_of(p)
         )
         assert not problems, "\n".join(problems)
+        assert runs_with(yaml.safe_dump(after), REPLAY_FLAG[p.engine]), "not where the engine reads"
 
 
 def _engine_words(obj: dict[str, Any]) -> list[str]:
     """The words of every command, args list and VLLM_ADDITIONAL_ARGS value in an object."""
     text = yaml.safe_dump(obj, width=1 << 20)
-    words = [w for command, args in engine_containers(text) for w in (*command, *args)]
+    words = [
+        word
+        for command, args in engine_containers(text)
+        for item in (*command, *args)
+        for word in item.split()  # a script's words too
+    ]
     for match in re.finditer(r"name: VLLM_ADDITIONAL_ARGS\n\s+value: (.*)", text):
         words += match.group(1).strip("'\"").split()
     return words

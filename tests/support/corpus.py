@@ -457,6 +457,36 @@ def _indent(line: str) -> str:
     return line[: len(line) - len(line.lstrip())]
 
 
+def object_changes(
+    before: Any, after: Any, managed: set[str], flags: Sequence[str], where: str = ""
+) -> list[str]:
+    """Every difference between two API objects that is not the tuner's: a string (a script,
+    an env value) or a list of strings (command, args) may differ only by managed words; any
+    other field must be equal."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        problems = [f"{where}/{k}: added or removed" for k in before.keys() ^ after.keys()]
+        for key in before.keys() & after.keys():
+            problems += object_changes(before[key], after[key], managed, flags, f"{where}/{key}")
+        return problems
+    if isinstance(before, list) and isinstance(after, list):
+        if all(isinstance(v, str) for v in (*before, *after)):
+            return object_changes(" ".join(before), " ".join(after), managed, flags, where)
+        if len(before) != len(after):
+            return [f"{where}: {len(before)} items became {len(after)}"]
+        return [
+            problem
+            for index, (was, now) in enumerate(zip(before, after, strict=True))
+            for problem in object_changes(was, now, managed, flags, f"{where}/{index}")
+        ]
+    if isinstance(before, str) and isinstance(after, str) and before != after:
+        kept = [
+            [w for w in text.split() if not _is_managed(w, managed, flags)]
+            for text in (before, after)
+        ]
+        return [] if kept[0] == kept[1] else [f"{where}: {kept[0]} -> {kept[1]}"]
+    return [] if before == after else [f"{where}: {before!r} -> {after!r}"]
+
+
 def only_tuner_lines_differ(before: str, after: str) -> list[str]:
     """The lines (other than the tuner's own annotations) by which two texts differ."""
     values = tuner_values(after) + tuner_values(before)
