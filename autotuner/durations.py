@@ -10,8 +10,11 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")
 
 
-def parse_duration(text: str | float) -> float:
-    """Seconds from '500ms', '30s', '5m', '1.5h', '2d' or a bare number of seconds."""
+def parse_duration(text: str | float, *, allow_zero: bool = False) -> float:
+    """Seconds from '500ms', '30s', '5m', '1.5h', '2d' or a bare number of seconds.
+
+    `allow_zero`: a settings field checks its own bound (some are `>= 0`, most `> 0`), so
+    only the settings reader passes it; a command's option must be positive."""
     if isinstance(text, int | float):
         seconds = float(text)
     else:
@@ -19,7 +22,7 @@ def parse_duration(text: str | float) -> float:
         if match is None:
             raise InputError(f"cannot read duration {text!r}; use e.g. 500ms, 30s, 5m, 1h")
         seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
-    if seconds <= 0:
+    if seconds < 0 or (seconds == 0 and not allow_zero):
         raise InputError(f"duration must be positive, got {text!r}")
     return seconds
 

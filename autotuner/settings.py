@@ -418,10 +418,15 @@ def _problem(error: Mapping[str, Any]) -> str:
 
 
 def _durations(tree: Any) -> Any:
-    """'15m' -> 900.0 for every *_s field, in any layer."""
+    """'15m' -> 900.0 for every *_s field, in any layer; '0s' too: each field's own bound
+    (pydantic's ge/gt) decides whether zero is allowed, and its error names the field."""
     if isinstance(tree, dict):
         return {
-            k: (parse_duration(v) if k.endswith("_s") and isinstance(v, str) else _durations(v))
+            k: (
+                parse_duration(v, allow_zero=True)
+                if k.endswith("_s") and isinstance(v, str)
+                else _durations(v)
+            )
             for k, v in tree.items()
         }
     return tree

@@ -180,3 +180,32 @@ def test_an_engine_preset_from_the_environment_takes_fields_from_the_command_lin
         True,
         3,
     )
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("policy.restart.first_compile_s=0s", 0.0),  # ge=0: zero is a value
+        ("policy.switch.dwell_s=0", 0.0),
+        ("policy.verification.settle_s=0ms", 0.0),
+        ("policy.restart.first_compile_s=90s", 90.0),
+    ],
+)
+def test_zero_durations_follow_the_fields_bound(override: str, expected: float) -> None:
+    settings, _ = load_settings(None, cli_overrides([override]))
+    node: object = settings
+    for part in override.split("=")[0].split("."):
+        node = getattr(node, part)
+    assert node == expected
+
+
+@pytest.mark.parametrize("override", ["loop.interval_s=0s", "policy.restart.horizon_s=0"])
+def test_a_zero_duration_is_refused_where_the_field_must_be_positive(override: str) -> None:
+    field = override.split("=")[0]
+    with pytest.raises(InputError, match=re.escape(field) + ".*greater than 0"):
+        load_settings(None, cli_overrides([override]))
+
+
+def test_a_negative_or_unreadable_duration_is_refused() -> None:
+    with pytest.raises(InputError, match="cannot read duration"):
+        load_settings(None, cli_overrides(["policy.restart.first_compile_s=-5s"]))
