@@ -55,6 +55,30 @@ KV_WORDS = ("kv connector", "kv_connector", "kv-transfer-config", "kv_transfer_c
 REPLAY_FLAG = {"vllm": "--use-replayssm", "sglang": "--enable-linear-replayssm"}
 
 
+def _open_failures() -> dict[str, str]:
+    """The checks issue 38 has not fixed yet (test name -> its class), from
+    tests/corpus/open_failures.txt."""
+    listed: dict[str, str] = {}
+    for line in (CORPUS.parent / "open_failures.txt").read_text(encoding="utf-8").splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        number, label, name = (part.strip() for part in line.split("|"))
+        listed[name] = f"issue 38 class {number} ({label}) is still open"
+    return listed
+
+
+OPEN_FAILURES = _open_failures()
+
+
+@pytest.fixture(autouse=True)
+def _known_open(request: pytest.FixtureRequest) -> None:
+    """A check of a class still open is an expected failure, not strict: its fix makes it
+    pass (and its line is then deleted); every other check must pass."""
+    reason = OPEN_FAILURES.get(request.node.name)
+    if reason is not None:
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
+
+
 def ids(files: list[Published]) -> list[str]:
     return [p.id for p in files]
 
