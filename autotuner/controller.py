@@ -152,6 +152,7 @@ class Controller:
             paused=target.paused,
             rollout_deadline_s=target.rollout_deadline_s,
             low_precision_replay=target.allow_low_precision_replay,
+            window_s=self.settings.loop.window_s,
         )
         resolved = self.inputs.resolve(state, observation, live)
         return context_of(

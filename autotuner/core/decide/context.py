@@ -40,6 +40,7 @@ class Context:
     rollout_in_progress: bool = False
     rollout_stuck: str | None = None  # the target says the rollout cannot finish (why)
     rollout_deadline_s: float = math.inf  # a rollout after our change not done by then is stuck
+    window_s: float = 0.0  # the loop's evaluation window (0: unknown, no window is too short)
     advisory: str | None = None  # why nothing decided is applied (advise mode, not leading)
     # Whether the engine keeps prefix caching under a setup (the build's companions say).
     prefix_caching: Callable[[Setup], bool] = keeps_prefix_caching
@@ -145,3 +146,15 @@ def demand(observation: Observation) -> list[float]:
     assert observation.batch is not None
     waiting = observation.waiting_mean or 0.0
     return [value + waiting for value in observation.batch.values]
+
+
+# A window is whole at this share of the loop's window: scrapes fall on the loop's steps, so a
+# source's steady window may be a step short of it.
+WHOLE_WINDOW = 0.75
+
+
+def whole_window(observation: Observation, window_s: float) -> bool:
+    """The window spans the loop's whole window (a window of a restarted engine's counters
+    starts with the engine and is short at first); any window is whole when the loop's window
+    is unknown (0)."""
+    return observation.window_end - observation.window_start >= WHOLE_WINDOW * window_s

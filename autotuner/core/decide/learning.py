@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from autotuner.core.decide.context import Context, demand
+from autotuner.core.decide.context import Context, demand, whole_window
 from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState
 from autotuner.core.observe.observation import read_acceptance
@@ -31,9 +31,7 @@ def absorb(
         return state
     window = demand(observation)
     update: dict[str, object] = {}
-    settled = state.verification is None or observation.window_start >= (
-        state.verification.switched_at + settings.verification.settle_s
-    )
+    settled = measures_the_load(state, observation, ctx, settings)
     if settled:
         update["batch"] = state.batch.add(window, ctx.now, settings.estimates.batch_half_life_s)
         update["load"] = state.load.add(float(np.mean(window)), ctx.now, settings.forecast)
@@ -45,12 +43,32 @@ def absorb(
     state = state.updated(**update)
     if known is not None and (live is None or live.spec_tokens == known.spec_tokens):
         state = _calibrate(state, observation, ctx, settings, known)
-    if observation.generation_tokens_per_s and observation.series:
+    if settled and observation.generation_tokens_per_s and observation.series:
         state = state.updated(
             last_rate=observation.generation_tokens_per_s / observation.series,
             last_batch=float(np.mean(window)),
         )
     return state
+
+
+def measures_the_load(
+    state: TunerState, observation: Observation, ctx: Context, settings: PolicySettings
+) -> bool:
+    """Whether a window shows the load and not a restart: one that began before the latest
+    change straddles the restart's gap, and one within the settle after the engine came back,
+    or shorter than a whole window soon after it, holds the clients' reconnecting (a demand
+    far below the load's, seen on the real engine as demand 1 under many streams). While the
+    engine has not been seen serving the change, or after a change whose readiness is not
+    watched (a revert, an operator's), the settle counts from the change itself."""
+    settle = settings.verification.settle_s
+    verification = state.verification
+    since = verification.serving_since if verification else max(state.changes, default=None)
+    if verification is None and since is None:
+        return True  # no change seen: every usable window is the load
+    if since is None or observation.window_start < since + settle:
+        return False
+    aftermath = verification is not None or observation.window_start < since + settle + ctx.window_s
+    return whole_window(observation, ctx.window_s) or not aftermath
 
 
 def _watch_restart(
@@ -84,7 +102,8 @@ def _watch_restart(
         )
     else:
         costs = costs.at_most(target, took, prefix_caching=caching)
-    return state.updated(verification=verification.with_fields(ready_s=took), restart_costs=costs)
+    ready = verification.with_fields(ready_s=took, ready_at=observation.window_start)
+    return state.updated(verification=ready, restart_costs=costs)
 
 
 def _unbiased_acceptance(

@@ -109,6 +109,17 @@ class Verification(BaseModel):
     first_start: bool = False  # the target's compile key had not run before (a first compile)
     seen_down: bool = False  # a step saw the engine not yet serving the target
     ready_s: float | None = None  # patch to ready, once seen serving
+    # When the engine is known to have served the target: the start of the first usable window
+    # that began after the patch with the target live. Settle counts from here, not the patch.
+    ready_at: float | None = None
+
+    @property
+    def serving_since(self) -> float | None:
+        """When the target was first seen served (a record written before `ready_at` existed:
+        the step that saw it, from `ready_s`)."""
+        if self.ready_at is not None or self.ready_s is None:
+            return self.ready_at
+        return self.switched_at + self.ready_s
 
     def with_quality(self, check: QualityCheck) -> Verification:
         return self.with_fields(quality=check)

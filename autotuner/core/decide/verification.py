@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from autotuner.core.decide.context import Situation
+from autotuner.core.decide.context import Situation, whole_window
 from autotuner.core.decide.decisions import Make
 from autotuner.core.decide.state import QualityStatus, TunerState, Verification
 from autotuner.core.types import Action, BlockReason, Decision
@@ -16,6 +16,8 @@ from autotuner.errors import UnusableReason
 # The rate measured before a change is the reference while demand stays within half an octave
 # (a factor sqrt 2) of the demand it was measured at; beyond it, the previous setup's prediction.
 SIMILAR_DEMAND_OCTAVES = 0.5
+# How many windows past the settle a demand far below the one before the switch is waited out.
+RECONNECT_WINDOWS = 3
 # What a window says when the engine itself is not answering (not a bad scrape of a live one).
 NOT_SERVING = (UnusableReason.SERVER_DOWN, UnusableReason.HTTP_ERROR)
 
@@ -35,8 +37,9 @@ def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
         reason = sit.observation.reason.value if sit.observation.reason else "down"
         why = f"the engine has not served since the switch {down_s:.0f} s ago ({reason})"
         return revert(sit, make, why)
-    if _unsettled(sit, verification):
-        return _waiting(make, verification, "waiting for a settled window after the rollout"), state
+    unsettled = _unsettled(sit, verification)
+    if unsettled is not None:
+        return _waiting(make, verification, unsettled), state
     measured, reference, batch = _measured_against_previous(sit, verification)
     explored = verification.exploration
     tolerance = (
@@ -103,21 +106,58 @@ def _stopped_serving_s(sit: Situation, verification: Verification) -> float | No
     return since if since > allowed else None
 
 
-def _unsettled(sit: Situation, verification: Verification) -> bool:
-    """No window yet that shows the new setup alone, warmed up and measured."""
-    observation = sit.observation
+def _unsettled(sit: Situation, verification: Verification) -> str | None:
+    """Why this window cannot judge the change (None: it can). Only a whole window of the new
+    setup alone, begun past the settle time counted from when the engine was seen serving it
+    (not from the patch: a restart may end anywhere inside a step), at a demand the load has
+    come back to after the restart, is evidence."""
+    observation, ctx = sit.observation, sit.ctx
     live = observation.live_setup.setup if observation.live_setup else None
-    return (
-        sit.ctx.rollout_in_progress
-        or not observation.usable
-        or observation.window_start < verification.switched_at + sit.settings.verification.settle_s
-        or (live is not None and live.spec_tokens != verification.target.spec_tokens)
-        or not observation.generation_tokens_per_s
-        or observation.batch is None
+    if ctx.rollout_in_progress:
+        return "waiting for a settled window after the rollout (the rollout is in progress)"
+    if not observation.usable or observation.batch is None:
+        return "waiting for a settled window after the rollout (no usable window yet)"
+    ready_at = verification.serving_since
+    if ready_at is None or (
+        live is not None and live.spec_tokens != verification.target.spec_tokens
+    ):
+        return f"waiting for the engine to answer with {verification.target.label}"
+    settled_from = ready_at + sit.settings.verification.settle_s
+    if observation.window_start < settled_from:
+        left = settled_from - observation.window_start
+        return (
+            f"waiting for a settled window: the engine answered with "
+            f"{verification.target.label} {sit.now - ready_at:.0f} s ago; "
+            f"{left:.0f} s of the {sit.settings.verification.settle_s:.0f} s settle left"
+        )
+    if not whole_window(observation, ctx.window_s):
+        length = observation.window_end - observation.window_start
+        return (
+            f"waiting for a settled window: this one is {length:.1f} s, shorter than the "
+            f"{ctx.window_s:.0f} s window"
+        )
+    if not observation.generation_tokens_per_s or sit.demand_mean < 1.0:
         # A window idle more than it serves (demand below one request) measures the load's
         # absence, not the setup: the tokens/s of a server left alone would revert any change.
-        or sit.demand_mean < 1.0
-    )
+        return "waiting for a settled window with load on the engine"
+    return _load_not_back(sit, verification, settled_from)
+
+
+def _load_not_back(sit: Situation, verification: Verification, settled_from: float) -> str | None:
+    """Right after a restart the load's clients are still reconnecting: a demand far below
+    the one before the switch is waited out for a few windows (then judged: the load may
+    really have fallen, and the reference is then the previous setup's prediction)."""
+    before = verification.baseline_batch
+    if before is None or sit.ctx.window_s <= 0:
+        return None
+    fell = math.log2(max(before, 1) / max(sit.demand_mean, 1)) >= SIMILAR_DEMAND_OCTAVES
+    waited = sit.observation.window_start - settled_from
+    if fell and waited < RECONNECT_WINDOWS * sit.ctx.window_s:
+        return (
+            f"waiting for the load to come back: demand {sit.demand_mean:.0f} per engine vs "
+            f"{before:.0f} before the switch"
+        )
+    return None
 
 
 def _measured_against_previous(

@@ -49,6 +49,7 @@ class Standing:
     paused: bool = False
     rollout_deadline_s: float = float("inf")
     low_precision_replay: bool = False
+    window_s: float = 0.0  # the loop's evaluation window: a change is judged on a whole one
 
 
 def as_deployed(observation: Observation, target: TargetView | None) -> Observation:
@@ -90,6 +91,7 @@ def context_of(
         rollout_in_progress=bool(target and not target.rollout.done),
         rollout_stuck=target.rollout.stuck if target else None,
         rollout_deadline_s=standing.rollout_deadline_s,
+        window_s=standing.window_s,
         low_precision_replay=standing.low_precision_replay,
         advisory=advisory,
     )
