@@ -27,6 +27,11 @@ DAY_SEGMENTS = 24  # pieces of the whole-period forecast the day's plan is made 
 MIN_SIGMA = 0.05  # log-space floor: no forecast is exact
 MAX_TREND_CHANGE = math.log(8.0)  # the trend alone never moves the level more than this
 SIGNIFICANT = 2.0  # a slope under this many standard errors is taken as none
+# A trend is carried at most this many times the span of history it was fitted on: seconds of
+# windows say nothing of the next hour. Beyond that the level holds.
+SUPPORTED_SPANS = 4.0
+# The widest interval a forecast gives (log space): as far as the trend may ever move the level.
+MAX_SIGMA = MAX_TREND_CHANGE
 
 
 class LoadMemory(BaseModel):
@@ -91,6 +96,7 @@ class Forecast:
     sigma: tuple[float, ...]
     profile_weight: float  # how much the profile counted at the horizon's end (0: trend only)
     slope_per_h: float  # the recent trend, log demand per hour
+    history_s: float = math.inf  # the span of recent windows the trend was fitted on
 
     @property
     def horizon_s(self) -> float:
@@ -102,21 +108,39 @@ class Forecast:
             lv * math.exp(factor * s) for lv, s in zip(self.level, self.sigma, strict=True)
         )
         return Forecast(
-            self.durations, self.offsets, levels, self.sigma, self.profile_weight, self.slope_per_h
+            self.durations,
+            self.offsets,
+            levels,
+            self.sigma,
+            self.profile_weight,
+            self.slope_per_h,
+            self.history_s,
         )
 
     def describe(self) -> str:
         """One phrase for the decision: the demand now, halfway and at the end, and whence."""
 
         def at(i: int) -> str:
-            return f"{self.level[i]:.0f} (+-{math.expm1(self.sigma[i]):.0%})"
+            level, sigma = self.level[i], self.sigma[i]
+            if sigma <= math.log(2.0):
+                return f"{level:.0f} (+-{math.expm1(sigma):.0%})"
+            # Wider than a factor 2 either way: a percentage would read as nonsense.
+            low, high = level * math.exp(-sigma), level * math.exp(sigma)
+            return f"{level:.2g} ({low:.2g}-{high:.2g})"
 
         middle = len(self.level) // 2
-        source = (
-            f"trend {self.slope_per_h:+.2f}/h in log demand"
-            if self.profile_weight < 0.05
-            else f"trend and {self.profile_weight:.0%} the profile of previous days"
-        )
+        reach = SUPPORTED_SPANS * self.history_s
+        if self.profile_weight >= 0.05:
+            source = f"trend and {self.profile_weight:.0%} the profile of previous days"
+        elif reach < self.horizon_s:
+            # A slope per hour from seconds of windows would print as a huge number.
+            moved = math.exp(self.slope_per_h * self.history_s / 3600)
+            source = (
+                f"trend x{moved:.2g} over the {format_duration(self.history_s)} watched, "
+                f"held beyond {format_duration(reach)}"
+            )
+        else:
+            source = f"trend {self.slope_per_h:+.2f}/h in log demand"
         return (
             f"forecast demand {self.level[0]:.0f} now, {at(middle)} in "
             f"{format_duration(self.offsets[middle])}, {at(-1)} in "
@@ -170,8 +194,10 @@ def forecast(
             # The slot's spread is of single windows; its level is known to about half that.
             sigma = weight * math.hypot(spread / 2, shift_sigma) + (1 - weight) * sigma
         levels.append(math.exp(value))
-        sigmas.append(max(sigma, MIN_SIGMA))
-    return Forecast(durations, offsets, tuple(levels), tuple(sigmas), weight, raw.slope * 3600)
+        sigmas.append(min(max(sigma, MIN_SIGMA), MAX_SIGMA))
+    return Forecast(
+        durations, offsets, tuple(levels), tuple(sigmas), weight, raw.slope * 3600, raw.span
+    )
 
 
 @dataclass(frozen=True)
@@ -184,16 +210,18 @@ class _Line:
     slope: float
     level_error: float
     slope_error: float
+    span: float  # seconds of history fitted
 
     @staticmethod
     def fit(points: Sequence[tuple[float, float]], now: float, *, sloped: bool = True) -> _Line:
         times = np.asarray([t for t, _ in points]) - now
         values = np.asarray([v for _, v in points])
-        if len(points) < 3 or float(np.ptp(times)) <= 0:
-            return _Line(float(values[-1]), 0.0, MIN_SIGMA, 0.0)
+        span = float(np.ptp(times)) if len(points) else 0.0
+        if len(points) < 3 or span <= 0:
+            return _Line(float(values[-1]), 0.0, MIN_SIGMA, 0.0, span)
         if not sloped:
             noise = float(np.std(values, ddof=1))
-            return _Line(float(values.mean()), 0.0, noise / math.sqrt(len(points)), 0.0)
+            return _Line(float(values.mean()), 0.0, noise / math.sqrt(len(points)), 0.0, span)
         slope, intercept = np.polyfit(times, values, 1)
         fitted = intercept + slope * times
         residual = float(np.sqrt(np.sum((values - fitted) ** 2) / (len(points) - 2)))
@@ -201,14 +229,16 @@ class _Line:
         slope_error = residual / math.sqrt(spread)
         if abs(slope) < SIGNIFICANT * slope_error:
             noise = float(np.std(values, ddof=1))
-            return _Line(float(values.mean()), 0.0, noise / math.sqrt(len(points)), 0.0)
+            return _Line(float(values.mean()), 0.0, noise / math.sqrt(len(points)), 0.0, span)
         level_error = residual * math.sqrt(1 / len(points) + float(times.mean()) ** 2 / spread)
-        return _Line(float(intercept), float(slope), level_error, slope_error)
+        return _Line(float(intercept), float(slope), level_error, slope_error, span)
 
     def at(self, ahead: float, tau: float, horizon_s: float) -> tuple[float, float]:
         """(log demand, its standard error) `ahead` seconds from now, the slope damped with
-        time constant `tau` and never moving the level more than MAX_TREND_CHANGE."""
-        damped = tau * (1 - math.exp(-ahead / tau))
+        time constant `tau`, carried no further than SUPPORTED_SPANS times the history it was
+        fitted on, and never moving the level more than MAX_TREND_CHANGE."""
+        carried = min(ahead, SUPPORTED_SPANS * self.span)
+        damped = tau * (1 - math.exp(-carried / tau))
         change = float(np.clip(self.slope * damped, -MAX_TREND_CHANGE, MAX_TREND_CHANGE))
         sigma = math.hypot(self.level_error, self.slope_error * damped)
         return self.level + change, sigma + 0.1 * ahead / max(horizon_s, 1.0)

@@ -1,0 +1,69 @@
+"""A forecast on a few seconds of history (issue 39: "0 (+-70138475449336315904%) in 33.8m"
+after a restart): the trend is carried no further than the history supports, the interval
+is capped, and the sentence prints only numbers an operator can read. A long history still
+extrapolates its trend as before."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from autotuner.core.decide.forecast import (
+    MAX_SIGMA,
+    SUPPORTED_SPANS,
+    LoadMemory,
+    forecast,
+)
+from autotuner.core.decide.settings import ForecastSettings
+
+SETTINGS = ForecastSettings()
+HOUR = 3600.0
+
+
+def memory_of(points: list[tuple[float, float]]) -> LoadMemory:
+    memory = LoadMemory()
+    for t, demand in points:
+        memory = memory.add(demand, t, SETTINGS)
+    return memory
+
+
+def falling_for_seconds() -> LoadMemory:
+    """Demand 40 -> 1 over 3 s of windows (clients reconnecting seen as a collapse)."""
+    return memory_of([(1000.0 + 0.5 * i, 40.0 * 0.5**i) for i in range(7)])
+
+
+def test_a_trend_over_seconds_is_held_beyond_what_they_support() -> None:
+    memory = falling_for_seconds()
+    ahead = forecast(memory, 1003.0, HOUR, SETTINGS)
+    assert ahead is not None
+    assert ahead.slope_per_h < 0  # the history did fall
+    reach = SUPPORTED_SPANS * ahead.history_s
+    assert reach < 60
+    pieces = zip(ahead.level[1:], ahead.offsets[1:], strict=True)  # the first is now
+    beyond = [level for level, offset in pieces if offset > reach]
+    assert len(beyond) >= 2
+    assert max(beyond) / min(beyond) < 1.2  # held, up to the growing interval's drift
+    assert all(s <= MAX_SIGMA for s in ahead.sigma)
+
+
+def test_the_sentence_on_seconds_of_history_is_readable() -> None:
+    ahead = forecast(falling_for_seconds(), 1003.0, HOUR, SETTINGS)
+    assert ahead is not None
+    sentence = ahead.describe()
+    for unreadable in ("e+", "inf", "nan"):
+        assert unreadable not in sentence
+    numbers = [float(n.replace(",", "")) for n in re.findall(r"\d[\d,]*\.?\d*", sentence)]
+    assert max(numbers) < 100, sentence  # demand 40 at most was seen
+    assert "held beyond" in sentence, sentence
+    assert "watched" in sentence, sentence
+
+
+def test_a_long_history_still_extrapolates_its_trend() -> None:
+    """An hour of demand doubling every hour: the forecast carries it (no hold, no cap)."""
+    start = 10 * HOUR
+    points = [(start + 60.0 * i, 16.0 * 2 ** (60.0 * i / HOUR)) for i in range(61)]
+    ahead = forecast(memory_of(points), start + HOUR, 2 * HOUR, SETTINGS)
+    assert ahead is not None
+    assert math.isclose(ahead.slope_per_h, math.log(2), rel_tol=0.05)
+    assert ahead.level[-1] > 1.5 * ahead.level[0]
+    assert "held beyond" not in ahead.describe()
