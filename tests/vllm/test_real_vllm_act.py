@@ -139,10 +139,20 @@ def test_load_turns_speculation_off_and_back(served: Served, tmp_path: Path) -> 
         accepted = acceptance(port)
         print(f"draft-model acceptance per position: {', '.join(f'{a:.2f}' for a in accepted)}")
         load.streams = HIGH
-        wait_for(lambda: not live(served).spec_tokens, 600, "speculation was not turned off")
-        wait_for(lambda: spec_families(served) is False, 600, "the restarted server still drafts")
+        restarts: list[float] = []
+
+        def turned_off() -> bool:
+            # The start of the plain server the tuner's switch began, read in the poll that
+            # first sees it answer: a later restart (a revert, a switch back) must not stand
+            # in for it.
+            if live(served).spec_tokens or spec_families(served) is not False:
+                return False  # not switched, or the plain server not answering yet
+            restarts.append(started_at(served))
+            return True
+
+        wait_for(turned_off, 600, "speculation was not turned off (or the server still drafts)")
         assert "draft_model" not in served.args_file.read_text()
-        off_since = started_at(served)
+        off_since = restarts[0]
 
         def verified() -> list[dict[str, Any]]:
             return [d for d in logged_decisions(log) if d["msg"].startswith("verified plain")]
