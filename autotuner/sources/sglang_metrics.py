@@ -84,6 +84,10 @@ def engine_samples(endpoint: str, exposition: Exposition) -> dict[SeriesKey, Eng
     return {(endpoint, ""): sample}
 
 
+# Counters agree only to a rounding (Prometheus's increase() extrapolates to the window's edges).
+_SLACK = 1e-6
+
+
 def geometric_rate(mean_accepted: float, spec_tokens: int) -> float:
     """The one conditional rate p whose p + p^2 + ... + p^K is `mean_accepted` (clamped to
     [0, K]); bisection, since the sum rises with p."""
@@ -114,7 +118,17 @@ def add_speculation(totals: WindowTotals, delta: dict[str, float], spec_tokens: 
     if verifies <= 0:
         return
     kept = delta.get("generation_tokens", 0.0) - delta.get("requests", 0.0)
-    rate = geometric_rate(kept / verifies - 1, spec_tokens)
+    accepted = kept / verifies - 1
+    if accepted > spec_tokens * (1 + _SLACK):
+        # A verify keeps at most its K drafts and one token of its own: more is a broken
+        # exposition (or counters from two servers), never "100% acceptance" to clamp to.
+        raise SourceError(
+            UnusableReason.INVALID_VALUE,
+            f"sglang: {accepted + 1:g} tokens kept per verify call in the window, more than "
+            f"the {spec_tokens + 1} that spec_num_steps {spec_tokens} allows; the scrape is "
+            "not used",
+        )
+    rate = geometric_rate(accepted, spec_tokens)
     positions = [verifies * rate ** (i + 1) for i in range(spec_tokens)]
     by_position = totals.accepted_per_position
     if len(by_position) < spec_tokens:

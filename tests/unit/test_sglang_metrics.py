@@ -5,6 +5,7 @@ Prometheus (fixtures: tests/support/sglang_exposition.py, built from the wheel's
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterator
@@ -206,3 +207,56 @@ def test_a_later_pipeline_rank_does_not_add_to_the_batch() -> None:
     text = exposition(Server(running=7.0)) + f"sglang:num_running_reqs{{{labels}}} 7\n"
     (sample,) = engine_samples("e", parse(text, wanted_names())).values()
     assert sample.gauges["running"] == 7.0
+
+
+# Issue 39: (d generation - d requests) / d verify calls of 6 under spec_num_steps 3 was read
+# as usable, clamped to 100% acceptance. A verify keeps at most K + 1 tokens.
+IMPOSSIBLE_KEPT = 6.0
+
+
+def test_more_tokens_per_verify_than_k_allows_refuses_the_scrape() -> None:
+    def impossible(t: float) -> Server:
+        server = _server(t)
+        kept = server.requests + server.verify_calls * IMPOSSIBLE_KEPT
+        return dataclasses.replace(server, generation_tokens=kept)
+
+    observation = _observe([impossible(t) for t in range(10)])
+    assert not observation.usable
+    assert observation.reason is UnusableReason.INVALID_VALUE
+    assert "more than the 4" in (observation.detail or "")
+
+
+def test_through_prometheus_the_same_answer_is_refused_too() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        query = request.url.params.get("query", "")
+        if "increase(sglang:generation_tokens_total" in query:
+            body = {
+                "status": "success",
+                "data": {
+                    "resultType": "vector",
+                    "result": [{"metric": {}, "value": [100.0, str(20 + 200 * IMPOSSIBLE_KEPT)]}],
+                },
+            }
+            return httpx.Response(200, content=json.dumps(body))
+        return _answer(request)
+
+    client = httpx.Client(transport=httpx.MockTransport(answer))
+    source = PrometheusSource(
+        "http://prometheus:9090", client=client, clock=lambda: 100.0, engine="sglang"
+    )
+    observation = source.observe(10.0, limits=LIMITS)
+    assert not observation.usable
+    assert observation.reason is UnusableReason.INVALID_VALUE
+
+
+def test_k_plus_one_tokens_per_verify_is_still_read() -> None:
+    """The bound itself (every draft accepted) is possible: read, not refused."""
+
+    def every_draft(t: float) -> Server:
+        server = _server(t)
+        kept = server.requests + server.verify_calls * (K + 1)
+        return dataclasses.replace(server, generation_tokens=kept)
+
+    observation = _observe([every_draft(t) for t in range(10)])
+    assert observation.usable, observation.detail
+    assert _acceptance(observation).per_position == pytest.approx((1.0,) * K, abs=1e-6)
