@@ -53,14 +53,30 @@ def in_range(version: tuple[int, int, int], versions: str) -> bool:
     return True
 
 
-def image_version(image: str | None) -> str | None:
+def image_version(image: str | None, engine_images: Collection[str] | None = None) -> str | None:
     """The version an image's tag names (vllm/vllm-openai:v0.33.0 -> 0.33.0); None for a
-    digest, `latest`, `nightly` or no tag."""
+    digest, `latest`, `nightly` or no tag, and (given `engine_images`) for an image whose
+    repository path does not end with one of them: its tag is another project's release."""
     if not image or "@" in image:
         return None
-    tag = image.rsplit("/", 1)[-1].partition(":")[2]
+    last = image.rsplit("/", 1)
+    repository = image[: len(image) - len(last[-1])] + last[-1].partition(":")[0]
+    if engine_images is not None and not any(
+        repository == name or repository.endswith("/" + name) for name in engine_images
+    ):
+        return None
+    tag = last[-1].partition(":")[2]
     parsed = version_tuple(tag) if tag else None
     return ".".join(map(str, parsed)) if parsed else None
+
+
+def _image_said(image: str | None, label: str) -> str:
+    """Why the image named no version, for the build's detail."""
+    if not image:
+        return "no image tag"
+    if image_version(image) is not None:
+        return f"{image} is not a {label} image: its tag is another release"
+    return "the image tag names no version"
 
 
 @cache
@@ -100,6 +116,10 @@ class BuildTable:
         """The default version and every row of builds.yaml."""
         return _load(self.package)
 
+    def engine_images(self) -> tuple[str, ...]:
+        """The repositories whose image tags are this engine's versions (builds.yaml)."""
+        return tuple(str(name) for name in _document(self.package).get("engine_images") or ())
+
     def version_shown(self, labels: Collection[str]) -> str | None:
         """The newest version whose marker label the engine's metrics carry (None: no
         marker among them)."""
@@ -135,7 +155,7 @@ class BuildTable:
         default version."""
         if declared != AUTO:
             return self.rows_for(declared, Origin.SETTINGS, f"{declared_by}: {declared}")
-        tagged = image_version(image)
+        tagged = image_version(image, self.engine_images())
         if tagged is not None:
             return self.rows_for(tagged, Origin.IMAGE_TAG, image or "")
         if reported and version_tuple(reported) is not None:
@@ -143,7 +163,7 @@ class BuildTable:
         if shown is not None:
             return self.rows_for(shown, Origin.METRICS, f"labels a {shown} build exports")
         said = [
-            "the image tag names no version" if image else "no image tag",
+            _image_said(image, self.label),
             f"{self.reported_by.value} said {reported!r}"
             if reported
             else f"no {self.reported_by.value} read",
