@@ -179,14 +179,24 @@ def status(
     as_json: Annotated[bool, typer.Option("--json")] = False,
     config: ConfigFile = None,
     overrides: SetOption = None,
+    engine_kind: Annotated[
+        str | None,
+        typer.Option(
+            help="The target's engine: vllm, sglang, or auto (default: engine.kind where the "
+            "settings set it, else what the command line starts, as apply reads it)."
+        ),
+    ] = None,
 ) -> None:
     """Show the live args, the setup they configure, the engine inputs they set (and which are
     left to vLLM's defaults), the deployed drafter, the persisted state, pause and leader."""
     from autotuner.actuators.targets import open_target
 
     with failing_on_bad_input(target_code=1):
-        settings, _ = load_cli_settings(config, overrides)
-        chosen = target_engine(settings.engine.kind, target, kube_server)
+        settings, sources = load_cli_settings(config, overrides)
+        kind = EngineKind(engine_kind) if engine_kind else EngineKind.AUTO
+        if engine_kind is None and "engine.kind" in sources:
+            kind = settings.engine.kind
+        chosen = target_engine(kind, target, kube_server)
         dialect = chosen.dialect(settings.engine.flags)
         live = open_target(target, kube_server=kube_server, dialect=dialect).read()
         leader = _lease_holder(target, kube_server, lease) if lease else None

@@ -4,6 +4,7 @@ named. `engine.kind` in settings names it (`auto`: detected from the served /met
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -73,11 +74,28 @@ def engine(kind: EngineKind | str) -> Engine:
 
 
 def kind_of_command(command: Sequence[str], args: Sequence[str]) -> EngineKind | None:
-    """The engine a container's command line starts (`python -m sglang.launch_server`,
-    `sglang serve`, `vllm serve`, `python -m vllm.entrypoints...`, or in a `sh -c` line), or
-    None when it names neither."""
-    words = " ".join([*command, *args]).lower()
+    """The engine a container's command line starts, from the first word that runs one (`vllm
+    serve`, `/usr/bin/vllm`, `python -m vllm.entrypoints...`, `python3 -m sglang.launch_server`,
+    `sglang serve`, Dynamo's `python3 -m dynamo.sglang`, also inside a `sh -c` script), or None
+    when no word does. A word that only mentions an engine (a model `org/sglang-finetune`, a
+    path `/models/vllm-cache`) names none."""
+    for word in _WORD_BREAK.split(" ".join([*command, *args])):
+        kind = _engine_word(word)
+        if kind is not None:
+            return kind
+    return None
+
+
+# Words of a command line or a script: split at blanks, quotes and the shell's separators.
+_WORD_BREAK = re.compile(r"""[\s'"`;&|()=]+""")
+
+
+def _engine_word(word: str) -> EngineKind | None:
+    """The engine a word runs: an executable named after it, its module, or Dynamo's worker."""
+    base = word.rsplit("/", 1)[-1]
+    module = base.removeprefix("dynamo.")
     for kind in (EngineKind.SGLANG, EngineKind.VLLM):
-        if kind.value in words:
+        name = kind.value
+        if base == name or module == name or module.startswith(name + "."):
             return kind
     return None
