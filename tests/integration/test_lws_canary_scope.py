@@ -195,6 +195,9 @@ def test_prometheus_verifies_the_canary_group_then_reads_every_group(
             predicted_gain=0.5,
             baseline_rate=old_rate,
             baseline_batch=24,
+            # An earlier run of the loop saw the canary group serve replay long ago: settled.
+            ready_s=600,
+            ready_at=time.time() - 3000,
         )
         state = TunerState(current=SPEC3).verifying(verification).model_dump_json()
         server.put("LeaderWorkerSet", held_canary([*ARGS[:4], "--use-replayssm"], state=state))
