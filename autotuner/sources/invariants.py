@@ -1,4 +1,4 @@
-"""What every vLLM `/metrics` answer must satisfy on its own, before any delta is taken.
+"""What every vLLM or SGLang `/metrics` answer must satisfy on its own, before any delta is taken.
 
 Counter deltas hide impossible absolute values (a counter stuck at -5 has a delta of 0), so each
 scrape is checked as it is read, by class of invariant rather than by case:
@@ -15,6 +15,11 @@ scrape is checked as it is read, by class of invariant rather than by case:
 * the running-requests gauge is present (the batch size comes from it).
 
 A scrape that breaks one is refused whole with the series named: nothing from it is used.
+SGLang's answers are held to the same classes where it exports the series (`check_sglang_scrape`:
+finite non-negative counters, cumulative histograms whose `_count` is their `+Inf` bucket, the
+token-usage ratio in [0, 1], cached prompt tokens never above prompt tokens, the running gauge
+present); it has no per-position or draft counters, so the order of drafts and accepted tokens
+is checked on the window's deltas instead (sources/sglang_metrics.add_speculation).
 `check_totals` holds a window's totals (e.g. Prometheus's `increase()`s) to the same order.
 """
 
@@ -26,6 +31,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from autotuner.core.observe.observation import WindowTotals
+from autotuner.engines.sglang import metrics as sglang
 from autotuner.engines.vllm.metrics import (
     COUNTERS,
     GAUGES,
@@ -59,15 +65,22 @@ def check_scrape(url: str, exposition: Exposition) -> None:
     _running_gauge(url, exposition)
 
 
-def check_totals(where: str, totals: WindowTotals) -> None:
+# (hits, queries): the counters a window's prefix-cache totals come from, by engine.
+VLLM_PREFIX_CACHE = (PREFIX_CACHE["prefix_cache_hits"][0], PREFIX_CACHE["prefix_cache_queries"][0])
+SGLANG_PREFIX_CACHE = (sglang.COUNTERS["cached_tokens"], sglang.COUNTERS["prompt_tokens"])
+
+
+def check_totals(
+    where: str, totals: WindowTotals, prefix_cache: tuple[str, str] = VLLM_PREFIX_CACHE
+) -> None:
     """Raise SourceError(INVALID_VALUE) when a window's counter totals contradict each other
-    (the same order as each scrape's counters)."""
+    (the same order as each scrape's counters); `prefix_cache` names the engine's counters."""
     queries, hits = totals.prefix_cache_queries, totals.prefix_cache_hits
     if queries is not None and hits is not None and hits > queries * (1 + _SLACK) + _SLACK:
         raise _invalid(
             where,
-            f"{PREFIX_CACHE['prefix_cache_hits'][0]} rose by {hits:g} in the window, more than "
-            f"{PREFIX_CACHE['prefix_cache_queries'][0]} ({queries:g})",
+            f"{prefix_cache[0]} rose by {hits:g} in the window, more than "
+            f"{prefix_cache[1]} ({queries:g})",
         )
     if not totals.speculation:
         return
@@ -116,8 +129,8 @@ def _counter_names() -> Iterable[str]:
             yield f"{base}_bucket"
 
 
-def _counters(url: str, exposition: Exposition) -> None:
-    for name in _counter_names():
+def _counters(url: str, exposition: Exposition, names: Iterable[str] | None = None) -> None:
+    for name in _counter_names() if names is None else names:
         for labels, value in exposition.get(name, {}).items():
             if not math.isfinite(value) or value < 0:
                 raise _invalid(url, f"counter {series(name, labels)} is {value:g}")
@@ -127,17 +140,15 @@ def _without(labels: LabelKey, name: str) -> LabelKey:
     return tuple((k, v) for k, v in labels if k != name)
 
 
-def _histograms(url: str, exposition: Exposition) -> None:
-    for spellings in HISTOGRAMS.values():
-        for base in spellings:
-            for labels, total in exposition.get(f"{base}_sum", {}).items():
-                if not math.isfinite(total) or total < 0:
-                    raise _invalid(
-                        url, f"histogram sum {series(f'{base}_sum', labels)} is {total:g}"
-                    )
-            buckets = exposition.get(f"{base}_bucket", {})
-            _cumulative(url, f"{base}_bucket", buckets)
-            _count_is_inf(url, base, buckets, exposition.get(f"{base}_count", {}))
+def _histograms(url: str, exposition: Exposition, bases: Iterable[str] | None = None) -> None:
+    every = (base for spellings in HISTOGRAMS.values() for base in spellings)
+    for base in every if bases is None else bases:
+        for labels, total in exposition.get(f"{base}_sum", {}).items():
+            if not math.isfinite(total) or total < 0:
+                raise _invalid(url, f"histogram sum {series(f'{base}_sum', labels)} is {total:g}")
+        buckets = exposition.get(f"{base}_bucket", {})
+        _cumulative(url, f"{base}_bucket", buckets)
+        _count_is_inf(url, base, buckets, exposition.get(f"{base}_count", {}))
 
 
 def _count_is_inf(
@@ -229,14 +240,18 @@ def _prefix_cache(url: str, exposition: Exposition) -> None:
 
 
 def _gauges(url: str, exposition: Exposition) -> None:
-    for key, (low, high) in RANGES.items():
+    for key, bounds in RANGES.items():
         for name in GAUGES[key]:
-            for labels, value in exposition.get(name, {}).items():
-                if math.isfinite(value) and not low <= value <= high:
-                    raise _invalid(
-                        url,
-                        f"gauge {series(name, labels)} is {value:g}, outside [{low:g}, {high:g}]",
-                    )
+            _in_range(url, exposition, name, bounds)
+
+
+def _in_range(url: str, exposition: Exposition, name: str, bounds: tuple[float, float]) -> None:
+    low, high = bounds
+    for labels, value in exposition.get(name, {}).items():
+        if math.isfinite(value) and not low <= value <= high:
+            raise _invalid(
+                url, f"gauge {series(name, labels)} is {value:g}, outside [{low:g}, {high:g}]"
+            )
 
 
 def _running_gauge(url: str, exposition: Exposition) -> None:
@@ -247,3 +262,40 @@ def _running_gauge(url: str, exposition: Exposition) -> None:
             f"{url}: {RUNNING} is missing although {present} is there: the batch size cannot "
             "be read without it",
         )
+
+
+def check_sglang_scrape(url: str, exposition: Exposition) -> None:
+    """Raise SourceError(INVALID_VALUE) naming the first SGLang series that breaks an invariant
+    (the classes above, where SGLang exports the series), or SourceError(EMPTY_RESULT) when its
+    counters come without the running-requests gauge."""
+    counters = [*sglang.COUNTERS.values()]
+    counters += [f"{base}_{part}" for base in sglang.HISTOGRAMS.values() for part in _COUNTED]
+    _counters(url, exposition, counters)
+    _histograms(url, exposition, sglang.HISTOGRAMS.values())
+    for key, bounds in RANGES.items():
+        _in_range(url, exposition, sglang.GAUGES[key], bounds)
+    # SGLang labels the two apart (cache_source; is_streaming): each is summed over the
+    # server's series before they are compared.
+    cached, prompt = (_summed(exposition, name) for name in SGLANG_PREFIX_CACHE)
+    if cached is not None and prompt is not None and cached > prompt:
+        raise _invalid(
+            url,
+            f"{SGLANG_PREFIX_CACHE[0]} = {cached:g} exceeds {SGLANG_PREFIX_CACHE[1]} = "
+            f"{prompt:g}: a cached token is a prompt token",
+        )
+    running = sglang.GAUGES["running"]
+    present = next((name for name in sglang.COUNTERS.values() if exposition.get(name)), None)
+    if present is not None and not exposition.get(running):
+        raise SourceError(
+            UnusableReason.EMPTY_RESULT,
+            f"{url}: {running} is missing although {present} is there: the batch size cannot "
+            "be read without it",
+        )
+
+
+_COUNTED = ("count", "bucket")
+
+
+def _summed(exposition: Exposition, name: str) -> float | None:
+    values = exposition.get(name)
+    return sum(values.values()) if values else None

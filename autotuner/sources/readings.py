@@ -9,13 +9,9 @@ from dataclasses import dataclass
 from autotuner.core.observe.observation import WindowTotals
 from autotuner.core.types import Observation
 from autotuner.sources import sglang_metrics, vllm_metrics
-from autotuner.sources.invariants import check_scrape
+from autotuner.sources.invariants import check_scrape, check_sglang_scrape
 from autotuner.sources.promtext import Exposition
 from autotuner.sources.vllm_metrics import EngineSample, SeriesKey, Snapshot
-
-
-def _no_check(url: str, exposition: Exposition) -> None:
-    """SGLang's values are checked as they are read (sglang_metrics.engine_samples)."""
 
 
 def _as_is(observation: Observation) -> Observation:
@@ -45,7 +41,7 @@ SGLANG = Reading(
     sglang_metrics.wanted_names(),
     sglang_metrics.engine_samples,
     sglang_metrics.window_totals,
-    _no_check,
+    check_sglang_scrape,
     sglang_metrics.marked,
 )
 READINGS = {reading.source: reading for reading in (VLLM, SGLANG)}

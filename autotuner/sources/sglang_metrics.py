@@ -19,6 +19,7 @@ from autotuner.core.predict.acceptance import tokens_kept
 from autotuner.core.types import Observation
 from autotuner.engines.sglang.metrics import COUNTERS, GAUGES, HISTOGRAMS
 from autotuner.errors import SourceError, UnusableReason
+from autotuner.sources.invariants import SGLANG_PREFIX_CACHE, check_totals
 from autotuner.sources.promtext import Exposition, LabelKey
 from autotuner.sources.vllm_metrics import (
     EngineSample,
@@ -41,7 +42,8 @@ ASSUMPTION = (
 def wanted_names() -> frozenset[str]:
     """Every series name a scrape keeps (the rest of the exposition is skipped unread)."""
     names = {*COUNTERS.values(), *GAUGES.values()}
-    names.update(f"{base}_{part}" for base in HISTOGRAMS.values() for part in ("sum", "count"))
+    parts = ("sum", "count", "bucket")  # the buckets only to check them (sources/invariants.py)
+    names.update(f"{base}_{part}" for base in HISTOGRAMS.values() for part in parts)
     return frozenset(names)
 
 
@@ -104,30 +106,29 @@ def geometric_rate(mean_accepted: float, spec_tokens: int) -> float:
     return (low + high) / 2
 
 
-def _spec_tokens(samples: Sequence[EngineSample]) -> int:
+def _spec_tokens(samples: Sequence[EngineSample]) -> tuple[int, float]:
     """K in use: the mean of sglang:spec_num_steps over the window (it moves under
-    --speculative-adaptive), at least 1."""
+    --speculative-adaptive), and the most it reached (the bound on a verify's tokens); 0 when
+    the gauge is absent."""
     steps = [s.gauges["spec_steps"] for s in samples if "spec_steps" in s.gauges]
-    return max(1, round(sum(steps) / len(steps))) if steps else 1
+    return (round(sum(steps) / len(steps)), max(steps)) if steps else (0, 0.0)
 
 
-def add_speculation(totals: WindowTotals, delta: dict[str, float], spec_tokens: int) -> None:
+def add_speculation(
+    totals: WindowTotals, delta: dict[str, float], spec_tokens: int, most_steps: float = 0.0
+) -> None:
     """Drafts, draft tokens and per-position accepted counts that the counters imply under the
-    geometric assumption (the core reads them as it reads vLLM's counters)."""
+    geometric assumption (the core reads them as it reads vLLM's counters).
+
+    Raises SourceError(INVALID_VALUE) when the counters say what no verify can do: keep fewer
+    than one token (its own) or more than K + 1 (K = the most spec_num_steps reached in the
+    window, `most_steps`), or verify with no drafting steps at all."""
     verifies = delta.get("verify_calls", 0.0)
     if verifies <= 0:
         return
-    kept = delta.get("generation_tokens", 0.0) - delta.get("requests", 0.0)
-    accepted = kept / verifies - 1
-    if accepted > spec_tokens * (1 + _SLACK):
-        # A verify keeps at most its K drafts and one token of its own: more is a broken
-        # exposition (or counters from two servers), never "100% acceptance" to clamp to.
-        raise SourceError(
-            UnusableReason.INVALID_VALUE,
-            f"sglang: {accepted + 1:g} tokens kept per verify call in the window, more than "
-            f"the {spec_tokens + 1} that spec_num_steps {spec_tokens} allows; the scrape is "
-            "not used",
-        )
+    kept = (delta.get("generation_tokens", 0.0) - delta.get("requests", 0.0)) / verifies
+    _possible(kept, verifies, max(float(spec_tokens), most_steps))
+    accepted = kept - 1
     rate = geometric_rate(accepted, spec_tokens)
     positions = [verifies * rate ** (i + 1) for i in range(spec_tokens)]
     by_position = totals.accepted_per_position
@@ -139,6 +140,26 @@ def add_speculation(totals: WindowTotals, delta: dict[str, float], spec_tokens: 
     totals.drafts += verifies
     totals.draft_tokens += verifies * spec_tokens
     totals.accepted += sum(positions)
+
+
+def _possible(kept: float, verifies: float, bound: float) -> None:
+    """Refuse, never clamp: a kept count outside [1, K + 1] per verify is a broken exposition
+    (or two servers' counters added), not 0% or 100% acceptance."""
+    if bound < 1:
+        why = f"{verifies:g} verify calls in the window while spec_num_steps is {bound:g}"
+    elif kept > (bound + 1) * (1 + _SLACK):
+        why = (
+            f"{kept:g} tokens kept per verify call in the window, more than the {bound + 1:g} "
+            f"that spec_num_steps {bound:g} allows"
+        )
+    elif kept < 1 - _SLACK:
+        why = (
+            f"{kept:g} tokens kept per verify call in the window (generation tokens less "
+            "requests, per verify call): a verify keeps at least its own token"
+        )
+    else:
+        return
+    raise SourceError(UnusableReason.INVALID_VALUE, f"sglang: {why}; the scrape is not used")
 
 
 def window_totals(snapshots: Sequence[Snapshot]) -> WindowTotals:
@@ -163,7 +184,7 @@ def window_totals(snapshots: Sequence[Snapshot]) -> WindowTotals:
         add_gauges(totals, samples)
         (t0, first), (t1, last) = timeline[0], timeline[-1]
         delta = {n: last.counters[n] - first.counters.get(n, 0.0) for n in last.counters}
-        add_speculation(totals, delta, _spec_tokens(samples))
+        add_speculation(totals, delta, *_spec_tokens(samples))
         for name in ("generation_tokens", "prompt_tokens"):
             if name in delta and t1 > t0:
                 rates[name] = rates.get(name, 0.0) + delta[name] / (t1 - t0)
@@ -183,6 +204,7 @@ def window_totals(snapshots: Sequence[Snapshot]) -> WindowTotals:
     for name, ratio in ratios.items():
         setattr(totals, name, ratio)
     per_step(totals)
+    check_totals("sglang", totals, SGLANG_PREFIX_CACHE)
     return totals
 
 

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from autotuner.core.observe.observation import Ratio, WindowTotals
 from autotuner.engines.sglang.metrics import COUNTERS, GAUGES, HISTOGRAMS
+from autotuner.sources.invariants import SGLANG_PREFIX_CACHE, check_totals
 from autotuner.sources.scope import joined
 from autotuner.sources.sglang_metrics import add_speculation, per_step
 
@@ -15,6 +16,8 @@ from autotuner.sources.sglang_metrics import add_speculation, per_step
 class PrometheusSource(Protocol):
     """The queries of sources/prometheus_api.py's PrometheusSource this module asks."""
 
+    @property
+    def url(self) -> str: ...
     @property
     def matchers(self) -> str: ...
 
@@ -34,6 +37,13 @@ def _scheduler(source: PrometheusSource, metric: str) -> str:
     return f"{metric}{{{matchers}}}"
 
 
+def _per_server(source: PrometheusSource, over: str, w: str, now: float, servers: int) -> float:
+    """spec_num_steps over the window (`over`: avg_ or max_over_time), per server (the scalar
+    sums the servers'); 0 without the gauge."""
+    steps = source.scalar(f"{over}({_scheduler(source, GAUGES['spec_steps'])}[{w}])", now)
+    return (steps or 0.0) / max(servers, 1)
+
+
 def sglang_totals(source: PrometheusSource, window_s: float, now: float) -> WindowTotals:
     """The window's totals from SGLang's series (SourceError when it has none, or restarted)."""
     w = f"{max(round(window_s * 1000), 1)}ms"
@@ -49,9 +59,9 @@ def sglang_totals(source: PrometheusSource, window_s: float, now: float) -> Wind
         for name, metric in COUNTERS.items()
         if (value := source.scalar(f"increase({source.series(metric)}[{w}])", now)) is not None
     }
-    steps = source.scalar(f"avg_over_time({_scheduler(source, GAUGES['spec_steps'])}[{w}])", now)
-    count = totals.series
-    add_speculation(totals, delta, max(1, round((steps or 0.0) / count)) if steps else 1)
+    steps = _per_server(source, "avg_over_time", w, now, totals.series)
+    most = _per_server(source, "max_over_time", w, now, totals.series)
+    add_speculation(totals, delta, round(steps), max(most, steps))
     for name in ("generation_tokens", "prompt_tokens"):
         if name in delta:
             setattr(totals, f"{name}_per_s", delta[name] / window_s)
@@ -64,6 +74,7 @@ def sglang_totals(source: PrometheusSource, window_s: float, now: float) -> Wind
             total = source.scalar(f"increase({source.series(base + '_sum')}[{w}])", now)
             setattr(totals, name, Ratio(total or 0.0, count_delta))
     per_step(totals)
+    check_totals(source.url, totals, SGLANG_PREFIX_CACHE)
     span = (now - window_s, now)
     totals.waiting_samples = source.samples(_scheduler(source, GAUGES["waiting"]), *span)
     totals.kv_usage_samples = source.samples(_scheduler(source, GAUGES["kv_usage"]), *span)
