@@ -417,19 +417,22 @@ def _problem(error: Mapping[str, Any]) -> str:
     return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
 
 
-def _durations(tree: Any) -> Any:
+def _durations(tree: Any, path: str = "") -> Any:
     """'15m' -> 900.0 for every *_s field, in any layer; '0s' too: each field's own bound
-    (pydantic's ge/gt) decides whether zero is allowed, and its error names the field."""
+    (pydantic's ge/gt) decides whether zero is allowed, and its error names the field, as an
+    unreadable duration's does."""
     if isinstance(tree, dict):
-        return {
-            k: (
-                parse_duration(v, allow_zero=True)
-                if k.endswith("_s") and isinstance(v, str)
-                else _durations(v)
-            )
-            for k, v in tree.items()
-        }
+        return {k: _duration(v, f"{path}{k}") for k, v in tree.items()}
     return tree
+
+
+def _duration(value: Any, field: str) -> Any:
+    if not (field.endswith("_s") and isinstance(value, str)):
+        return _durations(value, f"{field}.")
+    try:
+        return parse_duration(value, allow_zero=True)
+    except InputError as exc:
+        raise InputError(f"{field}: {exc}") from None
 
 
 def _presets(tree: dict[str, Any]) -> dict[str, Any]:

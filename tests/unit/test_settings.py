@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autotuner.durations import parse_duration
 from autotuner.errors import InputError
 from autotuner.settings import Settings, cli_overrides, describe, load_settings
 from tests.support.cli import printed, refusal
@@ -206,6 +207,16 @@ def test_a_zero_duration_is_refused_where_the_field_must_be_positive(override: s
         load_settings(None, cli_overrides([override]))
 
 
-def test_a_negative_or_unreadable_duration_is_refused() -> None:
-    with pytest.raises(InputError, match="cannot read duration"):
-        load_settings(None, cli_overrides(["policy.restart.first_compile_s=-5s"]))
+@pytest.mark.parametrize("value", ["-5s", "5 parsecs"])
+def test_a_negative_or_unreadable_duration_is_refused_naming_the_field(value: str) -> None:
+    field = "policy.restart.first_compile_s"
+    with pytest.raises(InputError, match=re.escape(f"{field}: cannot read duration")):
+        load_settings(None, cli_overrides([f"{field}={value}"]))
+
+
+def test_a_command_option_of_zero_is_still_refused() -> None:
+    """Outside the settings no field's bound stands behind the parser: a zero timeout or
+    window is refused by the parser itself."""
+    with pytest.raises(InputError, match="duration must be positive"):
+        parse_duration("0s")
+    assert parse_duration("0s", allow_zero=True) == 0.0
