@@ -67,3 +67,36 @@ def test_a_long_history_still_extrapolates_its_trend() -> None:
     assert math.isclose(ahead.slope_per_h, math.log(2), rel_tol=0.05)
     assert ahead.level[-1] > 1.5 * ahead.level[0]
     assert "held beyond" not in ahead.describe()
+
+
+def test_beyond_its_support_the_held_level_keeps_the_level_now_in_its_interval() -> None:
+    """What seconds of history say of the next hour is no better than the move they made: the
+    interval of every piece held beyond the reach spans back to the demand now."""
+    ahead = forecast(falling_for_seconds(), 1003.0, HOUR, SETTINGS)
+    assert ahead is not None
+    now = ahead.level[0]
+    reach = SUPPORTED_SPANS * ahead.history_s
+    pieces = zip(ahead.level[1:], ahead.sigma[1:], ahead.offsets[1:], strict=True)
+    held = [(level, sigma) for level, sigma, offset in pieces if offset > reach]  # [0]: now
+    assert held
+    for level, sigma in held:
+        assert level < now  # the fall is still forecast
+        assert level * math.exp(sigma) >= now * 0.999  # but the level now is not ruled out
+
+
+def test_a_demand_under_one_prints_its_figures_not_zero() -> None:
+    ahead = forecast(falling_for_seconds(), 1003.0, HOUR, SETTINGS)
+    assert ahead is not None
+    assert ahead.level[-1] < 0.5
+    assert ahead.level[0] < 1
+    sentence = ahead.describe()
+    assert f"forecast demand {ahead.level[0]:.2g} now" in sentence  # 0.78, not a rounded 1
+    assert f", {ahead.level[-1]:.2g} (" in sentence  # 0.097, not 0
+
+
+def test_no_trend_on_seconds_of_history_says_so() -> None:
+    steady = memory_of([(1000.0 + 1.1 * i, 1.0) for i in range(3)])
+    ahead = forecast(steady, 1003.0, HOUR, SETTINGS)
+    assert ahead is not None
+    assert ahead.slope_per_h == 0
+    assert "no trend in the 2.2s watched" in ahead.describe()

@@ -123,29 +123,37 @@ class Forecast:
         def at(i: int) -> str:
             level, sigma = self.level[i], self.sigma[i]
             if sigma <= math.log(2.0):
-                return f"{level:.0f} (+-{math.expm1(sigma):.0%})"
+                return f"{_demand(level)} (+-{math.expm1(sigma):.0%})"
             # Wider than a factor 2 either way: a percentage would read as nonsense.
             low, high = level * math.exp(-sigma), level * math.exp(sigma)
-            return f"{level:.2g} ({low:.2g}-{high:.2g})"
+            return f"{_demand(level)} ({_demand(low)}-{_demand(high)})"
 
         middle = len(self.level) // 2
         reach = SUPPORTED_SPANS * self.history_s
+        watched = format_duration(self.history_s)
         if self.profile_weight >= 0.05:
             source = f"trend and {self.profile_weight:.0%} the profile of previous days"
+        elif reach < self.horizon_s and self.slope_per_h == 0:
+            source = f"no trend in the {watched} watched"
         elif reach < self.horizon_s:
             # A slope per hour from seconds of windows would print as a huge number.
             moved = math.exp(self.slope_per_h * self.history_s / 3600)
             source = (
-                f"trend x{moved:.2g} over the {format_duration(self.history_s)} watched, "
-                f"held beyond {format_duration(reach)}"
+                f"trend x{moved:.2g} over the {watched} watched, held beyond "
+                f"{format_duration(reach)}"
             )
         else:
             source = f"trend {self.slope_per_h:+.2f}/h in log demand"
         return (
-            f"forecast demand {self.level[0]:.0f} now, {at(middle)} in "
+            f"forecast demand {_demand(self.level[0])} now, {at(middle)} in "
             f"{format_duration(self.offsets[middle])}, {at(-1)} in "
             f"{format_duration(self.horizon_s)} ({source})"
         )
+
+
+def _demand(value: float) -> str:
+    """A demand as an operator reads it: whole from 10 up, two figures below (0.097, not 0)."""
+    return f"{value:,.0f}" if value >= 9.5 else f"{value:.2g}"
 
 
 def day_forecast(memory: LoadMemory, now: float, settings: ForecastSettings) -> Forecast | None:
@@ -236,11 +244,15 @@ class _Line:
     def at(self, ahead: float, tau: float, horizon_s: float) -> tuple[float, float]:
         """(log demand, its standard error) `ahead` seconds from now, the slope damped with
         time constant `tau`, carried no further than SUPPORTED_SPANS times the history it was
-        fitted on, and never moving the level more than MAX_TREND_CHANGE."""
+        fitted on, and never moving the level more than MAX_TREND_CHANGE. Beyond what the
+        history supports the held level is known no better than the move the trend made: its
+        interval reaches back to the level now."""
         carried = min(ahead, SUPPORTED_SPANS * self.span)
         damped = tau * (1 - math.exp(-carried / tau))
         change = float(np.clip(self.slope * damped, -MAX_TREND_CHANGE, MAX_TREND_CHANGE))
         sigma = math.hypot(self.level_error, self.slope_error * damped)
+        if ahead > carried:
+            sigma = max(sigma, abs(change))
         return self.level + change, sigma + 0.1 * ahead / max(horizon_s, 1.0)
 
 
