@@ -245,14 +245,15 @@ class _Line:
         """(log demand, its standard error) `ahead` seconds from now, the slope damped with
         time constant `tau`, carried no further than SUPPORTED_SPANS times the history it was
         fitted on, and never moving the level more than MAX_TREND_CHANGE. Beyond what the
-        history supports the held level is known no better than the move the trend made: its
-        interval reaches back to the level now."""
+        history supports, the held level is known no better than the move the trend made, in
+        the share of `ahead` the history does not support: seconds of history leave the level
+        now inside the interval of the next hour; an hour of it barely widens the fourth."""
         carried = min(ahead, SUPPORTED_SPANS * self.span)
         damped = tau * (1 - math.exp(-carried / tau))
         change = float(np.clip(self.slope * damped, -MAX_TREND_CHANGE, MAX_TREND_CHANGE))
         sigma = math.hypot(self.level_error, self.slope_error * damped)
         if ahead > carried:
-            sigma = max(sigma, abs(change))
+            sigma = max(sigma, abs(change) * (1 - carried / ahead))
         return self.level + change, sigma + 0.1 * ahead / max(horizon_s, 1.0)
 
 
