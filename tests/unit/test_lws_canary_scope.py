@@ -99,7 +99,10 @@ def _queries(engine: str, scope: MetricsScope | None) -> list[str]:
         elif query.startswith("sum(resets"):
             result = []
         else:
-            result = [{"metric": {"position": "0"}, "value": [100.0, "1"]}]
+            # One of each, but an SGLang verify keeps 1 to K + 1 tokens (K = 1 here): 2 kept
+            # past each request's first token, or the window is refused as impossible.
+            value = "3" if "sglang:generation_tokens" in query else "1"
+            result = [{"metric": {"position": "0"}, "value": [100.0, value]}]
         body = {"status": "success", "data": {"resultType": "vector", "result": result}}
         return httpx.Response(200, json=body)
 
