@@ -192,10 +192,9 @@ def status(
     from autotuner.actuators.targets import open_target
 
     with failing_on_bad_input(target_code=1):
-        settings, sources = load_cli_settings(config, overrides)
-        kind = EngineKind(engine_kind) if engine_kind else EngineKind.AUTO
-        if engine_kind is None and "engine.kind" in sources:
-            kind = settings.engine.kind
+        settings, sources = load_cli_settings(config, overrides, **{"engine.kind": engine_kind})
+        # Unset anywhere, the engine is what the command line starts (as apply reads it).
+        kind = settings.engine.kind if "engine.kind" in sources else EngineKind.AUTO
         chosen = target_engine(kind, target, kube_server)
         dialect = chosen.dialect(settings.engine.flags)
         live = open_target(target, kube_server=kube_server, dialect=dialect).read()

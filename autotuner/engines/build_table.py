@@ -59,13 +59,13 @@ def image_version(image: str | None, engine_images: Collection[str] | None = Non
     repository path does not end with one of them: its tag is another project's release."""
     if not image or "@" in image:
         return None
-    last = image.rsplit("/", 1)
-    repository = image[: len(image) - len(last[-1])] + last[-1].partition(":")[0]
+    path, _, last = image.rpartition("/")  # a registry's port stays in the path
+    name, _, tag = last.partition(":")
+    repository = f"{path}/{name}" if path else name
     if engine_images is not None and not any(
-        repository == name or repository.endswith("/" + name) for name in engine_images
+        repository == known or repository.endswith("/" + known) for known in engine_images
     ):
         return None
-    tag = last[-1].partition(":")[2]
     parsed = version_tuple(tag) if tag else None
     return ".".join(map(str, parsed)) if parsed else None
 

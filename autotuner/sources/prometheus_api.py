@@ -269,10 +269,10 @@ class PrometheusSource:
         self.window = Deadline(self.deadline_s)
         try:
             if self.engine == SGLANG:
-                totals = sglang_totals(self, window_s, now)
+                totals = sglang_totals(self, window_s, now)  # checked with SGLang's names
             else:
                 totals = self.totals(window_s, now)
-            check_totals(self.url, totals)
+                check_totals(self.url, totals)
         except SourceError as exc:
             return unusable("prometheus", exc.reason, exc.detail, start=now - window_s, end=now)
         finally:

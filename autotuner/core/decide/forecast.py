@@ -224,7 +224,7 @@ class _Line:
     def fit(points: Sequence[tuple[float, float]], now: float, *, sloped: bool = True) -> _Line:
         times = np.asarray([t for t, _ in points]) - now
         values = np.asarray([v for _, v in points])
-        span = float(np.ptp(times)) if len(points) else 0.0
+        span = float(np.ptp(times))
         if len(points) < 3 or span <= 0:
             return _Line(float(values[-1]), 0.0, MIN_SIGMA, 0.0, span)
         if not sloped:

@@ -3,6 +3,7 @@ carries, folded in before anything is decided."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -62,13 +63,19 @@ def measures_the_load(
     watched (a revert, an operator's), the settle counts from the change itself."""
     settle = settings.verification.settle_s
     verification = state.verification
-    since = verification.serving_since if verification else max(state.changes, default=None)
-    if verification is None and since is None:
-        return True  # no change seen: every usable window is the load
-    if since is None or observation.window_start < since + settle:
+    if verification is not None:
+        since = verification.serving_since
+        if since is None:
+            return False  # the engine has not been seen serving the change yet
+        aftermath_ends = math.inf  # a change in flight: only whole windows count
+    else:
+        since = max(state.changes, default=None)
+        if since is None:
+            return True  # no change seen: every usable window is the load
+        aftermath_ends = since + settle + ctx.window_s
+    if observation.window_start < since + settle:
         return False
-    aftermath = verification is not None or observation.window_start < since + settle + ctx.window_s
-    return whole_window(observation, ctx.window_s) or not aftermath
+    return observation.window_start >= aftermath_ends or whole_window(observation, ctx.window_s)
 
 
 def _watch_restart(
