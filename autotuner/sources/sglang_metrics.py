@@ -128,6 +128,8 @@ def add_speculation(
         return
     kept = (delta.get("generation_tokens", 0.0) - delta.get("requests", 0.0)) / verifies
     _possible(kept, verifies, max(float(spec_tokens), most_steps))
+    # Drafting happened (the check passed): a mean under one half still drafted at least one.
+    spec_tokens = max(spec_tokens, 1)
     accepted = kept - 1
     rate = geometric_rate(accepted, spec_tokens)
     positions = [verifies * rate ** (i + 1) for i in range(spec_tokens)]

@@ -14,13 +14,14 @@ import httpx
 import pytest
 
 from autotuner.core.observe.limits import ObservationLimits
+from autotuner.core.observe.observation import WindowTotals
 from autotuner.core.predict.acceptance import tokens_kept
 from autotuner.core.types import AcceptanceStats, Observation, Setup
 from autotuner.errors import UnusableReason
 from autotuner.sources.prometheus_api import PrometheusSource
 from autotuner.sources.readings import SGLANG
 from autotuner.sources.sglang_info import live_setup_of, with_live_config
-from autotuner.sources.sglang_metrics import ASSUMPTION, geometric_rate
+from autotuner.sources.sglang_metrics import ASSUMPTION, add_speculation, geometric_rate
 from autotuner.sources.vllm_scrape import VllmScraper
 from tests.support.pages import serving
 from tests.support.sglang_exposition import Server, exposition
@@ -260,3 +261,13 @@ def test_k_plus_one_tokens_per_verify_is_still_read() -> None:
     observation = _observe([every_draft(t) for t in range(10)])
     assert observation.usable, observation.detail
     assert _acceptance(observation).per_position == pytest.approx((1.0,) * K, abs=1e-6)
+
+
+def test_a_window_whose_mean_k_rounds_to_zero_is_still_read() -> None:
+    """spec_num_steps at 0 most of the window and 2 at its end (speculation turned on inside
+    it): the verifies are possible under K = 2 and are fitted with at least one position."""
+    totals = WindowTotals(start=0.0, end=10.0, last_sample_at=10.0, series=1)
+    add_speculation(totals, {"verify_calls": 10, "generation_tokens": 26, "requests": 1}, 0, 2.0)
+    assert totals.speculation
+    assert totals.drafts == 10
+    assert len(totals.accepted_per_position) == 1
