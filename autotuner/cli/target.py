@@ -147,17 +147,20 @@ def _check_build(
     if force or not wanted.replay_window:
         return
     build = actuator.build_of(live)
+    kv_connector = bool(dialect.live_args(live.command, live.args).kv_connector)
+    # The rules of the args alone first: a KV connector refuses replay whatever the model.
+    for known in (None, spec):
+        refusal = follow_build.deployed(build, known, kv_connector).refusal(wanted)
+        if refusal is not None:
+            raise InputError(
+                f"refused by the engine build ({build.describe()}): {refusal}; nothing "
+                "changed (--force writes it anyway)"
+            )
     if spec is None:
         raise InputError(
             f"the served model is not known ({served or 'no --model in the args'}): the "
             f"{build.describe()} rules for replay cannot be checked; nothing changed (--model "
             "names it, --force writes it anyway)"
-        )
-    refusal = follow_build.running_on(build).serving(spec).refusal(wanted)
-    if refusal is not None:
-        raise InputError(
-            f"refused by the engine build ({build.describe()}): {refusal}; nothing changed "
-            "(--force writes it anyway)"
         )
 
 

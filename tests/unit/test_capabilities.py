@@ -161,3 +161,34 @@ def test_replay_is_refused_beside_a_kv_connector_on_vllm() -> None:
     assert engine.accepts(Setup.parse("spec:3"))
     qwen = SGLANG.serving(load_model("Qwen/Qwen3.5-122B-A10B")).connected(True)
     assert qwen.accepts(Setup.parse("replay:16"))
+
+
+def test_replay_is_refused_for_a_model_with_no_recurrent_layers() -> None:
+    """An attention-only model has no state to replay: every engine refuses it at start ("not
+    supported for architecture"), so the rule holds under the build's row and any preset."""
+    from autotuner.engines.sglang.capabilities import FOLLOW_BUILD as SGLANG
+    from autotuner.engines.vllm.capabilities import FOLLOW_BUILD as VLLM
+
+    for engine in (VLLM, SGLANG, UPSTREAM, GDN_REPLAY):
+        reason = engine.serving(LLAMA).refusal(Setup.parse("replay:16"))
+        assert reason is not None
+        assert "architecture" in reason
+        assert LLAMA.architecture in reason
+        assert engine.serving(LLAMA).accepts(Setup.parse("spec:3"))
+    assert UPSTREAM.refusal(Setup.parse("replay:16")) is None  # no model known: not this rule
+
+
+def test_the_loop_and_apply_judge_one_deployment_alike() -> None:
+    """`deployed` composes the build, the model and the KV connector as the loop's engine_now
+    and apply's check both read them: the args alone (no model) already refuse replay beside a
+    KV connector, and the model adds its own rules."""
+    from autotuner.engines.vllm.capabilities import FOLLOW_BUILD as VLLM
+
+    replay = Setup.parse("replay:16")
+    alone = VLLM.deployed(None, None, kv_connector=True).refusal(replay)
+    assert alone is not None
+    assert "KV connectors" in alone
+    assert VLLM.deployed(None, None, kv_connector=False).refusal(replay) is None
+    with_model = VLLM.deployed(None, NEMOTRON_MAMBA2, kv_connector=False)
+    assert with_model == VLLM.serving(NEMOTRON_MAMBA2).connected(False)
+    assert VLLM.deployed(None, LLAMA, kv_connector=False).refusal(replay) is not None

@@ -157,6 +157,12 @@ class EngineCapabilities(BaseModel):
             )
         if setup.replay_window and not self.replay:
             return f"{self.name}: this build has no --use-replayssm"
+        if setup.replay_window and self.served_architecture and self.served_family is None:
+            return (
+                f"{self.name}: replay needs recurrent (SSM) layers to replay, and "
+                f"{self.served_architecture} has none: the engine refuses it as not supported "
+                "for this architecture"
+            )
         if setup.replay_window and self.kv_connector and not self.replay_with_kv_connector:
             return (
                 f"{self.name}: replay is incompatible with KV connectors (P/D disaggregation, KV "
@@ -231,6 +237,16 @@ class EngineCapabilities(BaseModel):
                 "served_architecture": model.architecture,
             }
         )
+
+    def deployed(
+        self, build: BuildInForce | None, model: ModelSpec | None, kv_connector: bool
+    ) -> EngineCapabilities:
+        """These capabilities for one deployment as its args say: on its build, serving its
+        model (None: not known, the rules of the args alone), beside a KV connector or not.
+        The loop and `apply` both judge a setup on this, so neither writes what the other
+        would refuse."""
+        on_build = self.running_on(build).connected(kv_connector)
+        return on_build if model is None else on_build.serving(model)
 
     def running_on(self, build: BuildInForce | None) -> EngineCapabilities:
         """These capabilities on the build read from the engine (None: keep the one held)."""
