@@ -173,7 +173,8 @@ def select_container(containers: Sequence[Any], wanted: str | None, where: str, 
         if names.count(known) == 1:
             return containers[names.index(known)]
     raise ActuatorError(
-        f"{where}: several containers ({', '.join(names)}); name the engine's one in the target"
+        f"{where}: several containers ({', '.join(names)}); name the engine's one in the "
+        "target: file://PATH?container=NAME for a file, k8s://NS/KIND/OBJECT/NAME in a cluster"
     )
 
 

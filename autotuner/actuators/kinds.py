@@ -240,6 +240,13 @@ def lws_canary_scope(raw: Obj, target: str) -> MetricsScope | None:
 
 # --------------------------------------------------------------------------- Dynamo
 
+# The worker's name goes where the target names a part: a cluster object's URI path, a file's
+# `container` query (one message for both, as the same reading serves both).
+_NAME_THE_WORKER = (
+    "name the worker in the target: file://PATH?container=WORKER for a file, "
+    "k8s://NS/dynamographdeployment"
+)
+
 
 def _dynamo_component(raw: Obj, wanted: str | None) -> int:
     components = raw["spec"].get("components") or []
@@ -248,10 +255,7 @@ def _dynamo_component(raw: Obj, wanted: str | None) -> int:
         workers = [i for i, c in enumerate(components) if c.get("podTemplate")]
         if len(workers) == 1:
             return workers[0]
-        raise ActuatorError(
-            f"components {', '.join(names)}: name the worker in the target "
-            "(k8s://NS/dynamographdeployment/NAME/COMPONENT)"
-        )
+        raise ActuatorError(f"components {', '.join(names)}: {_NAME_THE_WORKER}/NAME/COMPONENT")
     if wanted not in names:
         raise ActuatorError(f"no component named {wanted!r} (have {', '.join(names)})")
     return names.index(wanted)
@@ -268,8 +272,7 @@ def _dynamo_alpha_engines(raw: Obj, wanted: str | None, hint: str) -> list[Engin
         named = [name for name, s in services.items() if at(s, ("extraPodSpec", "mainContainer"))]
         if len(named) != 1:
             raise ActuatorError(
-                f"services {', '.join(services)}: name the worker in the target "
-                "(k8s://NS/dynamographdeployment.v1alpha1/NAME/SERVICE)"
+                f"services {', '.join(services)}: {_NAME_THE_WORKER}.v1alpha1/NAME/SERVICE"
             )
         wanted = named[0]
     if at(services, (wanted, "extraPodSpec", "mainContainer")) is None:
