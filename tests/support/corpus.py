@@ -52,6 +52,7 @@ SGLANG_FLAGS = (
     "--linear-replayssm-cache-len",
     "--mamba-radix-cache-strategy",
     "--disable-overlap-schedule",
+    "--enable-metrics",  # the tuner reads SGLang's metrics: any setup it writes turns them on
 )
 SWITCHES = frozenset(
     {
@@ -64,6 +65,7 @@ SWITCHES = frozenset(
         "--enable-linear-replayssm-spec",
         "--disable-overlap-schedule",
         "--speculative-adaptive",
+        "--enable-metrics",
     }
 )
 TUNER_KEY = "spec-autotuner.io/"
