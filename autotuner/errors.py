@@ -8,10 +8,12 @@ catching `AutotunerError`; the tree, as httpx draws its own:
     - ModelConfigError - a config.json cannot be turned into a ModelSpec
     - ProfileError - a hardware profile is missing, corrupted or of another version
     - ArgsError - engine args cannot be read or written safely
+      - EngineRuleError - the engine would refuse the setup on these args (a rule named)
   + SourceError - metrics could not be fetched or trusted (carries an UnusableReason)
   + ActuatorError - a change could not be read or written
     - ConflictError - the target changed since it was read (HTTP 409)
     - ForbiddenError - RBAC refused the verb (HTTP 403)
+    - RefusedByRuleError - the setup breaks a start-up rule of the engine on these args
     - AdviceOnlyError - the target is not the place to write (an owner, Helm, GitOps, a
       ConfigMap keeps the args): nothing written, the message says where the change belongs
     - RestartError - the args were written but the engine did not come up with them
@@ -64,6 +66,12 @@ class ArgsError(InputError):
     """The args cannot be read or written safely; nothing was changed."""
 
 
+class EngineRuleError(ArgsError):
+    """The engine would refuse this setup at start with these args (a start-up rule of its
+    own, named in the message); nothing was changed. Unlike other ArgsErrors, the args could
+    be written: `apply --force` writes them anyway."""
+
+
 # --------------------------------------------------------------------------- finding flags
 
 
@@ -92,6 +100,12 @@ class RestartError(ActuatorError):
 
 class ForbiddenError(ActuatorError):
     """RBAC refused the verb (HTTP 403)."""
+
+
+class RefusedByRuleError(ActuatorError):
+    """An EngineRuleError met while rendering the target's args: the setup breaks a start-up
+    rule of the engine (nothing written). `apply` exits with it as with the build's other
+    refusals; the loop sees a change it cannot make."""
 
 
 class AdviceOnlyError(ActuatorError):

@@ -19,7 +19,13 @@ from autotuner.core.types import Setup
 from autotuner.engines.build_table import AUTO
 from autotuner.engines.companion_record import Saved, saved_record
 from autotuner.engines.dialect import Dialect, Rendered
-from autotuner.errors import ActuatorError, ArgsError, ConflictError
+from autotuner.errors import (
+    ActuatorError,
+    ArgsError,
+    ConflictError,
+    EngineRuleError,
+    RefusedByRuleError,
+)
 from autotuner.sources.scope import MetricsScope
 
 STATE_ANNOTATION = "spec-autotuner.io/state"
@@ -132,9 +138,11 @@ def rendered(
     saved_speculative_config: dict[str, Any] | None,
     allow_low_precision_replay: bool,
     companions: tuple[Companion, ...] = (),
+    enforce_rules: bool = True,
 ) -> Rendered:
     """The (command, args) that configure `setup` with the companions it needs, and the
-    operator's companion record to keep, or an ActuatorError naming `where`."""
+    operator's companion record to keep, or an ActuatorError naming `where` (a
+    RefusedByRuleError for a start-up rule of the engine the setup breaks)."""
     try:
         return dialect.render(
             live.command,
@@ -144,7 +152,13 @@ def rendered(
             allow_low_precision_replay=allow_low_precision_replay,
             companions=companions,
             saved_companions=live.operator_args,
+            enforce_rules=enforce_rules,
         )
+    except EngineRuleError as exc:
+        raise RefusedByRuleError(
+            f"{where}: refused by the engine's own rules: {exc}; nothing changed (--force "
+            "writes it anyway)"
+        ) from None
     except ArgsError as exc:
         raise ActuatorError(f"{where}: {exc}") from None
 
@@ -224,6 +238,8 @@ class Actuator(ABC):
     # which companion flags a setup needs on the build the target's image names.
     engine: EngineCapabilities | None = None
     declared_build: str = AUTO  # engine.build: a version that overrides the image tag
+    # Off only for `apply --force`: a setup the engine would refuse at start is written anyway.
+    enforce_rules: bool = True
 
     def build_of(self, live: LiveTarget) -> BuildInForce:
         """The build the target runs: the declared version, else its image's tag."""
@@ -310,6 +326,7 @@ class Actuator(ABC):
             saved_speculative_config=wanted.saved_speculative_config,
             allow_low_precision_replay=self.allow_low_precision_replay,
             companions=self.companions(live, wanted.setup),
+            enforce_rules=self.enforce_rules,
         )
 
     def render_other(self, change: Change, site: Site) -> Rendered:

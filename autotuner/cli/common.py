@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from autotuner.core.predict.hardware import HardwareProfile, datasheet, load_profile
-from autotuner.errors import ActuatorError, AutotunerError, InputError
+from autotuner.errors import ActuatorError, AutotunerError, InputError, RefusedByRuleError
 
 if TYPE_CHECKING:
     from autotuner.settings import Settings
@@ -46,6 +46,8 @@ def failing_on_bad_input(*, target_code: int | None = None) -> Iterator[None]:
     read or written ends it with that code."""
     try:
         yield
+    except RefusedByRuleError as exc:  # refused as the build's rules refuse: a bad input
+        fail(one_line(exc))
     except ActuatorError as exc:
         fail(one_line(exc), code=2 if target_code is None else target_code)
     except (AutotunerError, ValueError) as exc:

@@ -134,6 +134,7 @@ def _check_build(
     """Set the served model and build on the actuator (so it writes the companion flags), and
     refuse a setup the build refuses (InputError naming the rule) unless forced."""
     live = actuator.read()
+    actuator.enforce_rules = not force
     try:  # the declared version, over the tag
         actuator.declared_build = chosen.table.check_declared(version) if version else AUTO
     except ValueError as exc:

@@ -105,11 +105,13 @@ class Dialect(ABC):
         saved_companions: Saved | None = None,
         saved_speculative_config: dict[str, Any] | None = None,
         allow_low_precision_replay: bool = False,
+        enforce_rules: bool = True,
     ) -> tuple[list[str], Saved | None]:
         """`write`, with the companion flags the build needs for `setup` written and those it
         no longer needs put back as the operator had them (`saved_companions`); the record of
         the operator's tokens to keep on the target. Args that already configure `setup` are
-        kept as they are."""
+        kept as they are. A setup the engine would refuse at start on these args raises
+        EngineRuleError unless `enforce_rules` is off (`apply --force`)."""
         if setup == self.parse(tokens):
             return list(tokens), saved_companions
         written = self.write(
@@ -117,6 +119,7 @@ class Dialect(ABC):
             setup,
             saved_speculative_config=saved_speculative_config,
             allow_low_precision_replay=allow_low_precision_replay,
+            enforce_rules=enforce_rules,
         )
         wanted = self.companions_written(setup, companions)
         return render_companions(written, wanted, saved_companions, self.spelling)
@@ -131,6 +134,7 @@ class Dialect(ABC):
         allow_low_precision_replay: bool,
         companions: Sequence[Companion] = (),
         saved_companions: Saved | None = None,
+        enforce_rules: bool = True,
     ) -> Rendered:
         """New (command, args) configuring `setup` (see `render_args`), and the operator's
         companion record to keep (`saved_companions` when the list without the engine's args
@@ -145,6 +149,7 @@ class Dialect(ABC):
                 saved_companions=saved_companions,
                 saved_speculative_config=saved_speculative_config,
                 allow_low_precision_replay=allow_low_precision_replay,
+                enforce_rules=enforce_rules,
             )
             return out
 

@@ -491,3 +491,20 @@ def _engine_words(obj: dict[str, Any]) -> list[str]:
     for match in re.finditer(r"name: VLLM_ADDITIONAL_ARGS\n\s+value: (.*)", text):
         words += match.group(1).strip("'\"").split()
     return words
+
+
+def test_an_engine_rule_refuses_with_the_builds_exit_code_and_yields_to_force(
+    tmp_path: Path,
+) -> None:
+    """SGLang's own start-up rule (replay needs --page-size 1) exits 2 as the build table's
+    rules do, names the flag, and `--force` writes the setup anyway."""
+    p = published("dynamo/sglang-agg.yaml")
+    path = copied(p, tmp_path)
+    refused = cli("apply", "--setup", "replay:16", "--target", p.uri(path), *hybrid(p))
+    assert refused.code == 2, refused.said
+    assert "--page-size" in refused.said
+    assert "--force" in refused.said
+    assert path.read_bytes() == p.path.read_bytes()
+    forced = cli("apply", "--setup", "replay:16", "--force", "--target", p.uri(path), *hybrid(p))
+    assert forced.code == 0, forced.said
+    assert status_of(p.uri(path))["setup"] == "replay:16"

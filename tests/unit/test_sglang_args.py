@@ -12,7 +12,7 @@ from autotuner.engines.sglang.args import parse, served_model_id
 from autotuner.engines.sglang.capabilities import FOLLOW_BUILD
 from autotuner.engines.sglang.dialect import SglangDialect
 from autotuner.engines.sglang.setup import parse_setup, render
-from autotuner.errors import ArgsError
+from autotuner.errors import ArgsError, EngineRuleError
 from tests.support.sglang_command import NEXTN_K3
 from tests.support.sglang_rules import broken
 
@@ -151,6 +151,31 @@ def test_setups_sglang_would_refuse_or_ignore_are_refused_here(
     args = [*BASES["nextn"], *extra]
     with pytest.raises(ArgsError, match=says):
         render(args, Setup.parse(label), saved_speculative_config=DRAFTER)
+
+
+@pytest.mark.parametrize(
+    ("extra", "label"),
+    [
+        (["--page-size", "64"], "replay:16"),
+        (["--linear-attn-backend", "flashinfer"], "replay:16"),
+        (["--speculative-algorithm", "NGRAM"], "spec:3@adaptive"),
+        ([], "spec:4@adaptive"),
+    ],
+)
+def test_a_start_up_rule_is_an_engine_rule_that_force_may_override(
+    extra: list[str], label: str
+) -> None:
+    """SGLang's own start-up rules are refused as the build's are (one error kind, one exit
+    code for `apply`), and written when forced; what cannot be written at all is not."""
+    args = [*BASES["nextn"], *extra]
+    setup = Setup.parse(label)
+    with pytest.raises(EngineRuleError):
+        render(args, setup, saved_speculative_config=DRAFTER)
+    forced = render(args, setup, saved_speculative_config=DRAFTER, enforce_rules=False)
+    assert parse_setup(forced) == setup
+    with pytest.raises(ArgsError) as schedule:
+        render(args, Setup.parse("spec:2@1-64:2"), enforce_rules=False)
+    assert not isinstance(schedule.value, EngineRuleError)
 
 
 def test_speculation_without_the_running_cap_is_refused() -> None:

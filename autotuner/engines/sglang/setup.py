@@ -27,7 +27,7 @@ from autotuner.engines.commandline import (
 )
 from autotuner.engines.sglang import flags
 from autotuner.engines.sglang.args import integer, last, speculative, switched, text
-from autotuner.errors import ArgsError
+from autotuner.errors import ArgsError, EngineRuleError
 
 DEFAULT_REPLAY_LEN = 16  # linear_replayssm_cache_len (arg_groups/fields/exec_.py:582-585)
 CONTAINER_HINT = "sglang"  # among several containers, the engine's is the one named so
@@ -116,7 +116,9 @@ def _unset(args: list[str], name: str) -> list[str]:
     return remove(args, flag) if flag is not None else args
 
 
-def _render_spec(args: list[str], setup: Setup, saved: dict[str, Any] | None) -> list[str]:
+def _render_spec(
+    args: list[str], setup: Setup, saved: dict[str, Any] | None, *, enforce_rules: bool
+) -> list[str]:
     if setup.spec_tokens == 0:
         return _without_speculation(args)
     out = args
@@ -128,14 +130,14 @@ def _render_spec(args: list[str], setup: Setup, saved: dict[str, Any] | None) ->
                 "in the args or saved: the tuner never invents one"
             )
         out = [*out, *drafter]
-    if last(out, flags.MAX_RUNNING) is None:
-        raise ArgsError(
+    if enforce_rules and last(out, flags.MAX_RUNNING) is None:
+        raise EngineRuleError(
             "SGLang caps a speculating server at 48 running requests unless "
             "--max-running-requests is given (speculative_hook.py:1086-1094): set it in the "
             "operator's args before the tuner turns speculation on"
         )
     k = setup.spec_tokens
-    if setup.adaptive:
+    if setup.adaptive and enforce_rules:
         _check_adaptive(out, k)
     out = _set(out, flags.NUM_STEPS, str(k))
     out = _set(out, flags.EAGLE_TOPK, "1")
@@ -146,30 +148,31 @@ def _render_spec(args: list[str], setup: Setup, saved: dict[str, Any] | None) ->
 def _check_adaptive(args: Sequence[str], k: int) -> None:
     algorithm = (text(args, flags.ALGORITHM) or "").upper()
     if algorithm not in ADAPTIVE_ALGORITHMS:
-        raise ArgsError(
+        raise EngineRuleError(
             f"--speculative-adaptive runs only for {', '.join(sorted(ADAPTIVE_ALGORITHMS))}; "
             f"with {algorithm} SGLang falls back to a static K (speculative_hook.py:1374-1389)"
         )
     if last(args, flags.ADAPTIVE_CONFIG) is None and k not in ADAPTIVE_STEPS:
-        raise ArgsError(
+        raise EngineRuleError(
             f"--speculative-num-steps={k} is not among the default adaptive candidate steps "
             f"{sorted(ADAPTIVE_STEPS)} (speculative_hook.py:1415-1421)"
         )
 
 
-def _render_replay(args: list[str], setup: Setup) -> list[str]:
+def _render_replay(args: list[str], setup: Setup, *, enforce_rules: bool) -> list[str]:
     kind = setup.kind
     out = _switch(args, flags.REPLAY, kind is SetupKind.REPLAY)
     out = _switch(out, flags.REPLAY_SPEC, kind is SetupKind.REPLAY_SPEC)
     if not setup.replay_window:
         return _unset(out, flags.REPLAY_LEN)
     page = integer(out, flags.PAGE_SIZE, minimum=1)
-    if kind is SetupKind.REPLAY and page not in (None, 1):
-        raise ArgsError(
+    if enforce_rules and kind is SetupKind.REPLAY and page not in (None, 1):
+        raise EngineRuleError(
             f"replay needs the no_buffer radix cache, which supports only --page-size 1 "
             f"(mamba_hook.py:157); the args set {page}"
         )
-    _check_replay_backend(out, kind)
+    if enforce_rules:
+        _check_replay_backend(out, kind)
     return _set(out, flags.REPLAY_LEN, str(setup.replay_window))
 
 
@@ -186,7 +189,7 @@ def _check_replay_backend(args: Sequence[str], kind: SetupKind) -> None:
     backend = text(args, flags.LINEAR_ATTN_DECODE_BACKEND) or text(args, flags.LINEAR_ATTN_BACKEND)
     allowed = REPLAY_BACKENDS[kind]
     if backend is not None and backend not in allowed:
-        raise ArgsError(
+        raise EngineRuleError(
             f"{kind.value} runs on the {' or '.join(allowed)} linear-attn decode backend "
             f"(attention_hook.py:409-523); the args set {backend}"
         )
@@ -198,9 +201,11 @@ def render(
     *,
     saved_speculative_config: dict[str, Any] | None = None,
     allow_low_precision_replay: bool = False,
+    enforce_rules: bool = True,
 ) -> list[str]:
     """New args that configure `setup` (with --enable-metrics, which the tuner reads);
-    untouched args keep their bytes and order."""
+    untouched args keep their bytes and order. A setup SGLang would refuse at start on these
+    args raises EngineRuleError naming the rule (`enforce_rules=False`: written anyway)."""
     out = list(args)
     if setup == parse_setup(out):
         return out
@@ -212,8 +217,8 @@ def render(
             f"refusing replay with {flags.SSM_DTYPE} {dtype}: a low-precision SSM state drifts "
             "under replay"
         )
-    out = _render_spec(out, setup, saved_speculative_config)
-    out = _render_replay(out, setup)
+    out = _render_spec(out, setup, saved_speculative_config, enforce_rules=enforce_rules)
+    out = _render_replay(out, setup, enforce_rules=enforce_rules)
     return _switch(out, flags.METRICS, True)
 
 

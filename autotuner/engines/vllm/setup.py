@@ -91,6 +91,7 @@ def render(
     names: FlagNames | None = None,
     saved_speculative_config: dict[str, Any] | None = None,
     allow_low_precision_replay: bool = False,
+    enforce_rules: bool = True,  # unused: vLLM's start-up rules are all in the build table
 ) -> list[str]:
     """New args that configure `setup`; untouched args keep their bytes and order.
 
