@@ -295,3 +295,26 @@ def test_a_decision_fits_one_calibrated_predictor(monkeypatch: pytest.MonkeyPatc
     assert made.decision.predicted_tokens_per_s  # every candidate was valued
     assert len(built) == 2  # the learning's and the decision's
     assert sum("fit" in vars(p) for p in built) == 1
+
+
+def test_a_pinned_acceptance_is_what_the_policy_decides_on() -> None:
+    """policy.estimates.acceptance_pinned replaces the measured acceptance in every decision:
+    at batch 1, where the measured drafter keeps speculation on, drafts that are never
+    accepted send it off."""
+    state = learned(SPEC3, batch=1)
+    ctx = context()
+    rates = (0.02, 0.01, 0.01)
+    pinned = OPEN.model_copy(
+        update={"estimates": OPEN.estimates.model_copy(update={"acceptance_pinned": rates})}
+    )
+    measured = ctx.acceptance(state, OPEN)
+    assert measured is not None
+    assert measured.conditional != rates
+    decided_on = ctx.acceptance(state, pinned)
+    assert decided_on is not None
+    assert decided_on.conditional == rates
+    kept = step(state, window(SPEC3, 1), ctx, OPEN).decision
+    assert kept.target is None or kept.target.spec_tokens > 0
+    made = step(state, window(SPEC3, 1), ctx, pinned).decision
+    assert made.target is not None
+    assert made.target.spec_tokens == 0

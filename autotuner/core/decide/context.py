@@ -60,7 +60,11 @@ class Context:
         )
 
     def acceptance(self, state: TunerState, settings: PolicySettings) -> AcceptanceEstimate | None:
-        """The remembered acceptance now (None: never observed)."""
+        """The acceptance decided on now: the pinned rates where settings pin them, else the
+        remembered measurements (None: never observed)."""
+        pinned = settings.estimates.acceptance_pinned
+        if pinned:
+            return from_conditional(pinned)
         return state.acceptance.estimate(self.now, settings.estimates.acceptance_memory_half_life_s)
 
 
