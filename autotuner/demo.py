@@ -236,6 +236,7 @@ def demo_settings(
                 "policy.restart.first_compile_s=0",
                 f"policy.forecast.period_s={duration_s:.3f}",
                 f"policy.forecast.trend_window_s={3600 * scale * 4:.3f}",
+                f"policy.forecast.min_trend_s={600 * scale * 4:.3f}",
                 f"policy.forecast.profile_half_life_s={3 * 86400 * scale:.3f}",
                 "policy.restart.max_per_hour=100",
                 f"policy.restart.max_per_day={max(6, int(6 * 86400 * scale / 3600) + 6)}",

@@ -1,7 +1,8 @@
 """A forecast on a few seconds of history (issue 39: "0 (+-70138475449336315904%) in 33.8m"
-after a restart): the trend is carried no further than the history supports, the interval
-is capped, and the sentence prints only numbers an operator can read. A long history still
-extrapolates its trend as before."""
+after a restart). By default a trend needs `min_trend_s` (10 min) of history: seconds of a
+ramp give none. Where an operator lets shorter trends count, the trend is carried no further
+than the history supports, the interval is capped, and the sentence prints only numbers an
+operator can read. A long history still extrapolates its trend as before."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from autotuner.core.decide.forecast import (
 )
 from autotuner.core.decide.settings import ForecastSettings
 
-SETTINGS = ForecastSettings()
+# The bounds on a short trend are what these tests are about: let any span's trend count.
+SETTINGS = ForecastSettings(min_trend_s=0)
 HOUR = 3600.0
 
 
@@ -113,3 +115,19 @@ def test_an_hour_of_history_barely_widens_the_last_piece() -> None:
     moved = math.log(ahead.level[-1] / ahead.level[0])
     assert moved > math.log(1.5)  # the trend is carried
     assert ahead.sigma[-1] < 0.5 * moved
+
+
+def test_by_default_seconds_of_a_ramp_are_no_trend() -> None:
+    """The real-vLLM tier's flap: clients starting doubled demand (1 -> 2) over 10 s of
+    windows, and the forecast carried that to 14 within the hour. A trend needs ten minutes
+    of history by default: the level holds."""
+    ramp = [(1000.0 + 1.0 * i, 2 ** (i / 10)) for i in range(11)]
+    memory = memory_of(ramp)
+    short = forecast(memory, 1010.0, HOUR, SETTINGS)
+    assert short is not None
+    assert short.level[-1] > 4  # counted, the ramp's trend would move the level far
+    ahead = forecast(memory, 1010.0, HOUR, ForecastSettings())
+    assert ahead is not None
+    assert ahead.slope_per_h == 0
+    assert max(ahead.level) < 2
+    assert "no trend in the 10s watched" in ahead.describe()

@@ -181,6 +181,8 @@ def forecast(
     if not memory.recent:
         return None
     raw = _Line.fit(memory.recent, now)
+    if raw.span < settings.min_trend_s:
+        raw = _Line.fit(memory.recent, now, sloped=False)
     departures = _departures(memory, settings.period_s)
     # Today's departure from the profile is a level: its slope would mostly fit how coarsely
     # the profile's half-hours follow a steep hour.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
 from autotuner.core.group import HOUR, Group
@@ -113,6 +115,14 @@ class EstimateSettings(Group):
     min_batch_weight: float = Field(
         5, ge=0, description="Batch samples (decayed) needed before deciding."
     )
+    acceptance_pinned: tuple[Annotated[float, Field(ge=0, le=1)], ...] | None = Field(
+        None,
+        min_length=1,
+        max_length=16,
+        description="Per-position conditional acceptance to decide on instead of the measured "
+        "one (a drafter measured offline, a test that is not about acceptance); the measured "
+        "one is still reported. Unset: decide on what the engine measures.",
+    )
 
 
 class CalibrationSettings(Group):
@@ -194,6 +204,13 @@ class ForecastSettings(Group):
         gt=0,
         description="The recent windows whose trend is fitted (a least-squares line in log "
         "demand; a slope under two standard errors is taken as none).",
+    )
+    min_trend_s: float = Field(
+        600,
+        ge=0,
+        description="History a trend needs before it counts: a slope fitted on less is taken "
+        "as none and the level holds (a ramp of seconds, clients starting or reconnecting after "
+        "a restart, says nothing of the next hour).",
     )
     trend_damping_s: float = Field(
         2 * HOUR,
