@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotuner.actuators.kinds import BY_KIND
+from autotuner.actuators.kinds import BY_KIND, Kind
 
 Obj = dict[str, Any]
 # managedFields managers of the tools that re-apply an object from its source.
@@ -35,12 +35,19 @@ def controller_owner(meta: Obj, namespace: str) -> str | None:
         kind, name = owner.get("kind", "?"), owner.get("name", "?")
         known = BY_KIND.get(kind)
         instead = (
-            f"target k8s://{namespace}/{known.word}/{name}"
+            f"target k8s://{namespace}/{_uri_kind(known, owner)}/{name}"
             if known
             else "change its args where that controller takes them"
         )
         return f"it is controlled by {kind} {name}, which would undo a patch here: {instead}"
     return None
+
+
+def _uri_kind(known: Kind, owner: Obj) -> str:
+    """The owner's kind as a target URI names it: with its API version where that is not the
+    kind's default (a Dynamo v1alpha1 graph), so the URI opens the owner as it is served."""
+    version = str(owner.get("apiVersion", "")).rpartition("/")[2]
+    return known.word if version in ("", known.version) else f"{known.word}.{version}"
 
 
 def source_manager(meta: Obj) -> str | None:

@@ -175,6 +175,19 @@ def test_owners_and_managers() -> None:
     )
     lws_owned = {"ownerReferences": [{"kind": "LeaderWorkerSet", "name": "w", "controller": True}]}
     assert "k8s://n/leaderworkerset/w" in (controller_owner(lws_owned, "n") or "")
+    alpha_owned = {
+        "ownerReferences": [
+            {
+                "kind": "DynamoGraphDeployment",
+                "apiVersion": "nvidia.com/v1alpha1",
+                "name": "g",
+                "controller": True,
+            }
+        ]
+    }
+    said = controller_owner(alpha_owned, "n") or ""
+    assert "controlled by DynamoGraphDeployment g" in said
+    assert "k8s://n/dynamographdeployment.v1alpha1/g" in said
     assert controller_owner({"ownerReferences": [{"kind": "X", "name": "y"}]}, "n") is None
     assert "Argo CD" in (
         source_manager({"managedFields": [{"manager": "argocd-controller"}]}) or ""
