@@ -1,27 +1,25 @@
 """The GitOps actuator: the same change applied to a serving object's YAML file on disk (any
 kind a Kubernetes target can be: a Deployment, a LeaderWorkerSet, a DynamoGraphDeployment ...).
 
-Round-trip YAML (ruamel.yaml) keeps comments, key order, anchors and formatting of everything
-else; only the managed flags where each engine container keeps them change (actuators/sites.py),
-leader and workers alike. A ConfigMap the args come from is read from the same file, and
-advised, never written. The write is atomic (temp file + rename) and the diff is returned for
-review. This is also how the demo acts.
+The file is read with ruamel.yaml and written by editing its own text (actuators/yaml_text.py):
+only the characters of the managed flags where each engine container keeps them change
+(actuators/sites.py), leader and workers alike, and the tuner's annotations; comments, quoting,
+indentation and block scalars stay byte for byte. A ConfigMap the args come from is read from
+the same file, and advised, never written. The write is atomic (temp file + rename) and the
+diff is returned for review. This is also how the demo acts.
 """
 
 from __future__ import annotations
 
 import difflib
 import hashlib
-import io
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
-from ruamel.yaml.util import load_yaml_guess_indent
 
 from autotuner.actuators.base import (
     Actuator,
@@ -34,6 +32,7 @@ from autotuner.actuators.base import (
 )
 from autotuner.actuators.kinds import BY_KIND, Engine, at, engine_sites, kind_named, pointer
 from autotuner.actuators.sites import Site, site_ops
+from autotuner.actuators.yaml_text import TextEditError, edit_document
 from autotuner.engines.dialect import Dialect
 from autotuner.engines.vllm.dialect import VllmDialect
 from autotuner.errors import ActuatorError, AdviceOnlyError, ArgsError
@@ -60,8 +59,6 @@ class ManifestActuator(Actuator):
         self.dialect: Dialect = dialect or VllmDialect()
         self.allow_low_precision_replay = allow_low_precision_replay
         self.yaml = YAML()
-        self.yaml.preserve_quotes = True
-        self.yaml.width = 4096
         self.events: list[tuple[str, str, bool]] = []
 
     def _load(self) -> tuple[str, list[Any]]:
@@ -70,8 +67,6 @@ class ManifestActuator(Actuator):
         except OSError as exc:
             raise ActuatorError(f"{self.path}: cannot read ({exc.strerror})") from None
         try:
-            sequence, offset = _sequence_style(text)
-            self.yaml.indent(mapping=max(sequence - offset, 2), sequence=sequence, offset=offset)
             documents = list(self.yaml.load_all(text))
         except YAMLError as exc:
             raise ActuatorError(f"{self.path}: not valid YAML ({exc})") from None
@@ -91,7 +86,10 @@ class ManifestActuator(Actuator):
                 + (f" named {self.name!r}" if self.name else "")
             )
         if len(found) > 1:
-            raise ActuatorError(f"{self.path}: several workloads; name the one to tune")
+            names = ", ".join(str((d.get("metadata") or {}).get("name")) for d in found)
+            raise ActuatorError(
+                f"{self.path}: several workloads ({names}); name one: file://{self.path}?name=NAME"
+            )
         workload = found[0]
         assert isinstance(workload, CommentedMap)
         return workload
@@ -153,17 +151,20 @@ class ManifestActuator(Actuator):
         sites = self._sites(workload, documents)
         renders = [(command, args)]
         renders += [self.render_other(change, site)[:2] for _, site in sites[1:]]
+        ops: list[dict[str, Any]] = []
         try:
             for (engine, site), (new_command, new_args) in zip(sites, renders, strict=True):
                 container = at(workload, engine.container)
-                _apply_ops(workload, site_ops(site, container, new_command, new_args))
+                ops += site_ops(site, container, new_command, new_args)
         except ArgsError as exc:
             raise AdviceOnlyError(f"{self.path}: not written: {exc}") from None
-        for key, value in change.annotations().items():
-            _annotate(workload, key, value)
-        buffer = io.StringIO()
-        self.yaml.dump_all(documents, buffer)
-        new_text = buffer.getvalue()
+        index = next(i for i, d in enumerate(documents) if d is workload)
+        try:
+            new_text = edit_document(text, index, ops, change.annotations())
+        except TextEditError as exc:
+            raise AdviceOnlyError(
+                f"{self.path}: not written: cannot edit the file's text safely ({exc})"
+            ) from None
         diff = "".join(
             difflib.unified_diff(
                 text.splitlines(keepends=True),
@@ -186,61 +187,3 @@ class ManifestActuator(Actuator):
     def event(self, reason: str, message: str, *, warning: bool = False) -> None:
         """No cluster to post to: events are kept (the controller logs them too)."""
         self.events.append((reason, message, warning))
-
-
-def _edit_sequence(container: CommentedMap, key: str, values: list[str]) -> None:
-    """Make container[key] equal `values`, editing the existing sequence item by item so
-    untouched items keep their comments and quoting."""
-    existing = container.get(key)
-    if not isinstance(existing, CommentedSeq):
-        container[key] = CommentedSeq(values)
-        return
-    matcher = difflib.SequenceMatcher(a=[str(v) for v in existing], b=values, autojunk=False)
-    for tag, i1, i2, j1, j2 in reversed(matcher.get_opcodes()):
-        if tag == "equal":
-            continue
-        for index in range(i2 - 1, i1 - 1, -1):
-            del existing[index]
-        for offset, value in enumerate(values[j1:j2]):
-            existing.insert(i1 + offset, value)
-
-
-def _apply_ops(document: CommentedMap, ops: list[dict[str, Any]]) -> None:
-    """The JSON patch operations of the sites, applied to the round-trip document so that a
-    list edited keeps its items' comments and quoting."""
-    for op in ops:
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-        parent: Any = document
-        for part in parts[:-1]:
-            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
-        key: Any = int(parts[-1]) if isinstance(parent, list) else parts[-1]
-        if op["op"] == "remove":
-            del parent[key]
-        elif isinstance(op["value"], list):
-            _edit_sequence(parent, key, [str(v) for v in op["value"]])
-        else:
-            parent[key] = op["value"]
-
-
-def _annotate(workload: CommentedMap, key: str, value: str | None) -> None:
-    """One of the workload's annotations set (the map made when missing), or removed (None)."""
-    metadata = workload.setdefault("metadata", CommentedMap())
-    annotations = metadata.get("annotations")
-    if value is None:
-        if annotations is not None:
-            annotations.pop(key, None)
-        return
-    if annotations is None:
-        annotations = CommentedMap()
-        metadata["annotations"] = annotations
-    annotations[key] = value
-
-
-def _sequence_style(text: str) -> tuple[int, int]:
-    """The file's own sequence style ("- x" flush or indented under its key), as the first of
-    its documents that has a nested sequence writes it (2, 0 when none does)."""
-    for document in re.split(r"(?m)^---.*$", text):
-        _, sequence, offset = load_yaml_guess_indent(document)
-        if sequence and offset is not None:  # no offset: the document has no nested sequence
-            return sequence, offset
-    return 2, 0
