@@ -77,9 +77,10 @@ def ids(found: list[tuple[Path, int, str, Node]]) -> list[str]:
 
 
 def test_the_corpus_has_lists_and_block_scalars_to_edit() -> None:
-    assert len(LISTS) > 40 and len(BLOCKS) > 10
-    assert any(node.flow_style for _, _, _, node in LISTS)
-    assert {node.style for _, _, _, node in BLOCKS} == {"|", ">"}
+    assert len(LISTS) > 40
+    assert len(BLOCKS) > 10
+    assert any(isinstance(n, SequenceNode) and n.flow_style for _, _, _, n in LISTS)
+    assert {n.style for _, _, _, n in BLOCKS if isinstance(n, ScalarNode)} == {"|", ">"}
 
 
 @pytest.mark.parametrize(("path", "index", "where", "node"), LISTS, ids=ids(LISTS))
@@ -94,18 +95,22 @@ def test_a_list_of_a_published_file_changes_only_in_its_items(
     new = edit_document(text, index, [{"op": "replace", "path": where, "value": inserted}])
     removed, added = changed(text, new)
     if node.flow_style:
-        assert len(removed) == len(added) == 1 and "--speculative-config" in added[0]
+        assert len(removed) == len(added) == 1
+        assert "--speculative-config" in added[0]
     else:
         first = text.splitlines()[node.value[0].start_mark.line]
         dash = first[: node.value[0].start_mark.column]  # the siblings' `  - `
-        assert removed == [] and all(a.startswith(dash) for a in added)
+        assert removed == []
+        assert all(a.startswith(dash) for a in added)
         assert [yaml.safe_load(a) for a in added] == [[v] for v in inserted[middle : middle + 2]]
     assert edit_document(new, index, [{"op": "replace", "path": where, "value": values}]) == text
     if len(values) > 1 and not node.flow_style:
         fewer = values[:middle] + values[middle + 1 :]
         shorter = edit_document(text, index, [{"op": "replace", "path": where, "value": fewer}])
         removed, added = changed(text, shorter)
-        assert added == [] and len(removed) == 1 and values[middle] in removed[0]
+        assert added == []
+        assert len(removed) == 1
+        assert values[middle] in removed[0]
 
 
 @pytest.mark.parametrize(("path", "index", "where", "node"), BLOCKS, ids=ids(BLOCKS))
@@ -127,7 +132,8 @@ def test_a_block_scalar_of_a_published_file_changes_only_in_its_lines(
         assert len(removed) == len(added) == 1
         assert added[0] == removed[0] + " --spec-flag 3"
     else:
-        assert removed == [] and [a.strip() for a in added] == ["--spec-flag 3"]
+        assert removed == []
+        assert [a.strip() for a in added] == ["--spec-flag 3"]
     assert edit_document(new, index, [{**op, "value": value}]) == text
 
 
@@ -190,12 +196,15 @@ def test_a_plain_value_that_needs_quotes_is_written_double_quoted() -> None:
 
 
 def test_keys_are_added_at_their_siblings_indentation_and_removed_with_their_lines() -> None:
-    add = {"op": "add", "path": "/spec/template/spec/containers/0/command", "value": ["vllm"]}
+    add: dict[str, object] = {"op": "add", "path": "/spec/template/spec/containers/0/command"}
+    add["value"] = ["vllm"]
     new = edit([add])
     assert changed(DEPLOYMENT, new) == ([], ["        command:", "        - vllm"])
     gone = edit([{"op": "remove", "path": ARGS}])
     removed, added = changed(DEPLOYMENT, gone)
-    assert added == [] and removed[0] == "        args:" and removed[-1] == '        - "3"'
+    assert added == []
+    assert removed[0] == "        args:"
+    assert removed[-1] == '        - "3"'
 
 
 def test_annotations_are_made_set_and_removed() -> None:
@@ -222,7 +231,8 @@ def test_a_flow_list_is_edited_within_its_brackets() -> None:
 
 
 def test_a_literal_script_keeps_its_header_and_lines_and_changes_chomping_only_if_needed() -> None:
-    text = "kind: Pod\nmetadata:\n  name: p\nscript: |-\n  set -e\n\n  vllm serve m \\\n    --port 1\n"
+    text = "kind: Pod\nmetadata:\n  name: p\nscript: |-\n"
+    text += "  set -e\n\n  vllm serve m \\\n    --port 1\n"
     op = {"op": "replace", "path": "/script", "value": "set -e\n\nvllm serve m \\\n  --port 2"}
     assert changed(text, edit_document(text, 0, [op])) == (["    --port 1"], ["    --port 2"])
     clipped = edit_document(text, 0, [{**op, "value": "set -e\n\nvllm serve m \\\n  --port 1\n"}])
