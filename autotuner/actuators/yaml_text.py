@@ -408,6 +408,11 @@ class _Writer:
                 self.edits += edits
                 return
             end = self._content_end(node)
+        elif "\n" in self.text[start:end] and not self.double:
+            edit = self._lines(node, value)
+            if edit is not None:
+                self.edits.append(edit)
+                return
         style = '"' if self.double or node.style in ("|", ">", '"') else node.style
         self.edits.append(_Edit(start, end, _styled(value, style, flow)))
 
@@ -543,6 +548,35 @@ class _Writer:
             edits.append(_Edit(start, match.end(), f"{match.group(1)}{digit}{chomp}"))
         return edits
 
+    def _lines(self, node: ScalarNode, value: str) -> _Edit | None:
+        """A plain or quoted scalar over several lines rewritten keeping the lines whose words
+        stay (its line breaks fold into spaces); None where escapes, quotes or blank lines
+        inside it (or the new value) would need more than that."""
+        start, end = node.start_mark.index, node.end_mark.index
+        quote = self.text[start] if node.style in ("'", '"') else ""
+        lines = self.text[start + len(quote) : end - len(quote)].split("\n")
+        special = {'"': '"\\', "'": "'"}.get(quote, "#")
+        if any(c in special for c in "".join(lines) + value) or not value.isprintable():
+            return None
+        if not quote and not plain_ok(value):
+            return None
+        pieces = [lines[0].rstrip(" \t"), *(s.strip(" \t") for s in lines[1:-1])]
+        pieces.append(lines[-1].lstrip(" \t"))
+        if not all(pieces) or " ".join(pieces) != node.value:
+            return None
+        margin = lines[1][: len(lines[1]) - len(lines[1].lstrip(" \t"))]
+        parts = _refold(pieces, lines, value)
+        out: list[str] = []
+        for i, (k, text) in enumerate(parts):
+            if k is None or k == 0:  # a line that now follows another: indented
+                text = text if i == 0 else margin + text
+            elif i == 0:  # spaces after the opening quote would be the value's
+                text = text.lstrip(" \t")
+            if i == len(parts) - 1 and k not in (None, len(lines) - 1):
+                text = text.rstrip(" \t")  # spaces before the closing quote would be too
+            out.append(text)
+        return _Edit(start + len(quote), end - len(quote), "\n".join(out))
+
     # -------------------------------------------------------------- annotations
 
     def _annotate(self, annotations: Mapping[str, str | None]) -> None:
@@ -655,21 +689,34 @@ def _literal(old_body: str, text_lines: Sequence[str], body: str) -> list[str] |
 
 
 def _folded(old_body: str, text_lines: Sequence[str], body: str) -> list[str] | None:
-    """A folded block's new lines: each line whose words all stay is kept; new words go on
-    lines of their own, one flag (a word starting with `-`) a line. Only a block of plain
-    lines folded into one line of words is written so."""
+    """A folded block's new lines (_refold). Only a block of plain lines folded into one line
+    of words is written so."""
     indent = len(text_lines[0]) - len(text_lines[0].lstrip(" "))
     old_lines = [t[indent:] for t in text_lines]
     if any(t[:indent].strip() or t[indent : indent + 1] in ("", " ", "\t") for t in text_lines):
         return None
     if " ".join(old_lines) != old_body or "\n" in body or not indent:
         return None
+    out = [
+        t if k is not None else " " * indent + t for k, t in _refold(old_lines, text_lines, body)
+    ]
+    if any(not line.strip() or line[indent : indent + 1] in (" ", "\t") for line in out):
+        return None
+    return out
+
+
+def _refold(
+    pieces: Sequence[str], text_lines: Sequence[str], body: str
+) -> list[tuple[int | None, str]]:
+    """The lines of a value whose line breaks fold into spaces: each old line whose words all
+    stay is kept as written (its index, its text); new words go on lines of their own (None,
+    the words), one flag (a word starting with `-`) a line."""
     words, owner = [], []
-    for n, line in enumerate(old_lines):
+    for n, line in enumerate(pieces):
         for word in line.split(" "):
             words.append(word)
             owner.append(n)
-    first = {n: owner.index(n) for n in range(len(old_lines))}
+    first = {n: owner.index(n) for n in range(len(pieces))}
     size = Counter(owner)
     new = body.split(" ")
     kept: dict[int, int] = {}
@@ -678,21 +725,30 @@ def _folded(old_body: str, text_lines: Sequence[str], body: str) -> list[str] | 
         for n, at in first.items():
             if a <= at and at + size[n] <= a + length:
                 kept[b + at - a] = n
-    out: list[str] = []
-    fresh: list[list[str]] = []
+    out: list[tuple[int | None, str]] = []
+    fresh: list[str] = []
+    last = -1  # the old line kept last
+
+    def flush(following: int) -> None:
+        """The new words since the last kept line: one line where they take the place of one
+        old line, else a line per flag."""
+        lines: list[list[str]] = []
+        for word in fresh:
+            if not lines or (word.startswith("-") and following - last != 2):
+                lines.append([])
+            lines[-1].append(word)
+        out.extend((None, " ".join(line)) for line in lines)
+        fresh.clear()
+
     j = 0
     while j < len(new):
         if j in kept:
-            out += [" " * indent + " ".join(line) for line in fresh]
-            fresh = []
-            out.append(text_lines[kept[j]])
-            j += size[kept[j]]
+            flush(kept[j])
+            last = kept[j]
+            out.append((last, text_lines[last]))
+            j += size[last]
             continue
-        if not fresh or new[j].startswith("-"):
-            fresh.append([])
-        fresh[-1].append(new[j])
+        fresh.append(new[j])
         j += 1
-    out += [" " * indent + " ".join(line) for line in fresh]
-    if any(not line.strip() or line[indent : indent + 1] in (" ", "\t") for line in out):
-        return None
+    flush(len(pieces))
     return out

@@ -10,7 +10,7 @@ import pytest
 from autotuner.actuators.exec import ExecActuator
 from autotuner.actuators.manifest import ManifestActuator
 from autotuner.core.types import Setup
-from autotuner.errors import ActuatorError, ConflictError
+from autotuner.errors import ActuatorError, AdviceOnlyError, ConflictError
 
 MANIFEST = """\
 # vLLM serving Nemotron-3-Super; reviewed by the platform team.
@@ -214,3 +214,23 @@ def test_exec_keeps_the_operators_companion_flags_and_puts_them_back(tmp_path: P
     assert args.read_text() == operator
     assert actuator.read().operator_args is None
     assert not actuator.operator_file.exists()
+
+
+def test_manifest_with_several_workloads_names_them_and_the_file_form(tmp_path: Path) -> None:
+    second = MANIFEST.split("---\n")[1].replace("name: vllm   #", "name: vllm-b   #")
+    path = write(tmp_path, MANIFEST + "---\n" + second)
+    with pytest.raises(ActuatorError) as raised:
+        ManifestActuator(path).read()
+    assert str(raised.value) == (
+        f"{path}: several workloads (vllm, vllm-b); name one: file://{path}?name=NAME"
+    )
+    assert ManifestActuator(path, name="vllm-b").read().setup == Setup(spec_tokens=3)
+
+
+def test_manifest_refuses_a_change_its_text_cannot_hold(tmp_path: Path) -> None:
+    # the args are also another key's: writing them in place would change both
+    shared = MANIFEST.replace("          args:\n", "          args: &args\n") + "copy: *args\n"
+    path = write(tmp_path, shared)
+    with pytest.raises(AdviceOnlyError, match="cannot edit the file's text safely"):
+        ManifestActuator(path).apply(Setup(spec_tokens=1), state=None, expected_version=None)
+    assert path.read_text() == shared

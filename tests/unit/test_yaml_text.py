@@ -269,3 +269,28 @@ def test_plain_words_are_those_every_reader_takes_for_the_same_string(
     value: str, plain: bool
 ) -> None:
     assert plain_ok(value) is plain
+
+
+SCRIPT = """\
+kind: LeaderWorkerSet
+metadata: {name: vllm}
+command:
+  - sh
+  - -c
+  - "bash serve.sh leader --size=$(N);{TRAILING}
+     python3 -m vllm.entrypoints.openai.api_server --port 8080 --tensor-parallel-size 8"
+""".replace("{TRAILING}", " ")  # spaces before a line break inside quotes: not the value's
+ENGINE = "python3 -m vllm.entrypoints.openai.api_server --port 8080 --tensor-parallel-size"
+
+
+def test_a_quoted_string_over_several_lines_keeps_the_lines_whose_words_stay() -> None:
+    op = {"op": "replace", "path": "/command/2", "value": "bash serve.sh leader --size=$(N); "}
+    changed_line = edit_document(SCRIPT, 0, [{**op, "value": op["value"] + f"{ENGINE} 4"}])
+    assert changed(SCRIPT, changed_line) == (
+        [f'     {ENGINE} 8"'],
+        [f'     {ENGINE} 4"'],
+    )
+    appended = edit_document(SCRIPT, 0, [{**op, "value": op["value"] + f"{ENGINE} 8 --x 1"}])
+    assert changed(SCRIPT, appended) == ([f'     {ENGINE} 8"'], [f"     {ENGINE} 8", '     --x 1"'])
+    back = edit_document(appended, 0, [{**op, "value": op["value"] + f"{ENGINE} 8"}])
+    assert back == SCRIPT
