@@ -595,7 +595,7 @@ class _Writer:
         held = pair[1]
         if isinstance(held, MappingNode) and not held.flow_style and held.value:
             self._block_annotations(pair, annotations)
-        elif isinstance(held, MappingNode) or (_is_null(held) and held.value):
+        elif isinstance(held, MappingNode) or _is_null(held):
             self._flow_annotations(held, annotations)
         elif sets:
             raise TextEditError("annotations: neither a map nor null")
@@ -619,33 +619,41 @@ class _Writer:
                 self._scalar(entry[1], value, flow=False)
         if added:
             column = held.value[0][0].start_mark.column
-            lines = "".join(self._annotation_line(k, v, column) for k, v in added.items())
+            lines = "".join(
+                f"{' ' * column}{self._annotation(k, v, False)}\n" for k, v in added.items()
+            )
             self._insert(self._line_after(self._content_end(held.value[-1][1])), lines)
         elif not left:  # every annotation gone: an empty map, not null
             colon = self.text.index(":", key.end_mark.index)
             self.edits.append(_Edit(colon + 1, colon + 1, " {}"))
 
-    def _annotation_line(self, name: str, value: str, column: int) -> str:
-        key = name if plain_ok(name) else double_quoted(name)
-        written = double_quoted(value) if self.double else single_quoted(value)
-        return f"{' ' * column}{key}: {written or double_quoted(value)}\n"
-
     def _flow_annotations(self, held: Node, annotations: Mapping[str, str | None]) -> None:
-        """`annotations: {...}` (or `~`) written as a flow map holding the records."""
-        present = {k.value: v for k, v in held.value} if isinstance(held, MappingNode) else {}
-        if any(v is None and k in present for k, v in annotations.items()):
-            raise TextEditError("an annotation removed from a flow map")
-        entries = [self.text[k.start_mark.index : v.end_mark.index] for k, v in held.value]
-        if isinstance(held, MappingNode):
-            for name, value in annotations.items():
-                if value is not None and name in present:
-                    raise TextEditError("an annotation replaced in a flow map")
-        for name, value in annotations.items():
-            if value is not None:
-                key = name if plain_ok(name, True) else double_quoted(name)
-                entries.append(f"{key}: {double_quoted(value)}")
+        """`annotations: {...}` (or null) written as a flow map holding the records: the
+        other entries as they were written."""
         start, end = held.start_mark.index, held.end_mark.index
-        self.edits.append(_Edit(start, end, "{" + ", ".join(entries) + "}"))
+        if "#" in self.text[start:end] and isinstance(held, MappingNode):
+            raise TextEditError("a comment inside the annotations' { ... }")
+        entries: list[str] = []
+        for key, value in held.value if isinstance(held, MappingNode) else []:
+            written = self.text[key.start_mark.index : value.end_mark.index]
+            if key.value not in annotations:
+                entries.append(written)
+            elif annotations[key.value] is not None:
+                entries.append(self._annotation(key.value, str(annotations[key.value]), True))
+        done = {k.value for k, _ in held.value} if isinstance(held, MappingNode) else set()
+        entries += [
+            self._annotation(k, v, True)
+            for k, v in annotations.items()
+            if v is not None and k not in done
+        ]
+        space = " " if start == end else ""  # `annotations:` with nothing after the colon
+        self.edits.append(_Edit(start, end, space + "{" + ", ".join(entries) + "}"))
+
+    def _annotation(self, name: str, value: str, flow: bool) -> str:
+        """`name: 'value'` (the records are JSON: single quotes keep them readable)."""
+        key = name if plain_ok(name, flow) else double_quoted(name)
+        written = None if self.double else single_quoted(value)
+        return f"{key}: {written or double_quoted(value)}"
 
 
 def _body(value: str) -> tuple[str, int]:

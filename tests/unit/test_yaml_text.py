@@ -294,3 +294,19 @@ def test_a_quoted_string_over_several_lines_keeps_the_lines_whose_words_stay() -
     assert changed(SCRIPT, appended) == ([f'     {ENGINE} 8"'], [f"     {ENGINE} 8", '     --x 1"'])
     back = edit_document(appended, 0, [{**op, "value": op["value"] + f"{ENGINE} 8"}])
     assert back == SCRIPT
+
+
+@pytest.mark.parametrize(
+    ("written", "made"),
+    [
+        ("annotations:", "annotations: {spec-autotuner.io/state: '1'}"),
+        ("annotations: ~", "annotations: {spec-autotuner.io/state: '1'}"),
+        ("annotations: {a: b, x: y}", "annotations: {a: b, spec-autotuner.io/state: '1'}"),
+    ],
+)
+def test_annotations_written_as_null_or_a_flow_map_stay_one(written: str, made: str) -> None:
+    text = f"kind: Deployment\nmetadata:\n  {written}\n  name: x\n"
+    new = edit_document(text, 0, [], {STATE: "1", "x": None})
+    assert new == f"kind: Deployment\nmetadata:\n  {made}\n  name: x\n"
+    again = edit_document(new, 0, [], {STATE: "2"})
+    assert changed(new, again) == ([f"  {made}"], ["  " + made.replace("'1'", "'2'")])
