@@ -483,11 +483,11 @@ class _Writer:
 
     def _flow_sequence(self, node: SequenceNode, values: list[str]) -> None:
         """`[a, b]` edited within its brackets, kept items and separators as they were."""
-        start, end = node.start_mark.index, node.end_mark.index
+        start, end = self.text.find("[", node.start_mark.index), node.end_mark.index
         items = node.value
         spans = [(i.start_mark.index, i.end_mark.index) for i in items]
         between = [self.text[a:b] for (_, a), (b, _) in itertools.pairwise(spans)]
-        if self.text[start] != "[" or self.text[end - 1] != "]" or "#" in "".join(between):
+        if not 0 <= start < end or self.text[end - 1] != "]" or "#" in "".join(between):
             raise TextEditError("a list written neither as a block nor as [ ... ] on its own")
         lead = self.text[start + 1 : spans[0][0]] if spans else ""
         trail = self.text[spans[-1][1] : end - 1] if spans else ""

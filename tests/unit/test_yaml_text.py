@@ -225,9 +225,9 @@ def test_annotations_are_made_set_and_removed() -> None:
 
 
 def test_a_flow_list_is_edited_within_its_brackets() -> None:
-    text = 'kind: Pod\nmetadata: {name: p}\nspec:\n  args: ["a", "b"]  # kept\n'
+    text = 'kind: Pod\nmetadata: {name: p}\nspec:\n  args: &a ["a", "b"]  # kept\n'
     new = edit_document(text, 0, [{"op": "replace", "path": "/spec/args", "value": ["a", "x"]}])
-    assert new == 'kind: Pod\nmetadata: {name: p}\nspec:\n  args: ["a", "x"]  # kept\n'
+    assert new == 'kind: Pod\nmetadata: {name: p}\nspec:\n  args: &a ["a", "x"]  # kept\n'
 
 
 def test_a_literal_script_keeps_its_header_and_lines_and_changes_chomping_only_if_needed() -> None:
@@ -240,7 +240,7 @@ def test_a_literal_script_keeps_its_header_and_lines_and_changes_chomping_only_i
 
 
 def test_an_anchor_shared_with_another_place_is_refused() -> None:
-    text = "kind: Pod\nmetadata:\n  name: p\na: &args [x, y]\nb: *args\n"
+    text = "kind: Pod\nmetadata:\n  name: p\na: &args\n  - x\n  - y\nb: *args\n"
     with pytest.raises(TextEditError):
         edit_document(text, 0, [{"op": "replace", "path": "/a", "value": ["x"]}])
 
