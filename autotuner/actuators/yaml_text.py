@@ -213,6 +213,18 @@ def _quotes(items: Sequence[Node]) -> str | None:
     return f"all{quote}" if quoted[quote] == len(styles) else quote
 
 
+def _flow(value: Any) -> str:
+    """A new value in flow style: strings plain where they can be, else quoted (single
+    quotes for JSON)."""
+    if isinstance(value, str):
+        return _new_item(value, None, True)
+    if isinstance(value, list):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_flow(k)}: {_flow(v)}" for k, v in value.items()) + "}"
+    raise TextEditError(f"cannot write {value!r}")
+
+
 def _constructed(node: Node) -> Any:
     loader = yaml.SafeLoader("")
     try:
@@ -424,9 +436,17 @@ class _Writer:
         self.edits.append(_Edit(line, self._line_after(self._content_end(value)), ""))
 
     def _add_key(self, mapping: MappingNode, name: str, value: Any) -> None:
-        """A key added after the map's last, at its keys' indentation."""
-        if mapping.flow_style or not mapping.value:
-            raise TextEditError(f"{name}: cannot add a key to an empty or flow map")
+        """A key added after the map's last, at its keys' indentation (inside the braces of
+        a flow map)."""
+        if mapping.flow_style:
+            end = mapping.end_mark.index - 1
+            if self.text[end] != "}":
+                raise TextEditError(f"{name}: a flow map without its closing brace")
+            comma = ", " if mapping.value else ""
+            self.edits.append(_Edit(end, end, f"{comma}{_flow(name)}: {_flow(value)}"))
+            return
+        if not mapping.value:
+            raise TextEditError(f"{name}: cannot add a key to an empty map")
         column = mapping.value[0][0].start_mark.column
         self._insert(
             self._line_after(self._content_end(mapping.value[-1][1])),

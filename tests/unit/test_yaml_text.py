@@ -310,3 +310,14 @@ def test_annotations_written_as_null_or_a_flow_map_stay_one(written: str, made: 
     assert new == f"kind: Deployment\nmetadata:\n  {made}\n  name: x\n"
     again = edit_document(new, 0, [], {STATE: "2"})
     assert changed(new, again) == ([f"  {made}"], ["  " + made.replace("'1'", "'2'")])
+
+
+def test_keys_are_added_inside_a_flow_map() -> None:
+    text = "kind: Deployment\nmetadata: {name: x}\nspec: {containers: [{name: a, args: [x]}]}\n"
+    add = {"op": "add", "path": "/spec/containers/0/command", "value": ["vllm", "8000"]}
+    new = edit_document(text, 0, [add], {STATE: '{"a": 1}'})
+    assert new == (
+        "kind: Deployment\n"
+        """metadata: {name: x, annotations: {spec-autotuner.io/state: '{"a": 1}'}}\n"""
+        """spec: {containers: [{name: a, args: [x], command: [vllm, "8000"]}]}\n"""
+    )
