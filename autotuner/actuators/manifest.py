@@ -63,7 +63,7 @@ class ManifestActuator(Actuator):
 
     def _load(self) -> tuple[str, list[Any]]:
         try:
-            text = self.path.read_text(encoding="utf-8")
+            text = self.path.read_bytes().decode("utf-8")  # its line ends as they are
         except OSError as exc:
             raise ActuatorError(f"{self.path}: cannot read ({exc.strerror})") from None
         try:

@@ -60,6 +60,10 @@ def edit_document(
 
     Values are written in the style of the node they replace; where that fails to read back
     as the change, they are written double-quoted; TextEditError when that fails too."""
+    if "\r\n" in text and "\n" not in text.replace("\r\n", ""):  # Windows line ends
+        return edit_document(text.replace("\r\n", "\n"), index, ops, annotations).replace(
+            "\n", "\r\n"
+        )
     annotations = annotations or {}
     try:
         roots = list(yaml.compose_all(text, Loader=yaml.SafeLoader))

@@ -234,3 +234,12 @@ def test_manifest_refuses_a_change_its_text_cannot_hold(tmp_path: Path) -> None:
     with pytest.raises(AdviceOnlyError, match="cannot edit the file's text safely"):
         ManifestActuator(path).apply(Setup(spec_tokens=1), state=None, expected_version=None)
     assert path.read_text() == shared
+
+
+def test_manifest_keeps_windows_line_ends(tmp_path: Path) -> None:
+    path = write(tmp_path)
+    path.write_bytes(MANIFEST.replace("\n", "\r\n").encode())
+    ManifestActuator(path).apply(Setup(spec_tokens=2), state=None, expected_version=None)
+    data = path.read_bytes()
+    assert ManifestActuator(path).read().setup == Setup(spec_tokens=2)
+    assert data.count(b"\n") == data.count(b"\r\n") == MANIFEST.count("\n")

@@ -321,3 +321,12 @@ def test_keys_are_added_inside_a_flow_map() -> None:
         """metadata: {name: x, annotations: {spec-autotuner.io/state: '{"a": 1}'}}\n"""
         """spec: {containers: [{name: a, args: [x], command: [vllm, "8000"]}]}\n"""
     )
+
+
+def test_a_file_with_windows_line_ends_keeps_them() -> None:
+    text = DEPLOYMENT.replace("\n", "\r\n")
+    new = edit_document(text, 0, [{"op": "replace", "path": ARGS, "value": ["--model", "m"]}])
+    assert new == edit([{"op": "replace", "path": ARGS, "value": ["--model", "m"]}]).replace(
+        "\n", "\r\n"
+    )
+    assert new.count("\n") == new.count("\r\n") == DEPLOYMENT.count("\n") - 2
