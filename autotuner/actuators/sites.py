@@ -1,11 +1,14 @@
 """Where in one container an engine's args sit, read and written in place (pure).
 
-Operators put the engine's command line in the container's `command` or `args` (a list, or one
-`sh -c` string: engines/commandline.py), in an env var the container's command expands
-(`VLLM_ADDITIONAL_ARGS`, or any `$(VAR)` in its args), behind such an env var filled from a
-ConfigMap, or in a `--config FILE` mounted from a ConfigMap. The first two are rewritten in place
-(JSON patch operations on the container, every other byte kept); the ConfigMap ones are read and
-advised, never written: the ConfigMap is another object, often another tool's.
+Operators put the engine's command line in the container's `command` or `args` (a list, or the
+engine's command in a `sh -c` script: engines/shell.py), in an env var the container's command
+expands (`VLLM_ADDITIONAL_ARGS`, or an arg that is only `$(VAR)`), behind such an env var filled
+from a ConfigMap, or in a `--config FILE` mounted from a ConfigMap. A value may also come from
+`$(VAR)` inside an arg (`--speculative-config=$(SPEC)`): Kubernetes puts the env var's value
+there as it is (no word splitting, no shell), so the arg is read with it. The lists, scripts and
+literal env values are rewritten in place (JSON patch operations on the container, every other
+byte kept); the ConfigMap ones are read and advised, never written: the ConfigMap is another
+object, often another tool's.
 """
 
 from __future__ import annotations
@@ -15,16 +18,17 @@ import posixpath
 import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from typing import Any
 
 import yaml
 
+from autotuner.engines import shell
 from autotuner.engines.commandline import edit_shell, find, shell_tokens
 from autotuner.engines.dialect import Dialect
 from autotuner.errors import ArgsError
 
 Obj = dict[str, Any]
-SHELLS = frozenset({"sh", "bash", "dash"})
 ENV_ARGS = "VLLM_ADDITIONAL_ARGS"  # KServe's vLLM template expands it after its own flags
 CONFIG_FLAG = "--config"
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -42,6 +46,19 @@ class Site:
     env_index: int | None = None  # the args are this env var's literal value
     advice: str | None = None  # where the args live when they cannot be written here
     shell: ShellSpan | None = None  # the args are one command of a `sh -c` script
+    references: tuple[Reference, ...] = ()  # `$(VAR)` inside args, read with the var's value
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An arg that holds `$(VAR)`: the arg as written, and where the var's value comes from."""
+
+    field: str  # command or args
+    index: int
+    written: str  # the arg with `$(VAR)` in it
+    name: str
+    env_index: int
+    config_map: tuple[str, str] | None  # (name, key) it is filled from; None: a literal value
 
 
 NO_ENGINE = Site("", (), ())  # a script of commands none of which is the engine
@@ -67,7 +84,7 @@ def read_site(
     args = [str(v) for v in container.get("args") or []]
     managed = dialect.managed
     env = container.get("env") or []
-    referenced = {m for v in (*command, *args) for m in _REFERENCE.findall(v)}
+    referenced = {m.group(1) for v in (*command, *args) if (m := _REFERENCE.fullmatch(v))}
     own = _holds(command, managed) or _holds(args, managed)
     for index, entry in enumerate(env):
         name = entry.get("name")
@@ -86,96 +103,80 @@ def read_site(
     script = _script_site(pointer, command, args, dialect)
     if script is NO_ENGINE:
         return None
-    site = script or Site(pointer, tuple(command), tuple(args))
+    site = script or _referencing_site(pointer, command, args, env, config_map)
     return _config_site(site, container, pod_spec, dialect, config_map)
 
 
 def _script_site(
     pointer: str, command: list[str], args: list[str], dialect: Dialect
 ) -> Site | None:
-    """The engine's command in a `sh -c` script the plain reading cannot take: a script of
-    several commands (`setup; vllm serve ...`, `... | tee log`) or one split between
-    `command: [sh, -c]` and `args: [script]`. None: leave it to the plain reading; NO_ENGINE:
-    a script that never names the engine nor a managed flag."""
+    """The engine's command in a `sh -c` script (the script in command, or split between
+    `command: [sh, -c]` and `args: [script]`): its words, and where it stands. None: no
+    script; NO_ENGINE: a script none of whose commands starts the engine or holds a managed
+    flag. A managed flag the shell computes (from a variable the script assigns) or a command
+    substitution around the engine's command makes the site advise-only."""
     joined = [*command, *args]
-    for i in range(2, len(joined)):
-        if joined[i - 1] != "-c" or joined[i - 2].rsplit("/", 1)[-1] not in SHELLS:
-            continue
-        split = i >= len(command) > i - 2  # `sh -c` in command, the script in args
-        line = joined[i]
-        spans = shell_segments(line)
-        if not _names_engine(line.split(), dialect) and not _holds(line.split(), dialect.managed):
-            return NO_ENGINE
-        if not split and len(spans) < 2:
-            return None
-        found = _engine_command(line, spans, dialect)
-        if found is None:
-            return NO_ENGINE if len(spans) > 1 else None
-        start, end, words = found
-        field, index = ("command", i) if i < len(command) else ("args", i - len(command))
-        return Site(pointer, (), tuple(words), shell=ShellSpan(field, index, start, end))
-    return None
+    index = shell.script_index(joined)
+    if index is None or index >= len(joined):
+        return None
+    script = shell.parse(joined[index])
+    found = shell.engine_command(script, dialect.managed, (dialect.name,))
+    if found is None:
+        return NO_ENGINE
+    refusal = shell.substitution_refusal(found)
+    if refusal is not None:
+        raise ArgsError(f"{pointer}: {refusal}: refused")
+    computed = shell.computed_flags(script, found, dialect.managed)
+    advice = None if computed is None else f"{computed}: set it in the script by hand"
+    field, at = ("command", index) if index < len(command) else ("args", index - len(command))
+    span = ShellSpan(field, at, found.start, found.end)
+    return Site(pointer, (), tuple(found.values), advice=advice, shell=span)
 
 
-def shell_segments(line: str) -> list[tuple[int, int]]:
-    """The spans of a script's commands: split at `;`, `&&`, `||`, `|`, `&` and newlines
-    outside quotes and `$(...)`; a redirection (`2>&1`, `> log`) ends a command's words and
-    starts a span of its own (one that runs nothing)."""
-    spans: list[tuple[int, int]] = []
-    start, i, depth, quote = 0, 0, 0, ""
-    while i < len(line):
-        char = line[i]
-        if quote:
-            quote = "" if char == quote else quote
-            i += 2 if char == "\\" and quote == '"' else 1
-            continue
-        if char in "'\"":
-            quote = char
-        elif char == "\\":
-            i += 1
-        elif line.startswith("$(", i):
-            depth, i = depth + 1, i + 1
-        elif char == ")" and depth:
-            depth -= 1
-        elif not depth and char in "<>":  # a redirection ends the command's words
-            back = i
-            while back > start and line[back - 1].isdigit():
-                back -= 1
-            if back > start and not line[back - 1].isspace():
-                back = i  # `x2>log`: the digits belong to the word, not the redirection
-            spans.append((start, back))
-            start = back
-        elif not depth and char in ";|&\n" and line[i - 1 : i] not in ("<", ">"):
-            spans.append((start, i))
-            i += 2 if line[i : i + 2] in ("&&", "||") else 1
-            start = i
-            continue
-        i += 1
-    spans.append((start, len(line)))
-    return [(a, b) for a, b in spans if line[a:b].strip()]
+def _referencing_site(
+    pointer: str, command: list[str], args: list[str], env: list[Obj], config_map: ConfigMapReader
+) -> Site:
+    """The command line as the engine gets it: each `$(VAR)` inside an arg filled with the
+    env var's literal value or its ConfigMap key (Kubernetes' substitution: as it is, one arg
+    stays one arg); a var the env does not give a value stays as written."""
+    by_name = {str(e.get("name")): i for i, e in enumerate(env)}
+    filled: dict[str, list[str]] = {"command": list(command), "args": list(args)}
+    references: list[Reference] = []
+    for field, values in filled.items():
+        for index, value in enumerate(values):
+            for name in dict.fromkeys(_REFERENCE.findall(value)):
+                if name not in by_name:
+                    continue
+                source = _env_value(env[by_name[name]], pointer, config_map)
+                if source is None:
+                    continue
+                text, origin = source
+                references.append(Reference(field, index, value, name, by_name[name], origin))
+                values[index] = values[index].replace(f"$({name})", text)
+    return Site(
+        pointer, tuple(filled["command"]), tuple(filled["args"]), references=tuple(references)
+    )
 
 
-def _engine_command(
-    line: str, spans: Sequence[tuple[int, int]], dialect: Dialect
-) -> tuple[int, int, list[str]] | None:
-    """The script's command that runs the engine: the one holding managed flags, else the
-    last plain one that names the engine."""
-    plain: list[tuple[int, int, list[str]]] = []
-    for start, end in spans:
-        try:
-            plain.append((start, end, [t.value for t in shell_tokens(line[start:end])]))
-        except ArgsError:
-            continue  # shell syntax of its own: not a command the tuner edits
-    holding = [p for p in plain if _holds(p[2], dialect.managed)]
-    if len(holding) > 1:
-        raise ArgsError("managed flags in several commands of the shell script: refusing")
-    named = holding or [p for p in plain if _names_engine(p[2][:3], dialect)]
-    return named[-1] if named else None
-
-
-def _names_engine(words: Sequence[str], dialect: Dialect) -> bool:
-    """A word runs the engine (`vllm`, `vllm.entrypoints...`, `/usr/bin/sglang`)."""
-    return any(w.rsplit("/", 1)[-1].startswith(dialect.name) for w in words)
+def _env_value(
+    entry: Obj, pointer: str, config_map: ConfigMapReader
+) -> tuple[str, tuple[str, str] | None] | None:
+    """An env var's value and the (ConfigMap, key) it comes from (None: a literal value); None
+    for a Secret or a field reference, which the tuner does not read."""
+    if "value" in entry:
+        return str(entry["value"]), None
+    ref = (entry.get("valueFrom") or {}).get("configMapKeyRef")
+    if not ref:
+        return None
+    map_name, key = ref.get("name"), ref.get("key")
+    if not map_name or not key:
+        raise ArgsError(
+            f"{pointer}: env {entry['name']}: a configMapKeyRef without a name and a key"
+        )
+    data = config_map(map_name)
+    if key not in data:
+        raise ArgsError(f"{pointer}: env {entry['name']}: ConfigMap {map_name} has no key {key}")
+    return data[key], (map_name, key)
 
 
 def _env_site(entry: Obj, index: int, pointer: str, config_map: ConfigMapReader) -> Site | None:
@@ -285,13 +286,16 @@ def site_ops(site: Site, container: Obj, command: Sequence[str], args: Sequence[
         raise ArgsError(f"{site.pointer}: {site.advice}: advise only")
     if site.shell is not None:
         span = site.shell
-        line = str(container[span.field][span.index])
-        engine = edit_shell(line[span.start : span.end], lambda _: list(args))
-        if engine == line[span.start : span.end]:
+        text = str(container[span.field][span.index])
+        script = shell.parse(text)
+        found = shell.command_at(script, span.start)
+        new_text = shell.rewrite(script, found, [*command, *args])
+        if new_text == text:
             return []
         path = f"{site.pointer}/{span.field}/{span.index}"
-        value = line[: span.start] + engine + line[span.end :]
-        return [{"op": "replace", "path": path, "value": value}]
+        return [{"op": "replace", "path": path, "value": new_text}]
+    if site.references:
+        return _referencing_ops(site, container, command, args)
     if site.env_index is not None:
         entry = container["env"][site.env_index]
         value = edit_shell(str(entry["value"]), lambda _: list(args))
@@ -301,12 +305,19 @@ def site_ops(site: Site, container: Obj, command: Sequence[str], args: Sequence[
             return []
         path = f"{site.pointer}/env/{site.env_index}/value"
         return [{"op": "replace", "path": path, "value": value}]
+    return _list_ops(site.pointer, container, command, args)
+
+
+def _list_ops(
+    pointer: str, container: Obj, command: Sequence[str], args: Sequence[str]
+) -> list[Obj]:
+    """Replace (or add, or remove) the command and args lists that changed."""
     ops: list[Obj] = []
     for field, new in (("command", command), ("args", args)):
         old = container.get(field)
         if list(new) == list(old or []):
             continue
-        path = f"{site.pointer}/{field}"
+        path = f"{pointer}/{field}"
         if new:
             ops.append(
                 {"op": "replace" if old is not None else "add", "path": path, "value": list(new)}
@@ -314,6 +325,63 @@ def site_ops(site: Site, container: Obj, command: Sequence[str], args: Sequence[
         elif old is not None:
             ops.append({"op": "remove", "path": path})
     return ops
+
+
+def _referencing_ops(
+    site: Site, container: Obj, command: Sequence[str], args: Sequence[str]
+) -> list[Obj]:
+    """Write (command, args) back with each arg that holds `$(VAR)` kept as written: a new
+    value for it goes into the env var's literal value; one from a ConfigMap, or an arg that
+    goes, is advised (ArgsError naming the ConfigMap, the key and the new value)."""
+    ops: list[Obj] = []
+    written: dict[str, list[str]] = {}
+    for field, old, new in (("command", site.command, command), ("args", site.args, args)):
+        raw = [str(v) for v in container.get(field) or []]
+        held = {r.index: r for r in site.references if r.field == field}
+        out: list[str] = []
+        matcher = SequenceMatcher(a=list(old), b=list(new), autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag == "equal":
+                out += raw[i1:i2]
+                continue
+            common = min(i2 - i1, j2 - j1)
+            for k in range(i1, i2):
+                now = new[j1 + k - i1] if k - i1 < common else None
+                if k in held:
+                    ops += _reference_ops(site.pointer, held[k], now)
+                    out.append(raw[k])
+                elif now is not None:
+                    out.append(now)
+            out += new[j1 + common : j2]
+        written[field] = out
+    return ops + _list_ops(site.pointer, container, written["command"], written["args"])
+
+
+def _reference_ops(pointer: str, ref: Reference, now: str | None) -> list[Obj]:
+    """The env write that gives an arg holding `$(VAR)` its new value `now` (None: the arg
+    goes); ArgsError (advice) where that cannot be written here."""
+    prefix, _, suffix = ref.written.partition(f"$({ref.name})")
+    fits = now is not None and now.startswith(prefix) and now.endswith(suffix)
+    value = now[len(prefix) : len(now) - len(suffix)] if now is not None and fits else None
+    if ref.config_map is not None:
+        name, key = ref.config_map
+        change = (
+            f"set that key to: {value}"
+            if value is not None
+            else f"the arg becomes {now!r}"
+            if now is not None
+            else "the arg goes"
+        )
+        raise ArgsError(
+            f"{pointer}: {ref.written} takes its value from ConfigMap {name} key {key} (env "
+            f"{ref.name}): advise only; {change}"
+        )
+    if value is None or ref.written.count("$(") > 1:
+        raise ArgsError(
+            f"{pointer}: {ref.written} takes its value from env {ref.name}: cannot write "
+            f"{now!r} through it: advise only"
+        )
+    return [{"op": "replace", "path": f"{pointer}/env/{ref.env_index}/value", "value": value}]
 
 
 def check_agreement(sites: Sequence[Site], dialect: Dialect) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any, TypeVar
 
+from autotuner.engines import shell
 from autotuner.errors import ArgsError
 
 Edit = Callable[[list[str]], list[str]]  # an engine's argument list -> the new one
@@ -56,15 +57,21 @@ def read_json(text: str, flag: str) -> dict[str, Any]:
     return value
 
 
+def computed(text: str) -> bool:
+    """A value the shell or Kubernetes fills in when the engine starts (`$X`, `${X:-0}`,
+    `$((A * B))`, `$(VAR)`): unknown to a reading of the command line."""
+    return "$" in text
+
+
 def truthy(text: str) -> bool:
     """A switch's written value: anything but false, 0, no, off is on."""
     return text.strip().lower() not in ("false", "0", "no", "off")
 
 
 def _number(text: str | None, name: str, read: Callable[[str], Number], kind: str) -> Number | None:
-    """A flag's value read as a number of this kind (None: not given); ArgsError naming the
-    flag if it is not one."""
-    if text is None:
+    """A flag's value read as a number of this kind (None: not given, or computed when the
+    engine starts: `$TP_SIZE`); ArgsError naming the flag if it is not one."""
+    if text is None or computed(text):
         return None
     try:
         return read(text)
@@ -208,56 +215,57 @@ def edit_shell(line: str, edit: Edit) -> str:
 # --------------------------------------------------------------------------- containers
 
 
-def _shell_index(values: Sequence[str]) -> int | None:
-    """Index of a `sh -c "<command line>"` string in a command/args list, if any."""
-    for i in range(2, len(values)):
-        if values[i - 1] == "-c" and values[i - 2].rsplit("/", 1)[-1] in ("sh", "bash", "dash"):
-            return i
-    return None
-
-
-def _where(command: Sequence[str], args: Sequence[str], managed: Collection[str]) -> str:
-    """Which list holds the engine's command line: 'command', 'args' or a shell string in one.
-    `managed` are the flags the tuner writes: where they stand, the engine's args are."""
-
-    def holds(values: Sequence[str]) -> bool:
-        return any(v.split("=", 1)[0] in managed for v in values)
-
-    for label, values in (("command", command), ("args", args)):
-        if _shell_index(values) is not None:
-            return f"{label}-shell"
-    in_command, in_args = holds(command), holds(args)
-    if in_command and in_args:
-        raise ArgsError("managed flags appear in both command and args: refusing to guess")
-    return "command" if in_command or (not args and command) else "args"
-
-
 def engine_tokens(
     command: Sequence[str], args: Sequence[str], managed: Collection[str]
 ) -> list[str]:
-    """The engine's argument list a container runs: command or args, split out of a `sh -c`
-    line."""
-    where = _where(command, args, managed)
-    values = command if where.startswith("command") else args
-    if where.endswith("shell"):
-        index = _shell_index(values)
-        assert index is not None
-        return [t.value for t in shell_tokens(values[index])]
-    return list(values)
+    """The engine's argument list a container runs: its command and args as Kubernetes joins
+    them (`command: [vllm, serve]`, `args: [MODEL, ...]`), or the words of the engine's command
+    in a `sh -c` script (shell.py); empty for a script that starts no engine."""
+    joined = [*command, *args]
+    index = shell.script_index(joined)
+    if index is None or index >= len(joined):
+        return joined
+    script = shell.parse(joined[index])
+    found = shell.engine_command(script, managed)
+    if found is None:
+        return []
+    refusal = shell.substitution_refusal(found)
+    if refusal is not None:
+        raise ArgsError(f"{refusal}: refused")
+    return found.values
 
 
 def edit_container(
     command: Sequence[str], args: Sequence[str], managed: Collection[str], edit: Edit
 ) -> tuple[list[str], list[str]]:
-    """New (command, args) with the engine's argument list edited; the list without the
-    engine's args is returned unchanged."""
-    where = _where(command, args, managed)
-    new_command, new_args = list(command), list(args)
-    target = new_command if where.startswith("command") else new_args
-    if where.endswith("shell"):
-        index = _shell_index(target)
-        assert index is not None
-        target[index] = edit_shell(target[index], edit)
-    else:
-        target[:] = edit(target)
-    return new_command, new_args
+    """New (command, args) with the engine's argument list edited: in a `sh -c` script only
+    the engine command's changed words (every other byte kept), else each word where it stood
+    (new words after the last, in args when the container has args)."""
+    joined = [*command, *args]
+    index = shell.script_index(joined)
+    if index is None or index >= len(joined):
+        return split(command, args, edit(list(joined)))
+    script = shell.parse(joined[index])
+    found = shell.engine_command(script, managed)
+    if found is None:
+        raise ArgsError("the shell script starts no engine: nothing to edit")
+    new = edit(found.values)
+    joined[index] = shell.rewrite(script, found, new)
+    return joined[: len(command)], joined[len(command) :]
+
+
+def split(
+    command: Sequence[str], args: Sequence[str], new: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """An edited argument list back into (command, args): a word stays in the list the word it
+    replaces or follows stood in."""
+    old, size = [*command, *args], len(command)
+    out: tuple[list[str], list[str]] = ([], [])
+    for tag, i1, i2, j1, j2 in SequenceMatcher(a=old, b=list(new), autojunk=False).get_opcodes():
+        if tag == "equal":
+            for k in range(i2 - i1):
+                out[i1 + k >= size].append(old[i1 + k])
+            continue
+        into_args = i1 > size or (i1 == size and bool(args))
+        out[into_args].extend(new[j1:j2])
+    return out

@@ -18,7 +18,6 @@ from autotuner.actuators.sites import (
     Site,
     config_tokens,
     read_site,
-    shell_segments,
     site_ops,
 )
 from autotuner.core.types import Setup
@@ -197,17 +196,19 @@ def test_owners_and_managers() -> None:
 
 
 @pytest.mark.parametrize(
-    ("line", "commands"),
+    ("line", "engine"),
     [
-        ("setup.sh; vllm serve m", ["setup.sh", " vllm serve m"]),
-        ("a && b || c | d & e", ["a ", " b ", " c ", " d ", " e"]),
-        ("echo 'x; y' \"$(date; id)\"", ["echo 'x; y' \"$(date; id)\""]),
-        ("vllm serve m 2>&1 | tee l", ["vllm serve m ", "2>&1 ", " tee l"]),
-        ("run x2>log", ["run x2", ">log"]),
+        ("setup.sh; vllm serve m", "vllm serve m"),
+        ("a && vllm serve m || c | d & e", "vllm serve m"),
+        ("echo 'x; vllm serve' \"$(date; id)\"; vllm serve m", "vllm serve m"),
+        ("vllm serve m 2>&1 | tee l", "vllm serve m"),
+        ("pip install vllm && exec vllm serve m", "exec vllm serve m"),
     ],
 )
-def test_shell_segments(line: str, commands: list[str]) -> None:
-    assert [line[a:b] for a, b in shell_segments(line)] == commands
+def test_the_engine_command_of_a_script(line: str, engine: str) -> None:
+    site = site_of({"command": ["sh", "-c", line]})
+    assert site.shell is not None
+    assert line[site.shell.start : site.shell.end] == engine
 
 
 def test_a_ray_worker_script_runs_no_engine_and_a_split_script_is_read() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
 from autotuner.engines.commandline import (
     Flag,
+    computed,
     engine_tokens,
     find,
     fraction_value,
@@ -149,7 +150,7 @@ _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 def _max_model_len(text: str | None) -> int | None:
     """vLLM's human-readable integer (32768, 32k = 32000, 32K = 32768); `auto` or -1 (vLLM
     fits the length to memory) gives None."""
-    if text is None or text.strip().lower() in ("auto", "-1"):
+    if text is None or computed(text) or text.strip().lower() in ("auto", "-1"):
         return None
     match = _HUMAN_INT.fullmatch(text.strip())
     if not match:
