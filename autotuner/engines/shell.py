@@ -225,7 +225,8 @@ def computed_flags(script: Script, command: Command, managed: Collection[str]) -
                 flags = [f for f in managed if re.search(rf"(?<![\w-]){re.escape(f)}\b", text)]
                 flags += [f for f in managed if _underscored(f) in text and f not in flags]
                 if flags:
-                    return f"the shell computes {sorted(flags)[0]} into ${name} ({name}={text})"
+                    shown = text if len(text) <= 60 else text[:57] + "..."
+                    return f"the shell computes {sorted(flags)[0]} into ${name} ({name}={shown})"
     return None
 
 

@@ -3,6 +3,7 @@ the pure parts of the fleet targets."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -311,3 +312,66 @@ def test_a_status_without_observed_generation_is_judged_by_its_own_fields() -> N
     raw: dict[str, Any] = {"metadata": {"generation": 3}, "spec": {"replicas": 2}}
     assert lws.rollout({**raw, "status": groups}).done
     assert not lws.rollout({**raw, "status": {**groups, "observedGeneration": 2}}).done
+
+
+def _referencing(env_entry: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "command": ["vllm", "serve"],
+        "args": ["m", "--speculative-config=$(SPEC)", "--port", "$(PORT)"],
+        "env": [env_entry, {"name": "PORT", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}],
+    }
+
+
+def test_a_value_inside_an_arg_is_read_from_its_literal_env_var_and_written_there() -> None:
+    container = _referencing({"name": "SPEC", "value": MTP})
+    site = site_of(container)
+    assert site.args == ("m", f"--speculative-config={MTP}", "--port", "$(PORT)")
+    assert DIALECT.setup_of(site.command, site.args) == Setup(spec_tokens=3)
+    command, args, _ = DIALECT.render(
+        site.command,
+        site.args,
+        Setup(spec_tokens=2),
+        saved_speculative_config=None,
+        allow_low_precision_replay=False,
+    )
+    ops = site_ops(site, container, command, args)
+    assert [op["path"] for op in ops] == ["/c/env/0/value"]
+    assert re.search(r'"num_speculative_tokens":\s*2\b', ops[0]["value"])
+    assert site_ops(site, container, list(site.command), list(site.args)) == []
+
+
+def test_a_value_inside_an_arg_from_a_configmap_is_advised_with_its_new_value() -> None:
+    ref = {"configMapKeyRef": {"name": "conf", "key": "spec"}}
+    container = _referencing({"name": "SPEC", "valueFrom": ref})
+    site = site_of(container, {}, lambda name: {"spec": MTP.replace(",", ",\n  ")})
+    assert DIALECT.setup_of(site.command, site.args) == Setup(spec_tokens=3)
+    command, args, _ = DIALECT.render(
+        site.command,
+        site.args,
+        Setup(spec_tokens=2),
+        saved_speculative_config=None,
+        allow_low_precision_replay=False,
+    )
+    with pytest.raises(ArgsError, match="ConfigMap conf key spec") as said:
+        site_ops(site, container, command, args)
+    assert re.search(r'"num_speculative_tokens":\s*2\b', str(said.value))
+    with pytest.raises(ArgsError, match="the arg goes"):
+        site_ops(site, container, ["vllm", "serve"], ["m", "--port", "$(PORT)"])
+
+
+def test_a_script_that_computes_a_managed_flag_is_advised_and_one_that_does_not_is_written() -> (
+    None
+):
+    script = 'S="--speculative-config {}"\nexec vllm serve $S m \\\n  --port $P\n'
+    site = site_of({"command": ["/bin/bash", "-c"], "args": [script]})
+    assert site.advice is not None
+    assert "$S" in site.advice
+    plain = script.replace("$S ", "")
+    container = {"command": ["/bin/bash", "-c"], "args": [plain]}
+    site = site_of(container)
+    assert site.advice is None
+    assert site.args == ("exec", "vllm", "serve", "m", "--port", "$P")
+    ops = site_ops(site, container, [], [*site.args, "--use-replayssm"])
+    assert ops == [
+        {"op": "replace", "path": "/c/args/0", "value": plain.replace("$P", "$P --use-replayssm")}
+    ]
