@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
@@ -119,8 +118,6 @@ def remove(args: Sequence[str], flag: Flag, *, bare: bool = False) -> list[str]:
 
 # --------------------------------------------------------------------------- shell strings
 
-_SHELL_SYNTAX = re.compile(r"[;&|<>`$()\n]|\{\s")
-
 
 @dataclass(frozen=True)
 class Token:
@@ -130,86 +127,26 @@ class Token:
 
 
 def shell_tokens(line: str) -> list[Token]:
-    """Split a plain command line like a POSIX shell, keeping each token's span.
+    """Split a plain command line (an env var's args, a one-command script) with the shell
+    reader (shell.py), keeping each word's span.
 
-    Refuses anything beyond words and quotes (pipes, &&, redirections, substitutions): the
-    tuner edits only command lines it fully understands.
+    Refuses anything beyond words and quotes (pipes, &&, redirections, expansions): such a
+    string is edited only as the engine's command of a script, where the reader knows what
+    the shell computes.
     """
-    tokens: list[Token] = []
-    i, n = 0, len(line)
-    while i < n:
-        while i < n and line[i] in " \t":
-            i += 1
-        if i >= n:
-            break
-        start, value = i, list[str]()
-        while i < n and line[i] not in " \t":
-            i = _shell_char(line, i, value)
-        tokens.append(Token("".join(value), start, i))
-    return tokens
+    return [Token(w.value, w.start, w.end) for w in shell.plain_words(line)]
 
 
-def _shell_char(line: str, i: int, value: list[str]) -> int:
-    """Read the quoted run, escape or plain character at `i` into `value`; the next index."""
-    n, char = len(line), line[i]
-    if char == "'":
-        end = line.find("'", i + 1)
-        if end < 0:
-            raise ArgsError("unterminated single quote in the command line")
-        value.append(line[i + 1 : end])
-        return end + 1
-    if char == '"':
-        i += 1
-        while i < n and line[i] != '"':
-            if line[i] == "\\" and i + 1 < n and line[i + 1] in '"\\$`':
-                i += 1
-            elif line[i] in "$`":
-                raise ArgsError("shell substitution in the command line: refused")
-            value.append(line[i])
-            i += 1
-        if i >= n:
-            raise ArgsError("unterminated double quote in the command line")
-        return i + 1
-    if char == "\\" and i + 1 < n:
-        value.append(line[i + 1])
-        return i + 2
-    if _SHELL_SYNTAX.match(char):
-        raise ArgsError(
-            f"the command line uses shell syntax ({char!r}): only a plain command line "
-            "can be edited safely"
-        )
-    value.append(char)
-    return i + 1
-
-
-def quote(value: str) -> str:
-    """Single-quote a value for a shell unless it is a plain word."""
-    if value and re.fullmatch(r"[A-Za-z0-9_@%+=:,./-]+", value):
-        return value
-    return "'" + value.replace("'", "'\"'\"'") + "'"
+quote = shell.quote
 
 
 def edit_shell(line: str, edit: Edit) -> str:
     """Edit a plain command line: the words `edit` changes are rewritten in place, the rest of
     the string (spacing, quoting, other flags) keeps its bytes."""
-    tokens = shell_tokens(line)
-    words = [t.value for t in tokens]
-    new = edit(list(words))
-    if new == words:
-        return line
-    pieces: list[str] = []
-    cursor = 0
-    for tag, i1, i2, j1, j2 in SequenceMatcher(a=words, b=new, autojunk=False).get_opcodes():
-        if tag == "equal":
-            end = tokens[i2 - 1].end
-            pieces.append(line[cursor:end])
-            cursor = end
-            continue
-        if i2 > i1:  # dropped or replaced words go, with the blank before them
-            cursor = tokens[i2 - 1].end
-        pieces.extend(" " + quote(word) for word in new[j1:j2])
-    pieces.append(line[cursor:])
-    return "".join(pieces)
+    script = shell.parse(line)
+    words = shell.plain_words(line)
+    command = shell.Command(tuple(words), 0, len(line), substituted=False)
+    return shell.rewrite(script, command, edit([w.value for w in words]), program=False)
 
 
 # --------------------------------------------------------------------------- containers

@@ -93,7 +93,7 @@ def parse(text: str) -> Script:
     data = text.encode("utf-8")
     tree = _PARSER.parse(data)
     if tree.root_node.has_error:
-        raise ArgsError("the shell script does not parse: refusing to edit it")
+        raise ArgsError("the shell script does not parse (an unterminated quote?): refused")
     at = _char_index(text, data)
     commands: list[Command] = []
     assignments: dict[str, list[str]] = {}
@@ -106,6 +106,29 @@ def parse(text: str) -> Script:
             if name is not None:
                 assignments.setdefault(_text(name), []).append(_text(value) if value else "")
     return Script(text, tuple(commands), {k: tuple(v) for k, v in assignments.items()})
+
+
+def plain_words(text: str) -> tuple[Word, ...]:
+    """The words of a string that is one command of plain words and quotes (an env var's
+    args); ArgsError for anything the shell would compute or run besides."""
+    data = text.encode("utf-8")
+    tree = _PARSER.parse(data)
+    root = tree.root_node
+    if root.has_error:
+        raise ArgsError("the command line does not parse (an unterminated quote?): refused")
+    parts = [c for c in root.named_children if c.type != "comment"]
+    if not parts:
+        return ()
+    if len(parts) > 1 or parts[0].type != "command":
+        raise ArgsError(
+            f"the command line uses shell syntax ({parts[-1].type}): only a plain command line "
+            "can be edited safely"
+        )
+    command = _command(parts[0], False, _char_index(text, data))
+    for word in command.words:
+        if word.computed is not None:
+            raise ArgsError(f"shell substitution in the command line ({word.computed}): refused")
+    return command.words
 
 
 def _char_index(text: str, data: bytes) -> list[int]:
@@ -264,18 +287,19 @@ def quote(value: str) -> str:
     return "'" + value.replace("'", "'\"'\"'") + "'"
 
 
-def rewrite(script: Script, command: Command, new: Sequence[str]) -> str:
+def rewrite(script: Script, command: Command, new: Sequence[str], *, program: bool = True) -> str:
     """The script with the command's words made `new`: a changed word is rewritten in its own
     span (`--flag=VALUE` keeps its form), a removed word goes with the blank before it (a line
     that held only removed words goes whole, with the continuation before it), new words follow
     the word before them on its line. Every other character keeps its bytes. ArgsError if a
-    word the shell computes would change."""
+    word the shell computes would change, or the program (the first word, unless `program` is
+    off: a list of args alone)."""
     words, old = command.words, command.values
     edits: list[tuple[int, int, str]] = []
     for tag, i1, i2, j1, j2 in SequenceMatcher(a=old, b=list(new), autojunk=False).get_opcodes():
         if tag == "equal":
             continue
-        if i1 == 0:
+        if i1 == 0 and program:
             raise ArgsError("the engine's program itself would change: refusing")
         common = min(i2 - i1, j2 - j1)
         for k in range(common):
@@ -283,12 +307,23 @@ def rewrite(script: Script, command: Command, new: Sequence[str]) -> str:
         if i2 - i1 > common:
             edits.append(_removed(script.text, words, i1 + common, i2))
         if j2 - j1 > common:
-            at = words[i1 + common - 1].end
-            edits.append((at, at, "".join(" " + quote(v) for v in new[j1 + common : j2])))
+            edits.append(_inserted(script.text, words, i1 + common, new[j1 + common : j2]))
     text = script.text
     for start, end, piece in sorted(edits, reverse=True):
         text = text[:start] + piece + text[end:]
     return text
+
+
+def _inserted(
+    text: str, words: Sequence[Word], before: int, values: Sequence[str]
+) -> tuple[int, int, str]:
+    """New words after the word before them, on its line (first of all: before the first)."""
+    quoted = [quote(v) for v in values]
+    if before > 0:
+        at = words[before - 1].end
+        return at, at, "".join(" " + q for q in quoted)
+    at = words[0].start if words else len(text)
+    return at, at, " ".join(quoted) + (" " if words else "")
 
 
 def _replaced(word: Word, value: str) -> tuple[int, int, str]:
@@ -300,13 +335,19 @@ def _replaced(word: Word, value: str) -> tuple[int, int, str]:
 
 
 def _removed(text: str, words: Sequence[Word], i1: int, i2: int) -> tuple[int, int, str]:
-    """The characters that go with words[i1:i2]: up to the next word when it stands on the
-    same line, else from the end of the word before (its line's continuation included)."""
+    """The characters that go with words[i1:i2]: the blank before them when a word precedes
+    them on their line; up to the next word when they open a line it goes on; else the line
+    they stand on, with the continuation before it."""
     for word in words[i1:i2]:
         _refuse_computed(word)
-    last = words[i2 - 1]
-    if i2 < len(words) and "\n" not in text[last.end : words[i2].start]:
-        return words[i1].start, words[i2].start, ""
+    first, last = words[i1], words[i2 - 1]
+    after = words[i2] if i2 < len(words) else None
+    if i1 > 0 and "\n" not in text[words[i1 - 1].end : first.start]:
+        return words[i1 - 1].end, last.end, ""
+    if after is not None and ("\n" not in text[last.end : after.start] or i1 == 0):
+        return first.start, after.start, ""
+    if i1 == 0:
+        return first.start, last.end, ""
     return words[i1 - 1].end, last.end, ""
 
 
