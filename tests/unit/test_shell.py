@@ -15,6 +15,7 @@ import yaml
 from autotuner.core.types import Setup
 from autotuner.engines import shell
 from autotuner.engines.commandline import edit_container, engine_tokens
+from autotuner.engines.sglang.dialect import SglangDialect
 from autotuner.engines.vllm.dialect import VllmDialect
 from autotuner.errors import ArgsError
 
@@ -235,3 +236,15 @@ def test_a_positional_model_is_read_across_command_and_args() -> None:
         [*command, "--use-replayssm"], args, MANAGED, lambda w: [*w[:2], *w[3:]]
     )
     assert (new_command, new_args) == (command, args)
+
+
+def test_the_model_is_read_past_expanded_words_and_a_computed_one_is_unknown() -> None:
+    text = dict(SCRIPTS)["llm-d/wide-ep-glm-5.2-dspark-decode.yaml:vllm:2"]
+    _, command = engine(text)
+    assert command.values[3] == "$PROFILER_ARGS"
+    assert VLLM.served_model(command.values) == "zai-org/GLM-5.2-FP8"
+    _, command = engine("python -m vllm.entrypoints.openai.api_server --model ${MODEL_ID}")
+    assert VLLM.served_model(command.values) is None
+    _, command = engine("vllm serve $MODEL --port 1")
+    assert VLLM.served_model(command.values) is None
+    assert SglangDialect().served_model(["--model-path", "$(MODEL)"]) is None

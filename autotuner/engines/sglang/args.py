@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
 from autotuner.engines.commandline import (
     Flag,
+    computed,
     engine_tokens,
     find,
     fraction_value,
@@ -94,7 +95,9 @@ def parse(args: Sequence[str]) -> EngineArgs:
 def served_model_id(args: Sequence[str]) -> str | None:
     """The model an SGLang command line serves (`--model-path`, or its alias `--model`)."""
     flag = last(args, flags.MODEL, flags.MODEL_ALIAS)
-    return flag.value if flag is not None and flag.value else None
+    if flag is None or not flag.value or computed(flag.value):
+        return None  # not given, or filled in when the engine starts: unknown here
+    return flag.value
 
 
 def live_args(command: Sequence[str], args: Sequence[str]) -> EngineArgs:

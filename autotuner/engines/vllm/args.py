@@ -105,13 +105,19 @@ def parse(args: Sequence[str], flags: FlagNames | None = None) -> EngineArgs:
 
 
 def served_model_id(args: Sequence[str]) -> str | None:
-    """The model a vLLM command line serves: `--model X`, else the word after `serve`."""
+    """The model a vLLM command line serves: `--model X`, else the positional after `serve`
+    (past the words a script expands there, `vllm serve $EXTRA_ARGS MODEL`); None where the
+    shell or Kubernetes computes it (`--model ${MODEL_ID}`): unknown until the engine starts."""
     hit = find_any(args, "--model")
     if hit is not None and hit[1].value:
-        return hit[1].value
-    for i, word in enumerate(args[:-1]):
-        if word == "serve" and not args[i + 1].startswith("-"):
-            return args[i + 1]
+        return None if computed(hit[1].value) else hit[1].value
+    if "serve" not in args:
+        return None
+    for word in args[args.index("serve") + 1 :]:
+        if word.startswith("-"):
+            return None
+        if not computed(word):
+            return word
     return None
 
 
