@@ -90,7 +90,12 @@ def read_site(
         name = entry.get("name")
         if name != ENV_ARGS and name not in referenced:
             continue
-        site = _env_site(entry, index, pointer, config_map)
+        try:
+            site = _env_site(entry, index, pointer, config_map)
+        except ArgsError:
+            if name == ENV_ARGS:
+                raise
+            continue  # not a command line (a JSON value, say): read as one arg's value below
         if site is None:
             continue
         if _holds(site.args, managed) and own:
@@ -182,22 +187,15 @@ def _env_value(
 def _env_site(entry: Obj, index: int, pointer: str, config_map: ConfigMapReader) -> Site | None:
     """The engine's args in an env var: its literal value (written in place), or the ConfigMap
     key it is filled from (advised)."""
-    name = entry["name"]
-    if "value" in entry:
-        words = [t.value for t in shell_tokens(str(entry["value"]))]
-        return Site(pointer, (), tuple(words), env_index=index)
-    ref = (entry.get("valueFrom") or {}).get("configMapKeyRef")
-    if not ref:
+    source = _env_value(entry, pointer, config_map)
+    if source is None:
         return None  # a Secret or a field reference: not where operators keep engine args
-    map_name, key = ref.get("name"), ref.get("key")
-    if not map_name or not key:
-        raise ArgsError(f"{pointer}: env {name}: a configMapKeyRef without a name and a key")
-    data = config_map(map_name)
-    if key not in data:
-        raise ArgsError(f"{pointer}: env {name}: ConfigMap {map_name} has no key {key}")
-    words = [t.value for t in shell_tokens(data[key])]
-    where = f"ConfigMap {map_name} key {key} (env {name} of {pointer})"
-    return Site(pointer, (), tuple(words), advice=f"the engine args live in {where}")
+    text, origin = source
+    words = tuple(t.value for t in shell_tokens(text))
+    if origin is None:
+        return Site(pointer, (), words, env_index=index)
+    where = f"ConfigMap {origin[0]} key {origin[1]} (env {entry['name']} of {pointer})"
+    return Site(pointer, (), words, advice=f"the engine args live in {where}")
 
 
 def _config_site(

@@ -375,3 +375,13 @@ def test_a_script_that_computes_a_managed_flag_is_advised_and_one_that_does_not_
     assert ops == [
         {"op": "replace", "path": "/c/args/0", "value": plain.replace("$P", "$P --use-replayssm")}
     ]
+
+
+def test_an_arg_that_is_only_a_reference_to_a_json_value_is_read_as_that_value() -> None:
+    container = {
+        "args": ["--model", "m", "--speculative-config", "$(SPEC)"],
+        "env": [{"name": "SPEC", "value": MTP.replace(",", ",\n ")}],
+    }
+    site = site_of(container)
+    assert site.args[-1] == MTP.replace(",", ",\n ")
+    assert DIALECT.setup_of(site.command, site.args) == Setup(spec_tokens=3)
