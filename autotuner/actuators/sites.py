@@ -31,7 +31,7 @@ from autotuner.errors import ArgsError
 Obj = dict[str, Any]
 ENV_ARGS = "VLLM_ADDITIONAL_ARGS"  # KServe's vLLM template expands it after its own flags
 CONFIG_FLAG = "--config"
-_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_REFERENCE = re.compile(r"(?<!\$)\$\(([A-Za-z_][A-Za-z0-9_]*)\)")  # `$$(X)` is literal
 # A ConfigMap's data by name (the actuator reads it within the call's deadline).
 ConfigMapReader = Callable[[str], dict[str, str]]
 

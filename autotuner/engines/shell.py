@@ -352,8 +352,15 @@ def _removed(text: str, words: Sequence[Word], i1: int, i2: int) -> tuple[int, i
 
 
 def _refuse_computed(word: Word) -> None:
-    if word.computed is not None:
+    if word.computed is None:
+        return
+    reference = _KUBE_REFERENCE.search(word.computed)
+    if reference is not None:
         raise ArgsError(
-            f"{word.value}: the shell computes this value ({word.computed}): set it where the "
-            "script assigns it"
+            f"{word.value}: Kubernetes fills in {reference.group(0)} from the container's env "
+            "when the pod starts: set the value there"
         )
+    raise ArgsError(
+        f"{word.value}: the shell computes this value ({word.computed}): set it where the "
+        "script assigns it"
+    )

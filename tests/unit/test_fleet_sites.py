@@ -385,3 +385,8 @@ def test_an_arg_that_is_only_a_reference_to_a_json_value_is_read_as_that_value()
     site = site_of(container)
     assert site.args[-1] == MTP.replace(",", ",\n ")
     assert DIALECT.setup_of(site.command, site.args) == Setup(spec_tokens=3)
+
+
+def test_an_escaped_reference_is_literal() -> None:
+    container = {"args": ["--model", "m", "--x=$$(SPEC)"], "env": [{"name": "SPEC", "value": "v"}]}
+    assert site_of(container).args[-1] == "--x=$$(SPEC)"

@@ -248,3 +248,9 @@ def test_the_model_is_read_past_expanded_words_and_a_computed_one_is_unknown() -
     _, command = engine("vllm serve $MODEL --port 1")
     assert VLLM.served_model(command.values) is None
     assert SglangDialect().served_model(["--model-path", "$(MODEL)"]) is None
+
+
+def test_a_kubernetes_reference_in_a_script_is_named_as_such_when_a_write_would_change_it() -> None:
+    script, command = engine("vllm serve m --speculative-config=$(SPEC) --port 1")
+    with pytest.raises(ArgsError, match=r"Kubernetes fills in \$\(SPEC\)"):
+        shell.rewrite(script, command, ["vllm", "serve", "m", "--port", "1"])
