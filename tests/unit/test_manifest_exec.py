@@ -73,6 +73,10 @@ def test_manifest_changes_only_the_managed_flags(tmp_path: Path) -> None:
     before, after = MANIFEST.splitlines(), text.splitlines()
     removed = [line for line in before if line not in after]
     added = [line for line in after if line not in before]
+    # the operator's own drafter, recorded to put back later: the tuner's line, its own format
+    records = [line for line in added if line.startswith("    spec-autotuner.io/operator-args: ")]
+    assert len(records) <= 1
+    added = [line for line in added if line not in records]
     assert removed == [
         "            - '--speculative-config'",
         """            - '{"method": "mtp", "num_speculative_tokens": 3}'""",
