@@ -19,6 +19,7 @@ from autotuner.core.types import Setup
 from autotuner.engines.build_table import BuildTable
 from autotuner.engines.commandline import edit_container
 from autotuner.engines.companion_record import Saved, Spelling, render_companions
+from autotuner.engines.drafter_place import DRAFTER, drafter_record, placed
 
 # New (command, args) for a setup, and the operator's companion record to keep.
 Rendered = tuple[list[str], list[str], Saved | None]
@@ -88,6 +89,12 @@ class Dialect(ABC):
         """A setup's own flags and its companions' as a reader would type them (for reports,
         not for writing: `render` writes)."""
 
+    @property
+    def drafter_flag(self) -> str | None:
+        """The one flag that carries the operator's drafter, where there is one: turning
+        speculation off and on again puts it back where and as it stood (drafter_place.py)."""
+        return None
+
     def build_in_force(self, declared: str, *, image: str | None) -> BuildInForce:
         """The build the target runs: the declared version, else its image's tag."""
         return self.build_table.build_in_force(declared, image=image)
@@ -114,6 +121,8 @@ class Dialect(ABC):
         EngineRuleError unless `enforce_rules` is off (`apply --force`)."""
         if setup == self.parse(tokens):
             return list(tokens), saved_companions
+        saved = dict(saved_companions or {})
+        drafter = saved.pop(DRAFTER, None)
         written = self.write(
             tokens,
             setup,
@@ -121,8 +130,17 @@ class Dialect(ABC):
             allow_low_precision_replay=allow_low_precision_replay,
             enforce_rules=enforce_rules,
         )
+        flag = self.drafter_flag
+        if flag is not None and setup.spec_tokens:
+            written = placed(written, flag, drafter) if drafter else written
+            drafter = None  # back where it stood: nothing left to keep
+        elif flag is not None and self.parse(tokens).spec_tokens:
+            drafter = drafter_record(tokens, flag)  # turned off now: keep where it stood
         wanted = self.companions_written(setup, companions)
-        return render_companions(written, wanted, saved_companions, self.spelling)
+        out, record = render_companions(written, wanted, saved or None, self.spelling)
+        if drafter:
+            record = {**(record or {}), DRAFTER: drafter}
+        return out, record
 
     def render(
         self,

@@ -32,6 +32,7 @@ from autotuner.core.model.registry import load_model
 from autotuner.core.model.spec import ModelSpec
 from autotuner.core.types import Setup
 from autotuner.engines.build_table import image_version
+from autotuner.engines.drafter_place import DRAFTER
 from autotuner.engines.vllm.builds import TABLE
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.engines.vllm.dialect import VllmDialect
@@ -151,6 +152,9 @@ def test_replay_alone_takes_flashinfer_and_prefix_caching_off() -> None:
         "flashinfer",
         "--no-enable-prefix-caching",
     ]
+    assert saved is not None
+    drafter = saved.pop(DRAFTER)  # where the operator's drafter stood, to put it back there
+    assert drafter[1] == "--speculative-config"
     assert saved == {"mamba_backend_flashinfer": None, "prefix_caching_off": None}
 
 
