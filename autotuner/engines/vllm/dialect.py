@@ -34,6 +34,10 @@ class VllmDialect(Dialect):
     def spelling(self) -> Spelling:
         return SPELLING
 
+    @property
+    def drafter_flag(self) -> str | None:
+        return self.names.speculative_config
+
     def tokens(self, command: Sequence[str], args: Sequence[str]) -> list[str]:
         return vllm_setup.vllm_tokens(command, args, self.names)
 
