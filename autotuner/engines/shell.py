@@ -158,8 +158,12 @@ def _text(node: Node) -> str:
 
 
 def _command(node: Node, substituted: bool, at: list[int]) -> Command:
-    parts = [c for c in node.children if c.type not in ("variable_assignment", "file_redirect")]
-    parts = [c for c in parts if not c.type.endswith("redirect")]
+    # Its words: not the assignments before it (`A=1 vllm ...`) nor its redirections.
+    parts = [
+        c
+        for c in node.named_children
+        if c.type != "variable_assignment" and not c.type.endswith("redirect")
+    ]
     words = []
     for part in parts:
         target = part.children[0] if part.type == "command_name" and part.children else part
