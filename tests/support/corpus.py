@@ -69,6 +69,9 @@ SWITCHES = frozenset(
     }
 )
 TUNER_KEY = "spec-autotuner.io/"
+# Flags the tuner keeps on for its own reading, whatever the setup: SGLang exports its metrics
+# only with --enable-metrics, so any setup the tuner writes there turns them on (README).
+TUNER_FLAGS = frozenset({"--enable-metrics"})
 SHELLS = frozenset({"sh", "bash", "dash"})
 runner = CliRunner()
 
@@ -394,6 +397,8 @@ def _tuner_line(line: str, tuner_values: Sequence[str]) -> bool:
     text = line.strip()
     if TUNER_KEY in text or re.fullmatch(r"annotations:\s*(\{\s*\})?", text):
         return True
+    if text.removeprefix("- ").strip("'\"") in TUNER_FLAGS:
+        return True
     return len(text) > 8 and any(text.strip("'\"") in value for value in tuner_values)
 
 
@@ -440,19 +445,42 @@ def foreign_changes(before: str, after: str, managed: set[str], flags: Sequence[
                     continue
                 elif _unmanaged(line, managed, flags) not in in_place:
                     problems.append(f"{sign} {line.strip()!r} (not a managed flag or value)")
-        kept_old = [
-            w for line in removed for w in line.split() if not _is_managed(w, managed, flags)
-        ]
-        kept_new = [w for line in added for w in line.split() if not _is_managed(w, managed, flags)]
+        kept_old = _kept_words([w for line in removed for w in line.split()], managed, flags)
+        kept_new = _kept_words([w for line in added for w in line.split()], managed, flags)
         if kept_old != kept_new:
             problems.append(f"words outside the managed flags changed: {kept_old} -> {kept_new}")
     return problems
 
 
 def _unmanaged(line: str, managed: set[str], flags: Sequence[str]) -> tuple[str, ...]:
-    """A line's indentation and its words that are not managed, quoted as written."""
-    words = [w for w in line.split() if not _is_managed(w, managed, flags)]
+    """A line's indentation and its words that are not managed, quoted as written but for
+    the closing quote of a string that managed lines now continue (it moves to their end)."""
+    words = _kept_words(line.split(), managed, flags)
+    if words and words[-1][-1:] in _QUOTES and words[-1][:1] not in _QUOTES:
+        words[-1] = words[-1][:-1]
     return (_indent(line), *words)
+
+
+_QUOTES = "'\""
+
+
+def _kept_words(words: Sequence[str], managed: set[str], flags: Sequence[str]) -> list[str]:
+    """The words that are not managed, quoted as written, except that a quote a managed word
+    carries at its edge belongs to the string around them: flags appended at the end of a
+    quoted script move its closing quote (`--enforce-eager"` -> `... 16"`), which is no
+    change of the operator's words."""
+    kept: list[str] = []
+    opening = ""
+    for word in words:
+        if not _is_managed(word, managed, flags):
+            kept.append(opening + word if not word.startswith(tuple(_QUOTES)) else word)
+            opening = ""
+            continue
+        closing = word[len(word.rstrip(_QUOTES + ",")) :]
+        if closing and kept and not kept[-1].endswith(closing):
+            kept[-1] += closing
+        opening += word[: len(word) - len(word.lstrip(_QUOTES))]
+    return kept
 
 
 def _indent(line: str) -> str:
