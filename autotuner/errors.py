@@ -67,9 +67,13 @@ class ArgsError(InputError):
 
 
 class EngineRuleError(ArgsError):
-    """The engine would refuse this setup at start with these args (a start-up rule of its
+    """The setup breaks a rule on these args (one the engine checks at start, or the tuner's
     own, named in the message); nothing was changed. Unlike other ArgsErrors, the args could
-    be written: `apply --force` writes them anyway."""
+    be written: `override` names the option that writes them anyway."""
+
+    def __init__(self, message: str, *, override: str = "--force") -> None:
+        super().__init__(message)
+        self.override = override
 
 
 # --------------------------------------------------------------------------- finding flags

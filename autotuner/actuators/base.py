@@ -21,6 +21,7 @@ from autotuner.engines.companion_record import Saved, saved_record
 from autotuner.engines.dialect import Dialect, Rendered
 from autotuner.errors import (
     ActuatorError,
+    AdviceOnlyError,
     ArgsError,
     ConflictError,
     EngineRuleError,
@@ -142,7 +143,8 @@ def rendered(
 ) -> Rendered:
     """The (command, args) that configure `setup` with the companions it needs, and the
     operator's companion record to keep, or an ActuatorError naming `where` (a
-    RefusedByRuleError for a start-up rule of the engine the setup breaks)."""
+    RefusedByRuleError for a rule the setup breaks; an AdviceOnlyError naming where the args
+    live when they cannot be rendered here)."""
     try:
         return dialect.render(
             live.command,
@@ -156,10 +158,11 @@ def rendered(
         )
     except EngineRuleError as exc:
         raise RefusedByRuleError(
-            f"{where}: refused by the engine's own rules: {exc}; nothing changed (--force "
-            "writes it anyway)"
+            f"{where}: refused: {exc}; nothing changed ({exc.override} writes it anyway)"
         ) from None
     except ArgsError as exc:
+        if live.advice:  # the args live elsewhere (a shell variable, a ConfigMap): say where
+            raise AdviceOnlyError(f"{where}: not written: {live.advice} ({exc})") from None
         raise ActuatorError(f"{where}: {exc}") from None
 
 

@@ -154,6 +154,7 @@ def test_replay_alone_takes_flashinfer_and_prefix_caching_off() -> None:
     ]
     assert saved is not None
     drafter = saved.pop(DRAFTER)  # where the operator's drafter stood, to put it back there
+    assert drafter is not None
     assert drafter[1] == "--speculative-config"
     assert saved == {"mamba_backend_flashinfer": None, "prefix_caching_off": None}
 

@@ -192,3 +192,14 @@ def test_the_command_line_is_read_into_engine_args() -> None:
     assert served_model_id(["--model", "m/x"]) == "m/x"
     with pytest.raises(ArgsError, match="--tp-size"):
         parse(["--tp-size", "two"])
+
+
+def test_a_low_precision_state_is_refused_by_a_rule_its_own_option_lifts() -> None:
+    """Replay on a bf16 SSM state is the tuner's own rule: refused like the engine's (one exit
+    code for apply), lifted by --allow-low-precision-replay, not by --force."""
+    args = [*BASES["nextn"], "--mamba-ssm-dtype", "bfloat16"]
+    replay = Setup.parse("replay:16")
+    with pytest.raises(EngineRuleError) as refused:
+        render(args, replay, enforce_rules=False)
+    assert refused.value.override == "--allow-low-precision-replay"
+    assert parse_setup(render(args, replay, allow_low_precision_replay=True)) == replay

@@ -213,9 +213,10 @@ def render(
         raise ArgsError("SGLang has no per-batch K schedule (its tiers are --speculative-adaptive)")
     dtype = text(out, flags.SSM_DTYPE)
     if setup.replay_window and not allow_low_precision_replay and dtype not in (None, "float32"):
-        raise ArgsError(
+        raise EngineRuleError(
             f"refusing replay with {flags.SSM_DTYPE} {dtype}: a low-precision SSM state drifts "
-            "under replay"
+            "under replay",
+            override="--allow-low-precision-replay",
         )
     out = _render_spec(out, setup, saved_speculative_config, enforce_rules=enforce_rules)
     out = _render_replay(out, setup, enforce_rules=enforce_rules)

@@ -24,7 +24,7 @@ from autotuner.engines.commandline import (
 )
 from autotuner.engines.vllm.args import speculative
 from autotuner.engines.vllm.flags import FlagNames
-from autotuner.errors import ArgsError
+from autotuner.errors import ArgsError, EngineRuleError
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 K_KEY = "num_speculative_tokens"
@@ -105,9 +105,10 @@ def render(
     if setup.replay_window and not allow_low_precision_replay:
         dtype = find(out, names.mamba_ssm_cache_dtype)
         if dtype and dtype.value and dtype.value not in ("float32", "auto"):
-            raise ArgsError(
+            raise EngineRuleError(
                 f"refusing replay with {names.mamba_ssm_cache_dtype} {dtype.value}: a "
-                "low-precision SSM state drifts under replay"
+                "low-precision SSM state drifts under replay",
+                override="--allow-low-precision-replay",
             )
     out = _render_spec(out, setup, names, saved_speculative_config)
     return _render_replay(out, setup, names)
