@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from autotuner.actuators.base import STATE_ANNOTATION
+from autotuner.actuators.base import OPERATOR_ANNOTATION, STATE_ANNOTATION
 from autotuner.actuators.kinds import Path, at
 from autotuner.actuators.kubeapi import K8sTarget, api_client, discover_target
 from autotuner.actuators.kubernetes import PARTITION_ANNOTATION, KubernetesActuator
@@ -72,7 +72,9 @@ def assert_only(before: dict[str, Any], after: dict[str, Any], changed: list[Pat
         meta = obj["metadata"]
         for key in ("resourceVersion", "generation"):
             meta.pop(key, None)
-        for key in (STATE_ANNOTATION, PARTITION_ANNOTATION):
+        # The tuner's own records: its state, the canary's partition, the operator's drafter
+        # and companion flags kept to put back.
+        for key in (STATE_ANNOTATION, PARTITION_ANNOTATION, OPERATOR_ANNOTATION):
             meta.get("annotations", {}).pop(key, None)
     assert seen == expected
 
@@ -342,7 +344,8 @@ def test_a_controlled_child_is_refused_with_its_owner_named(server: FakeApiServe
     server.put("Deployment", child)
     act = tuner(server, "k8s://llm/deployment/qwen-kserve/vllm")
     assert act.read().advice is not None
-    with pytest.raises(AdviceOnlyError, match="k8s://llm/llminferenceservice/qwen"):
+    # The owner as its reference serves it: v1alpha1, not the kind's default v1alpha2.
+    with pytest.raises(AdviceOnlyError, match=r"k8s://llm/llminferenceservice\.v1alpha1/qwen"):
         act.apply(REPLAY, state=None, expected_version=None)
     assert patches(server) == []
 
