@@ -15,7 +15,13 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from autotuner.actuators.base import RolloutStatus, select_container
-from autotuner.actuators.sites import ConfigMapReader, Site, check_agreement, read_site
+from autotuner.actuators.sites import (
+    ConfigMapReader,
+    Site,
+    check_agreement,
+    read_site,
+    templated_site,
+)
 from autotuner.engines.dialect import Dialect
 from autotuner.errors import ActuatorError, ArgsError, InputError
 from autotuner.sources.scope import MetricsScope, literal
@@ -52,6 +58,8 @@ class Kind:
     rollout: Callable[[Obj], RolloutStatus]
     pod_selector: Callable[[Obj], str | None] = lambda raw: None  # its pods, to find pending
     partitioned: bool = False  # offers `partition`: a canary without a spare GPU
+    # A container without a command line runs the kind's template (sites.templated_site).
+    templated: bool = False
 
     @property
     def api_version(self) -> str:
@@ -417,6 +425,7 @@ KINDS: dict[str, Kind] = {
             _llmisvc_engines,
             _llmisvc_surge,
             _conditions_rollout,
+            templated=True,
         ),
         Kind(
             "inferenceservice",
@@ -449,6 +458,8 @@ def engine_sites(
     for engine in kind.engines(raw, wanted, dialect.container_hint):
         container, pod = at(raw, engine.container), at(raw, engine.pod_spec)
         site = read_site(container, pointer(engine.container), pod, dialect, config_map)
+        if site is not None and kind.templated:
+            site = templated_site(site)
         if site is not None:
             found.append((engine, site))
     if not found:

@@ -13,6 +13,7 @@ object, often another tool's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import posixpath
 import re
@@ -47,6 +48,7 @@ class Site:
     advice: str | None = None  # where the args live when they cannot be written here
     shell: ShellSpan | None = None  # the args are one command of a `sh -c` script
     references: tuple[Reference, ...] = ()  # `$(VAR)` inside args, read with the var's value
+    new_env: bool = False  # the args go into a new VLLM_ADDITIONAL_ARGS (templated_site)
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,17 @@ def read_site(
         return None
     site = script or _referencing_site(pointer, command, args, env, config_map)
     return _config_site(site, container, pod_spec, dialect, config_map)
+
+
+def templated_site(site: Site) -> Site:
+    """A container whose command line is its object's template (a KServe LLMInferenceService
+    `main` with no command, args or VLLM_ADDITIONAL_ARGS): writing `args` would replace the
+    template's whole command line, so the tuner's flags go into a new VLLM_ADDITIONAL_ARGS,
+    which the template's vLLM command expands after its own."""
+    plain = not (site.command or site.args or site.shell or site.references)
+    if plain and site.env_index is None and site.advice is None:
+        return dataclasses.replace(site, new_env=True)
+    return site
 
 
 def _script_site(
@@ -294,16 +307,35 @@ def site_ops(site: Site, container: Obj, command: Sequence[str], args: Sequence[
         return [{"op": "replace", "path": path, "value": new_text}]
     if site.references:
         return _referencing_ops(site, container, command, args)
+    if site.new_env:  # no command line to edit: the rendered words are all the tuner's
+        return _new_env_ops(site.pointer, container, [*command, *args])
     if site.env_index is not None:
-        entry = container["env"][site.env_index]
-        value = edit_shell(str(entry["value"]), lambda _: list(args))
-        if value[:1].isspace() and not str(entry["value"])[:1].isspace():
-            value = value[1:]  # edit_shell's blank before a word that now comes first
-        if value == entry["value"]:
-            return []
-        path = f"{site.pointer}/env/{site.env_index}/value"
-        return [{"op": "replace", "path": path, "value": value}]
+        return _env_ops(site.pointer, container, site.env_index, args)
     return _list_ops(site.pointer, container, command, args)
+
+
+def _env_ops(pointer: str, container: Obj, index: int, args: Sequence[str]) -> list[Obj]:
+    """The env var's literal value edited in place; a VLLM_ADDITIONAL_ARGS left empty goes
+    (with the env list, when it was the only var), so a round trip gives the object back."""
+    env = container["env"]
+    old = str(env[index]["value"])
+    value = edit_shell(old, lambda _: list(args))
+    if value[:1].isspace() and not old[:1].isspace():
+        value = value[1:]  # edit_shell's blank before a word that now comes first
+    if not args and env[index].get("name") == ENV_ARGS:
+        path = f"{pointer}/env" if len(env) == 1 else f"{pointer}/env/{index}"
+        return [{"op": "remove", "path": path}]
+    if value == old:
+        return []
+    return [{"op": "replace", "path": f"{pointer}/env/{index}/value", "value": value}]
+
+
+def _new_env_ops(pointer: str, container: Obj, args: Sequence[str]) -> list[Obj]:
+    """VLLM_ADDITIONAL_ARGS added with the args (appended to the env list, or made it)."""
+    entry = {"name": ENV_ARGS, "value": " ".join(shell.quote(word) for word in args)}
+    if container.get("env"):
+        return [{"op": "add", "path": f"{pointer}/env/-", "value": entry}]
+    return [{"op": "add", "path": f"{pointer}/env", "value": [entry]}]
 
 
 def _list_ops(

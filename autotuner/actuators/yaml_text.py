@@ -105,6 +105,9 @@ def _patched(
             parent: Any = document
             for part in parts[:-1]:
                 parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+            if isinstance(parent, list) and parts[-1] == "-" and op["op"] == "add":
+                parent.append(copy.deepcopy(op["value"]))
+                continue
             key: Any = int(parts[-1]) if isinstance(parent, list) else parts[-1]
             if op["op"] == "remove":
                 del parent[key]
@@ -215,6 +218,11 @@ def _quotes(items: Sequence[Node]) -> str | None:
         return None
     quote = quoted.most_common(1)[0][0]
     return f"all{quote}" if quoted[quote] == len(styles) else quote
+
+
+def _key(name: str) -> str:
+    """A map key as written: plain where it can be."""
+    return name if plain_ok(name) else double_quoted(name)
 
 
 def _flow(value: Any) -> str:
@@ -373,9 +381,7 @@ class _Writer:
             parent = self._child(parent, part)
         kind, value = op["op"], op.get("value")
         if isinstance(parent, SequenceNode):
-            if kind != "replace" or not isinstance(value, str):
-                raise TextEditError(f"{op['path']}: only a list item's text is replaced")
-            self._scalar(self._child(parent, parts[-1]), value, flow=bool(parent.flow_style))
+            self._item_op(parent, kind, parts[-1], value, str(op["path"]))
             return
         if not isinstance(parent, MappingNode):
             raise TextEditError(f"{op['path']}: not inside a map")
@@ -388,6 +394,33 @@ class _Writer:
             self._replace(parent, pair, value)
         else:
             raise TextEditError(f"{op['path']}: cannot {kind}")
+
+    def _item_op(self, parent: SequenceNode, kind: str, part: str, value: Any, path: str) -> None:
+        """A list item's text replaced, an item removed, or a map appended (an env var)."""
+        if kind == "replace" and isinstance(value, str):
+            self._scalar(self._child(parent, part), value, flow=bool(parent.flow_style))
+        elif kind == "remove" and not parent.flow_style and len(parent.value) > 1:
+            item = self._child(parent, part)
+            line = self._line_of(self._dash(item), "an item")
+            self.edits.append(_Edit(line, self._line_after(self._content_end(item)), ""))
+        elif kind == "add" and part == "-" and isinstance(value, dict) and value:
+            if parent.flow_style or not parent.value:
+                raise TextEditError(f"{path}: a map appended to a flow or empty list")
+            self._append_map(parent.value, value)
+        else:
+            raise TextEditError(f"{path}: cannot {kind} that list item here")
+
+    def _append_map(self, items: Sequence[Node], value: Mapping[str, Any]) -> None:
+        """A map item after the last, its dash and keys where the last item has them."""
+        last = items[-1]
+        line = self._line_of(self._dash(last), "an item")
+        prefix = self.text[line : last.start_mark.index]
+        pad = " " * len(prefix)
+        lines = [
+            f"{prefix if i == 0 else pad}{_key(str(k))}: {_new_item(str(v), None, False)}\n"
+            for i, (k, v) in enumerate(value.items())
+        ]
+        self._insert(self._line_after(self._content_end(last)), "".join(lines))
 
     def _child(self, node: Node, part: str) -> Node:
         if isinstance(node, MappingNode):
@@ -460,18 +493,30 @@ class _Writer:
     def _block(self, name: str, value: Any, column: int) -> str:
         """`name: value` as block lines at `column`."""
         pad = " " * column
-        key = name if plain_ok(name) else double_quoted(name)
+        key = _key(name)
         if isinstance(value, str):
             return f"{pad}{key}: {_new_item(value, None, False)}\n"
         step, offset = self._style()
         if isinstance(value, list) and value:
             dash = " " * (column + offset)
-            items = "".join(f"{dash}- {_new_item(str(v), None, False)}\n" for v in value)
+            items = "".join(self._list_item(dash, v) for v in value)
             return f"{pad}{key}:\n{items}"
         if isinstance(value, dict) and value:
             inner = "".join(self._block(str(k), v, column + step) for k, v in value.items())
             return f"{pad}{key}:\n{inner}"
         raise TextEditError(f"{name}: cannot write {value!r} as a new key")
+
+    def _list_item(self, dash: str, value: Any) -> str:
+        """One new block list item: a string, or a map of strings (an env var)."""
+        if not isinstance(value, dict):
+            return f"{dash}- {_new_item(str(value), None, False)}\n"
+        if not value:
+            raise TextEditError("cannot write an empty map as a list item")
+        pad = dash + "  "
+        return "".join(
+            f"{dash + '- ' if i == 0 else pad}{_key(str(k))}: {_new_item(str(v), None, False)}\n"
+            for i, (k, v) in enumerate(value.items())
+        )
 
     # -------------------------------------------------------------- lists
 

@@ -20,6 +20,7 @@ from autotuner.actuators.sites import (
     config_tokens,
     read_site,
     site_ops,
+    templated_site,
 )
 from autotuner.core.types import Setup
 from autotuner.engines.vllm.dialect import VllmDialect
@@ -390,3 +391,24 @@ def test_an_arg_that_is_only_a_reference_to_a_json_value_is_read_as_that_value()
 def test_an_escaped_reference_is_literal() -> None:
     container = {"args": ["--model", "m", "--x=$$(SPEC)"], "env": [{"name": "SPEC", "value": "v"}]}
     assert site_of(container).args[-1] == "--x=$$(SPEC)"
+
+
+def test_a_templated_container_gets_its_flags_in_a_new_env_var_and_loses_it_going_back() -> None:
+    """A KServe `main` with no command line of its own runs its template's: `args` would
+    replace that, so the flags go into VLLM_ADDITIONAL_ARGS, which goes again when empty."""
+    container: dict[str, Any] = {"name": "main", "env": [{"name": "X", "value": "1"}]}
+    site = templated_site(site_of(container))
+    assert site.new_env
+    flags = ["--use-replayssm", "--replayssm-buffer-len", "16"]
+    added = site_ops(site, container, flags, [])
+    value = "--use-replayssm --replayssm-buffer-len 16"
+    assert added == [{"op": "add", "path": "/c/env/-", "value": {"name": ENV_ARGS, "value": value}}]
+    container["env"].append({"name": ENV_ARGS, "value": value})
+    written = templated_site(site_of(container))
+    assert not written.new_env
+    assert written.args == tuple(flags)
+    assert site_ops(written, container, [], []) == [{"op": "remove", "path": "/c/env/1"}]
+    bare: dict[str, Any] = {"name": "main"}
+    assert site_ops(templated_site(site_of(bare)), bare, flags, [])[0]["path"] == "/c/env"
+    own = {"name": "main", "args": ["--model", "m"]}
+    assert not templated_site(site_of(own)).new_env  # its own command line: written there

@@ -330,3 +330,41 @@ def test_a_file_with_windows_line_ends_keeps_them() -> None:
         "\n", "\r\n"
     )
     assert new.count("\n") == new.count("\r\n") == DEPLOYMENT.count("\n") - 2
+
+
+ENV = "/spec/template/spec/containers/0/env"
+
+
+def test_an_env_var_is_appended_as_its_neighbours_are_written_and_removed_again() -> None:
+    """VLLM_ADDITIONAL_ARGS given to a KServe container: a map item after the last env var,
+    dash and keys where that one has them; removing it gives the text back."""
+    entry = {"name": "VLLM_ADDITIONAL_ARGS", "value": "--use-replayssm --replayssm-buffer-len 16"}
+    new = edit([{"op": "add", "path": f"{ENV}/-", "value": entry}])
+    assert changed(DEPLOYMENT, new) == (
+        [],
+        [
+            "        - name: VLLM_ADDITIONAL_ARGS",
+            "          value: --use-replayssm --replayssm-buffer-len 16",
+        ],
+    )
+    assert edit_document(new, 0, [{"op": "remove", "path": f"{ENV}/1"}]) == DEPLOYMENT
+
+
+def test_an_env_list_is_made_with_its_map_item() -> None:
+    entry = {"name": "VLLM_ADDITIONAL_ARGS", "value": "--use-replayssm"}
+    gone = edit([{"op": "remove", "path": ENV}])
+    new = edit_document(gone, 0, [{"op": "add", "path": ENV, "value": [entry]}])
+    assert yaml.safe_load(new.split("---")[0])["spec"]["template"]["spec"]["containers"][0][
+        "env"
+    ] == [entry]
+    _, added = changed(gone, new)
+    assert added == [
+        "        env:",
+        "        - name: VLLM_ADDITIONAL_ARGS",
+        "          value: --use-replayssm",
+    ]
+
+
+def test_the_only_item_of_a_list_is_not_removed_as_an_item() -> None:
+    with pytest.raises(TextEditError):
+        edit([{"op": "remove", "path": f"{ENV}/0"}])
