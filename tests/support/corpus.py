@@ -430,8 +430,8 @@ def foreign_changes(before: str, after: str, managed: set[str], flags: Sequence[
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
-        removed = [line for line in old[i1:i2] if not _tuner_line(line, values)]
-        added = [line for line in new[j1:j2] if not _tuner_line(line, values)]
+        removed = _env_args_entry([line for line in old[i1:i2] if not _tuner_line(line, values)])
+        added = _env_args_entry([line for line in new[j1:j2] if not _tuner_line(line, values)])
         # A line kept in place with managed words added to it or taken from it (or only a
         # trailing continuation): the same indentation and the same other words.
         in_place = {_unmanaged(line, managed, flags) for line in removed} & {
@@ -450,6 +450,23 @@ def foreign_changes(before: str, after: str, managed: set[str], flags: Sequence[
         if kept_old != kept_new:
             problems.append(f"words outside the managed flags changed: {kept_old} -> {kept_new}")
     return problems
+
+
+def _env_args_entry(lines: Sequence[str]) -> list[str]:
+    """Lines with a whole VLLM_ADDITIONAL_ARGS entry (added or removed) reduced to its value's
+    words: where a KServe container has no command line of its own, the tuner's flags go in
+    such an entry (its template expands it), so the entry is the managed span."""
+    out: list[str] = []
+    entry = False
+    for line in lines:
+        if re.fullmatch(r"\s*- name: VLLM_ADDITIONAL_ARGS", line):
+            entry = True
+            continue
+        if entry and line.strip().startswith("value:"):
+            line = line.replace("value:", "", 1)
+        entry = False
+        out.append(line)
+    return out
 
 
 def _unmanaged(line: str, managed: set[str], flags: Sequence[str]) -> tuple[str, ...]:
