@@ -52,7 +52,7 @@ from autotuner.actuators.kinds import (
 )
 from autotuner.actuators.kubeapi import K8sTarget, request
 from autotuner.actuators.managers import controller_owner, source_manager
-from autotuner.actuators.sites import Site, site_ops
+from autotuner.actuators.sites import Site, config_change, site_ops
 from autotuner.deadline import Deadline, backoff_s
 from autotuner.engines.dialect import Dialect
 from autotuner.engines.vllm.dialect import VllmDialect
@@ -282,7 +282,10 @@ class KubernetesActuator(Actuator):
         if after == before and (state is None or state == live.state):
             return ApplyResult(False, change.dry_run, before, after, "", live.version)
         if live.advice and after != before:
-            raise AdviceOnlyError(f"{self.where}: not patched: {live.advice}; the change:\n{diff}")
+            in_file = config_change(read.sites[0][1], command, args, self.dialect)
+            raise AdviceOnlyError(
+                f"{self.where}: not patched: {live.advice}{in_file}; the change:\n{diff}"
+            )
         risk = self.kind.surge(read.raw)
         if risk and not self.allow_surge and after != before:
             raise ActuatorError(f"refused: {self.where}: {risk}")

@@ -31,7 +31,7 @@ from autotuner.actuators.base import (
     live_target,
 )
 from autotuner.actuators.kinds import BY_KIND, Engine, at, engine_sites, kind_named, pointer
-from autotuner.actuators.sites import Site, site_ops
+from autotuner.actuators.sites import Site, config_change, site_ops
 from autotuner.actuators.yaml_text import TextEditError, edit_document
 from autotuner.engines.dialect import Dialect
 from autotuner.engines.vllm.dialect import VllmDialect
@@ -157,7 +157,8 @@ class ManifestActuator(Actuator):
                 container = at(workload, engine.container)
                 ops += site_ops(site, container, new_command, new_args)
         except ArgsError as exc:
-            raise AdviceOnlyError(f"{self.path}: not written: {exc}") from None
+            in_file = config_change(sites[0][1], command, args, self.dialect)
+            raise AdviceOnlyError(f"{self.path}: not written: {exc}{in_file}") from None
         index = next(i for i, d in enumerate(documents) if d is workload)
         try:
             new_text = edit_document(text, index, ops, change.annotations())

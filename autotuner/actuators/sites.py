@@ -49,6 +49,25 @@ class Site:
     shell: ShellSpan | None = None  # the args are one command of a `sh -c` script
     references: tuple[Reference, ...] = ()  # `$(VAR)` inside args, read with the var's value
     new_env: bool = False  # the args go into a new VLLM_ADDITIONAL_ARGS (templated_site)
+    config: ConfigFile | None = None  # the managed flags are set by this mounted config file
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """A `--config FILE` mounted from a ConfigMap: where it lives, and each flag's key as the
+    file spells it (`speculative_num_steps` or `speculative-num-steps`)."""
+
+    where: str
+    keys: tuple[tuple[str, str], ...]  # (flag, key)
+
+    def key(self, flag: str) -> str:
+        """The flag's key in the file; a flag the file lacks, in the file's own spelling."""
+        spelled = dict(self.keys)
+        if flag in spelled:
+            return spelled[flag]
+        underscored = any("_" in key for _, key in self.keys)
+        bare = flag.removeprefix("--")
+        return bare.replace("-", "_") if underscored else bare
 
 
 @dataclass(frozen=True)
@@ -232,7 +251,48 @@ def _config_site(
     given = {t.split("=", 1)[0] for t in tokens if t.startswith("--")}
     extra = _without(settings, given)  # the command line wins over the file
     where = f"ConfigMap {name} key {key} (mounted as {flag.value} in {site.pointer})"
-    return Site(site.pointer, (), (*tokens, *extra), advice=f"the engine args live in {where}")
+    keys = tuple(("--" + str(k).replace("_", "-"), str(k)) for k in yaml.safe_load(data[key]))
+    return Site(
+        site.pointer,
+        (),
+        (*tokens, *extra),
+        advice=f"the engine args live in {where}",
+        config=ConfigFile(where, keys),
+    )
+
+
+def config_change(site: Site, command: Sequence[str], args: Sequence[str], dialect: Dialect) -> str:
+    """The change to a mounted config file in its own keys (empty for other sites): what an
+    operator writes there, not the command-line flags the file stands for."""
+    if site.config is None:
+        return ""
+    old = managed_values(dialect.tokens(site.command, site.args), dialect.managed)
+    new = managed_values(dialect.tokens(command, args), dialect.managed)
+    lines = []
+    for flag in sorted(set(old) | set(new)):
+        if old.get(flag, "") == new.get(flag, ""):
+            continue
+        key = site.config.key(flag)
+        if flag not in new:
+            lines.append(f"remove {key}")
+        else:
+            value = _file_value(new[flag])
+            lines.append(yaml.safe_dump({key: value}, default_flow_style=True, width=1 << 16))
+    said = "; ".join(line.strip().removeprefix("{").removesuffix("}") for line in lines)
+    return f"; set there {said}" if said else ""
+
+
+def _file_value(written: str | None) -> object:
+    """A flag's value as a config file holds it: a switch as true, a JSON object as a map."""
+    if written is None:
+        return True
+    if written.lstrip().startswith("{") or re.fullmatch(r"-?\d+", written):
+        try:
+            parsed: object = json.loads(written)
+        except json.JSONDecodeError:
+            return written
+        return parsed
+    return written
 
 
 def _mounted_key(path: str, container: Obj, pod_spec: Obj) -> tuple[str, str] | None:

@@ -412,3 +412,37 @@ def test_a_templated_container_gets_its_flags_in_a_new_env_var_and_loses_it_goin
     assert site_ops(templated_site(site_of(bare)), bare, flags, [])[0]["path"] == "/c/env"
     own = {"name": "main", "args": ["--model", "m"]}
     assert not templated_site(site_of(own)).new_env  # its own command line: written there
+
+
+def test_a_config_file_change_is_advised_in_the_files_own_keys() -> None:
+    """An SGLang-style file (`speculative_num_steps: 3`): the advice names its keys, not the
+    command-line flags they stand for; a map-valued vLLM key is given as a map."""
+    from autotuner.actuators.sites import config_change
+
+    container = {
+        "args": ["--model", "m", "--config", "/etc/v/c.yaml"],
+        "volumeMounts": [{"name": "v", "mountPath": "/etc/v"}],
+    }
+    pod = {"volumes": [{"name": "v", "configMap": {"name": "conf"}}]}
+    text = "speculative_config:\n  method: mtp\n  num_speculative_tokens: 2\nmax_num_seqs: 64\n"
+    site = site_of(container, pod, lambda name: {"c.yaml": text})
+    assert site.config is not None
+    new = DIALECT.render(
+        site.command,
+        site.args,
+        Setup(spec_tokens=3, replay_window=0),
+        saved_speculative_config=None,
+        allow_low_precision_replay=False,
+    )
+    said = config_change(site, new[0], new[1], DIALECT)
+    assert said.startswith("; set there ")
+    assert "speculative_config: {method: mtp, num_speculative_tokens: 3}" in said
+    assert "--speculative" not in said
+    off = DIALECT.render(
+        site.command,
+        site.args,
+        Setup(),
+        saved_speculative_config=None,
+        allow_low_precision_replay=False,
+    )
+    assert "remove speculative_config" in config_change(site, off[0], off[1], DIALECT)
