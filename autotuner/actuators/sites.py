@@ -245,13 +245,14 @@ def _config_site(
     data = config_map(name)
     if key not in data:
         raise ArgsError(f"{site.pointer}: {flag.value}: ConfigMap {name} has no key {key}")
-    settings = config_tokens(data[key], flag.value)
+    read = _config_settings(data[key], flag.value)
+    settings = _as_flags(read)
     if not _holds(settings, dialect.managed):
         return site  # the file sets none of the managed flags: the command line stays ours
     given = {t.split("=", 1)[0] for t in tokens if t.startswith("--")}
     extra = _without(settings, given)  # the command line wins over the file
     where = f"ConfigMap {name} key {key} (mounted as {flag.value} in {site.pointer})"
-    keys = tuple(("--" + str(k).replace("_", "-"), str(k)) for k in yaml.safe_load(data[key]))
+    keys = tuple((_flag(k), str(k)) for k in read)
     return Site(
         site.pointer,
         (),
@@ -315,20 +316,32 @@ def _mounted_key(path: str, container: Obj, pod_spec: Obj) -> tuple[str, str] | 
 
 def config_tokens(text: str, path: str) -> list[str]:
     """A YAML config file's settings as the flags they stand for (`key: v` -> `--key v`)."""
+    return _as_flags(_config_settings(text, path))
+
+
+def _config_settings(text: str, path: str) -> dict[Any, Any]:
+    """A YAML config file's mapping of settings (ArgsError if it is not one)."""
     try:
         settings = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise ArgsError(f"{path}: not YAML ({error})") from None
     if not isinstance(settings, dict):
         raise ArgsError(f"{path}: not a mapping of settings")
+    return settings
+
+
+def _flag(key: object) -> str:
+    return "--" + str(key).replace("_", "-")
+
+
+def _as_flags(settings: dict[Any, Any]) -> list[str]:
     tokens: list[str] = []
     for key, value in settings.items():
-        flag = "--" + str(key).replace("_", "-")
         if value is True:
-            tokens.append(flag)
+            tokens.append(_flag(key))
         elif value is not False and value is not None:
             text_value = value if isinstance(value, str) else json.dumps(value)
-            tokens += [flag, text_value]
+            tokens += [_flag(key), text_value]
     return tokens
 
 

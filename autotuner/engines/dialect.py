@@ -119,7 +119,8 @@ class Dialect(ABC):
         the operator's tokens to keep on the target. Args that already configure `setup` are
         kept as they are. A setup the engine would refuse at start on these args raises
         EngineRuleError unless `enforce_rules` is off (`apply --force`)."""
-        if setup == self.parse(tokens):
+        running = self.parse(tokens)
+        if setup == running:
             return list(tokens), saved_companions
         saved = dict(saved_companions or {})
         drafter = saved.pop(DRAFTER, None)
@@ -134,7 +135,7 @@ class Dialect(ABC):
         if flag is not None and setup.spec_tokens:
             written = placed(written, flag, drafter) if drafter else written
             drafter = None  # back where it stood: nothing left to keep
-        elif flag is not None and self.parse(tokens).spec_tokens:
+        elif flag is not None and running.spec_tokens:
             drafter = drafter_record(tokens, flag)  # turned off now: keep where it stood
         wanted = self.companions_written(setup, companions)
         out, record = render_companions(written, wanted, saved or None, self.spelling)

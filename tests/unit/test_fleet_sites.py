@@ -34,6 +34,18 @@ def no_config_maps(name: str) -> dict[str, str]:
     raise AssertionError(f"no ConfigMap should be read (asked for {name})")
 
 
+def rendered(site: Site, setup: Setup) -> tuple[list[str], list[str]]:
+    """The (command, args) that write `setup` into the site's command line."""
+    command, args, _ = DIALECT.render(
+        site.command,
+        site.args,
+        setup,
+        saved_speculative_config=None,
+        allow_low_precision_replay=False,
+    )
+    return command, args
+
+
 def site_of(
     container: dict[str, Any],
     pod: dict[str, Any] | None = None,
@@ -328,13 +340,7 @@ def test_a_value_inside_an_arg_is_read_from_its_literal_env_var_and_written_ther
     site = site_of(container)
     assert site.args == ("m", f"--speculative-config={MTP}", "--port", "$(PORT)")
     assert DIALECT.setup_of(site.command, site.args) == Setup(spec_tokens=3)
-    command, args, _ = DIALECT.render(
-        site.command,
-        site.args,
-        Setup(spec_tokens=2),
-        saved_speculative_config=None,
-        allow_low_precision_replay=False,
-    )
+    command, args = rendered(site, Setup(spec_tokens=2))
     ops = site_ops(site, container, command, args)
     assert [op["path"] for op in ops] == ["/c/env/0/value"]
     assert re.search(r'"num_speculative_tokens":\s*2\b', ops[0]["value"])
@@ -346,13 +352,7 @@ def test_a_value_inside_an_arg_from_a_configmap_is_advised_with_its_new_value() 
     container = _referencing({"name": "SPEC", "valueFrom": ref})
     site = site_of(container, {}, lambda name: {"spec": MTP.replace(",", ",\n  ")})
     assert DIALECT.setup_of(site.command, site.args) == Setup(spec_tokens=3)
-    command, args, _ = DIALECT.render(
-        site.command,
-        site.args,
-        Setup(spec_tokens=2),
-        saved_speculative_config=None,
-        allow_low_precision_replay=False,
-    )
+    command, args = rendered(site, Setup(spec_tokens=2))
     with pytest.raises(ArgsError, match="ConfigMap conf key spec") as said:
         site_ops(site, container, command, args)
     assert re.search(r'"num_speculative_tokens":\s*2\b', str(said.value))
@@ -427,22 +427,10 @@ def test_a_config_file_change_is_advised_in_the_files_own_keys() -> None:
     text = "speculative_config:\n  method: mtp\n  num_speculative_tokens: 2\nmax_num_seqs: 64\n"
     site = site_of(container, pod, lambda name: {"c.yaml": text})
     assert site.config is not None
-    new = DIALECT.render(
-        site.command,
-        site.args,
-        Setup(spec_tokens=3, replay_window=0),
-        saved_speculative_config=None,
-        allow_low_precision_replay=False,
-    )
+    new = rendered(site, Setup(spec_tokens=3))
     said = config_change(site, new[0], new[1], DIALECT)
     assert said.startswith("; set there ")
     assert "speculative_config: {method: mtp, num_speculative_tokens: 3}" in said
     assert "--speculative" not in said
-    off = DIALECT.render(
-        site.command,
-        site.args,
-        Setup(),
-        saved_speculative_config=None,
-        allow_low_precision_replay=False,
-    )
+    off = rendered(site, Setup())
     assert "remove speculative_config" in config_change(site, off[0], off[1], DIALECT)
