@@ -60,6 +60,7 @@ class Controller:
     state: TunerState | None = None
     last_step_at: float | None = None
     last_usable_at: float | None = None
+    last_read_error: ActuatorError | None = None  # the latest step's, None when it read
     stop_event: threading.Event = field(default_factory=threading.Event)
     started_at: float = field(init=False)
     notifier: Notifier = field(init=False)
@@ -132,9 +133,11 @@ class Controller:
     def _read(self) -> LiveTarget | None:
         if self.actuator is None:
             return None
+        self.last_read_error = None
         try:
             return self.actuator.read()
         except ActuatorError as exc:
+            self.last_read_error = exc
             self.notifier.failed(ErrorKind.READ, f"cannot read the target: {exc}")
             return None
 

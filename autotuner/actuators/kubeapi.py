@@ -35,6 +35,10 @@ INTERMEDIATE = {
 CONTAINER_PART = frozenset({"deployment", "statefulset", "leaderworkerset"})
 
 
+class NotFoundError(ActuatorError):
+    """The object is not there (HTTP 404): deleted, or never created."""
+
+
 @dataclass(frozen=True)
 class K8sTarget:
     """k8s://NAMESPACE/KIND/NAME[/PART]: PART is the engine's container, or the
@@ -139,7 +143,7 @@ def api_error(exc: ApiException, what: str) -> ActuatorError:
     if exc.status == 403:
         return ForbiddenError(f"{what}: forbidden by RBAC (403): {exc.reason}")
     if exc.status == 404:
-        return ActuatorError(f"{what}: not found (404)")
+        return NotFoundError(f"{what}: not found (404)")
     return ActuatorError(f"{what}: API error {exc.status} {exc.reason}")
 
 

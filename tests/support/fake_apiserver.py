@@ -11,7 +11,10 @@ concurrency (a resourceVersion in the patch, or one a JSON patch writes, that is
 DynamoComponentDeployments for the owner chain; ConfigMaps; Events; Leases (GET/POST/PUT with
 resourceVersion); 403 for verbs the test forbids; slow and failing responses (a 429 or 503 with a
 Retry-After); another writer landing before a request (`interfere`); and a restart on the same
-port.
+port. Watches (`?watch=true` on a list, in one namespace or all) stream ADDED, MODIFIED and
+DELETED from a resourceVersion, as lines of JSON; an expired resourceVersion gets an ERROR
+event with a 410 Status; `drop_watches` ends every open stream, as an API server restart or a
+load balancer does. SpecTuners (spec-autotuner.io/v1alpha1) have a status subresource.
 
 It stores each object as put and serves it at any version its kind is served at: there is no
 conversion between versions and no schema validation beyond what a patch needs.
@@ -36,9 +39,11 @@ import jsonpatch
 Obj = dict[str, Any]
 
 ROUTES = [
-    re.compile(r"^/apis/([^/]+)/([^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?$"),
+    re.compile(r"^/apis/([^/]+)/([^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?(/status)?$"),
     re.compile(r"^/api/(v1)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?$"),
 ]
+ALL_NAMESPACES = re.compile(r"^/apis/([^/]+)/([^/]+)/([^/]+)$")  # a list or watch of every one
+WATCH_POLL_S = 0.05  # how often an open watch looks for news (and for being dropped)
 # GROUP/VERSION RESOURCE KIND, one a line; the core group is "v1" alone.
 SERVED_TEXT = """
 apps/v1 deployments Deployment
@@ -55,6 +60,7 @@ nvidia.com/v1alpha1 dynamocomponentdeployments DynamoComponentDeployment
 serving.kserve.io/v1alpha1 llminferenceservices LLMInferenceService
 serving.kserve.io/v1alpha2 llminferenceservices LLMInferenceService
 serving.kserve.io/v1beta1 inferenceservices InferenceService
+spec-autotuner.io/v1alpha1 spectuners SpecTuner
 """
 # (group, version, resource) -> the kind it holds; "" is the core group.
 SERVED = {
@@ -109,17 +115,32 @@ def _merge_maps(target: Obj, patch: Obj, merge: Callable[[Any, Any], Any]) -> Ob
 class Request:
     method: str
     kind: str
-    namespace: str
+    namespace: str  # "" in a request for every namespace
     name: str
     query: str
+    status: bool = False  # the status subresource
+
+
+@dataclass(frozen=True)
+class Change:
+    """One stored change, as a watch tells it."""
+
+    version: int
+    type: str  # ADDED, MODIFIED, DELETED
+    key: tuple[str, str, str]
+    obj: Obj
 
 
 def _parts(path: str) -> tuple[str, str, str, str, str] | None:
     """(group, version, namespace, resource, name) of a namespaced REST path."""
     match = ROUTES[0].match(path)
     if match:
-        group, version, namespace, resource, name = match.groups()
+        group, version, namespace, resource, name, _ = match.groups()
         return group, version, namespace, resource, name or ""
+    match = ALL_NAMESPACES.match(path)
+    if match:
+        group, version, resource = match.groups()
+        return group, version, "", resource, ""
     match = ROUTES[1].match(path)
     if match:
         version, namespace, resource, name = match.groups()
@@ -166,6 +187,11 @@ class FakeApiServer:
         self.interfere: Callable[[str, str], None] | None = None
         self.version = 1000
         self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)  # a change stored, or watches dropped
+        self.changes: list[Change] = []
+        self.compacted_to = 0  # a watch from a resourceVersion below this gets 410 Gone
+        self.drops = 0  # drop_watches() calls: an open stream ends when this moves
+        self.open_watches = 0
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -177,6 +203,7 @@ class FakeApiServer:
         return f"http://{host!s}:{port}"
 
     def close(self) -> None:
+        self.drop_watches()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -193,8 +220,37 @@ class FakeApiServer:
         """Keep `obj` under `key` with the next resourceVersion (the caller holds the lock)."""
         self.version += 1
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.version)
+        kind = "MODIFIED" if key in self.objects else "ADDED"
         self.objects[key] = obj
+        self._changed(kind, key, obj)
         return obj
+
+    def _changed(self, kind: str, key: tuple[str, str, str], obj: Obj) -> None:
+        """Log a change for the watches and wake them (the caller holds the lock)."""
+        self.changes.append(Change(self.version, kind, key, copy.deepcopy(obj)))
+        self.changed.notify_all()
+
+    def drop_watches(self) -> None:
+        """End every open watch stream (clients must list or watch again)."""
+        with self.lock:
+            self.drops += 1
+            self.changed.notify_all()
+
+    def compact(self) -> None:
+        """Forget the change log: a watch from an older resourceVersion gets 410 Gone."""
+        with self.lock:
+            self.compacted_to = self.version
+            self.changes.clear()
+
+    def _watched(self, request: Request, since: int) -> list[Change]:
+        """Changes after `since` to objects of the request's kind and namespace (lock held)."""
+        return [
+            change
+            for change in self.changes
+            if change.version > since
+            and change.key[0] == request.kind
+            and request.namespace in ("", change.key[1])
+        ]
 
     def _list(self, request: Request) -> Obj:
         """The objects of a kind in a namespace that the label selector picks (lock held)."""
@@ -202,10 +258,15 @@ class FakeApiServer:
             obj
             for (kind, namespace, _), obj in self.objects.items()
             if kind == request.kind
-            and namespace == request.namespace
+            and request.namespace in ("", namespace)
             and _selected(obj, request.query)
         ]
-        return {"kind": f"{request.kind}List", "apiVersion": "v1", "metadata": {}, "items": items}
+        return {
+            "kind": f"{request.kind}List",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": str(self.version)},
+            "items": items,
+        }
 
     def get(self, kind: str, namespace: str, name: str) -> Obj:
         with self.lock:
@@ -213,7 +274,9 @@ class FakeApiServer:
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         with self.lock:
-            del self.objects[(kind, namespace, name)]
+            obj = self.objects.pop((kind, namespace, name))
+            self.version += 1
+            self._changed("DELETED", (kind, namespace, name), obj)
 
     def complete_rollout(self, kind: str, namespace: str, name: str) -> None:
         """The controller finished: every replica runs the latest template."""
@@ -315,8 +378,62 @@ class FakeApiServer:
                         415, "UnsupportedMediaType", "strategic merge patch: built-ins only"
                     )
                     return
-                request = Request(method, SERVED[found_key(path)], namespace, name, query)
+                status = path.endswith("/status") and bool(name)
+                request = Request(method, SERVED[found_key(path)], namespace, name, query, status)
+                if method == "GET" and not name and _watching(query):
+                    self._watch(request)
+                    return
                 self._dispatch(request, content_type)
+
+            def _watch(self, request: Request) -> None:
+                """Stream the changes after the request's resourceVersion until its
+                timeoutSeconds, a drop_watches() or the server closing."""
+                options = parse_qs(request.query)
+                since = int(options.get("resourceVersion", ["0"])[0] or 0)
+                ends = time.monotonic() + float(options.get("timeoutSeconds", ["3600"])[0])
+                # Chunked, as the API server streams a watch (a client reads each chunk as
+                # it comes; without a length or chunks it would read to the end).
+                self.protocol_version = "HTTP/1.1"
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                with server.lock:
+                    drops = server.drops
+                    server.open_watches += 1
+                try:
+                    self._stream(request, since, drops, ends)
+                except OSError:
+                    return  # the client went away
+                finally:
+                    with server.lock:
+                        server.open_watches -= 1
+
+            def _stream(self, request: Request, since: int, drops: int, ends: float) -> None:
+                try:
+                    if since and since < server.compacted_to:
+                        self._event("ERROR", _gone(since))
+                        return
+                    while time.monotonic() < ends:
+                        with server.lock:
+                            news = server._watched(request, since)
+                            if not news and server.drops == drops:
+                                server.changed.wait(WATCH_POLL_S)
+                                news = server._watched(request, since)
+                            if server.drops != drops:
+                                return
+                        for change in news:
+                            self._event(change.type, change.obj)
+                            since = change.version
+                finally:
+                    self.wfile.write(b"0\r\n\r\n")  # the last chunk: the stream ends
+
+            def _event(self, kind: str, obj: Obj) -> None:
+                line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+                self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+                self.wfile.flush()
 
             def _dispatch(self, request: Request, content_type: str) -> None:
                 if request.kind == "Event":
@@ -343,6 +460,9 @@ class FakeApiServer:
                     current = server.objects[key]
                     if request.method == "GET":
                         self._send(200, current)
+                        return
+                    if request.status:
+                        self._patch_status(key, current)
                         return
                     dry_run = "dryRun=All" in request.query
                     self._update(key, current, request.method, content_type, dry_run)
@@ -390,6 +510,14 @@ class FakeApiServer:
                     server._store(key, updated)
                 self._send(200, updated)
 
+            def _patch_status(self, key: tuple[str, str, str], current: Obj) -> None:
+                """A merge patch of the status subresource: the spec and generation stay."""
+                body = self._body()
+                updated = copy.deepcopy(current)
+                updated["status"] = merge_patch(current.get("status"), body.get("status") or {})
+                server._store(key, updated)
+                self._send(200, updated)
+
             def do_GET(self) -> None:
                 self._route("GET")
 
@@ -403,6 +531,21 @@ class FakeApiServer:
                 self._route("PUT")
 
         return Handler
+
+
+def _watching(query: str) -> bool:
+    return parse_qs(query).get("watch", [""])[0].lower() in ("true", "1")
+
+
+def _gone(since: int) -> Obj:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "reason": "Expired",
+        "message": f"too old resource version: {since}",
+        "code": 410,
+    }
 
 
 def fake_apiserver(port: int = 0) -> closing[FakeApiServer]:

@@ -1,0 +1,217 @@
+"""The fleet: one Controller loop per SpecTuner, stepped every interval, its status mirrored.
+
+Events (from the watch) add, change and remove loops; `step_due` steps the loops whose
+interval has come. A SpecTuner whose spec cannot run (an unknown kind, an invalid policy) gets
+a loop without a Controller and a Degraded condition; it never stops the others. A target that
+is not found for `NOT_FOUND_STEPS` steps in a row is reported and its loop parked until the
+SpecTuner's spec changes: a deleted Deployment is not read every interval forever."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from autotuner.actuators.kubeapi import NotFoundError
+from autotuner.controller import Controller
+from autotuner.core.decide.state import Verification
+from autotuner.errors import AutotunerError
+from autotuner.fleet.spec import SpecTunerSpec, parse_spec
+from autotuner.fleet.status import Health, degraded_status, same_status, status_of, verified_gain
+from autotuner.settings import Settings
+
+Obj = dict[str, Any]
+Key = tuple[str, str]  # namespace, name
+NOT_FOUND_STEPS = 3
+
+# (spec, its namespace) -> the settings its loop runs with (InputError when invalid).
+SettingsFor = Callable[[SpecTunerSpec, str], Settings]
+# (settings, key) -> its Controller (AutotunerError when it cannot be built).
+Build = Callable[[Settings, Key], Controller]
+
+
+class StatusWriter(Protocol):
+    def write(self, key: Key, status: Obj) -> None: ...
+
+
+@dataclass
+class TunerLoop:
+    """One SpecTuner's loop: its Controller (None while its spec cannot run) and what its
+    status last said."""
+
+    key: Key
+    generation: int
+    target: str
+    controller: Controller | None = field(repr=False)
+    health: Health = field(default_factory=Health)
+    due: float = 0.0
+    not_found: int = 0  # steps in a row that found no target
+    verifying: Verification | None = None  # the switch in flight before the latest step
+    verified: float | None = None  # the latest verification's measured gain
+    written: Obj | None = None  # the status as last written
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one step at a time
+
+    @property
+    def running(self) -> bool:
+        return self.controller is not None and self.health.reason is None
+
+
+@dataclass
+class Fleet:
+    """Every SpecTuner's loop in this process."""
+
+    settings_for: SettingsFor
+    build: Build
+    status: StatusWriter
+    logger: logging.Logger
+    clock: Callable[[], float] = time.time
+    workers: int = 1  # loops stepped at once (a step mostly waits on HTTP)
+    loops: dict[Key, TunerLoop] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    wake: threading.Event = field(default_factory=threading.Event)  # a loop was added
+
+    # ----------------------------------------------------------------- events
+
+    def upsert(self, obj: Mapping[str, Any]) -> None:
+        """A SpecTuner was added or changed: (re)build its loop when its spec is new; a change
+        of its status alone (our own writes, as the watch echoes them) changes nothing."""
+        meta = obj.get("metadata") or {}
+        key: Key = (meta.get("namespace", ""), meta.get("name", ""))
+        generation = int(meta.get("generation") or 1)
+        with self.lock:
+            old = self.loops.get(key)
+        if old is not None and old.generation == generation:
+            return
+        loop = self._loop_for(key, generation, obj.get("spec"), old)
+        with self.lock:
+            self.loops[key] = loop
+        self.wake.set()
+        if loop.controller is None:
+            self._write_degraded(loop)
+        self.logger.info("spectuner %s/%s: %s", *key, loop.health.message or "loop started")
+
+    def remove(self, key: Key) -> None:
+        """A SpecTuner was deleted: its loop stops; the target stays as it is."""
+        with self.lock:
+            loop = self.loops.pop(key, None)
+        if loop is not None:
+            self.logger.info("spectuner %s/%s deleted: loop stopped, target left as is", *key)
+
+    def resync(self, scope: str | None, objects: Iterable[Mapping[str, Any]]) -> None:
+        """A fresh list of the SpecTuners in `scope` (a namespace, or None for all): loops
+        no longer listed stop (deleted while no watch was open); the rest as upsert."""
+        listed = list(objects)
+        keys = {
+            ((o.get("metadata") or {}).get("namespace", ""), o["metadata"]["name"]) for o in listed
+        }
+        with self.lock:
+            gone = [k for k in self.loops if (scope is None or k[0] == scope) and k not in keys]
+        for key in gone:
+            self.remove(key)
+        for obj in listed:
+            self.upsert(obj)
+
+    def _loop_for(self, key: Key, generation: int, raw: Any, old: TunerLoop | None) -> TunerLoop:
+        target = ""
+        try:
+            spec = parse_spec(raw)
+            target = f"{spec.target_ref.kind}/{spec.target_ref.name}"
+            settings = self.settings_for(spec, key[0])
+            controller = self.build(settings, key)
+        except AutotunerError as exc:
+            reason = "InvalidSpec" if isinstance(exc, ValueError) else "CannotStart"
+            return TunerLoop(key, generation, target, None, Health(reason, str(exc)))
+        if old is not None and old.controller is not None:
+            controller.state = old.controller.state  # what it learnt; the target keeps it too
+        written = old.written if old is not None else None
+        return TunerLoop(key, generation, target, controller, due=self.clock(), written=written)
+
+    # ----------------------------------------------------------------- stepping
+
+    def due(self) -> list[TunerLoop]:
+        now = self.clock()
+        with self.lock:
+            return [loop for loop in self.loops.values() if loop.running and loop.due <= now]
+
+    def next_due(self) -> float | None:
+        with self.lock:
+            times = [loop.due for loop in self.loops.values() if loop.running]
+        return min(times) if times else None
+
+    def step_due(self) -> int:
+        """Step every loop whose interval has come; the number stepped."""
+        loops = self.due()
+        if self.workers > 1 and len(loops) > 1:
+            with ThreadPoolExecutor(self.workers, thread_name_prefix="spectuner") as pool:
+                list(pool.map(self.step_one, loops))
+        else:
+            for loop in loops:
+                self.step_one(loop)
+        return len(loops)
+
+    def step_one(self, loop: TunerLoop) -> None:
+        controller = loop.controller
+        assert controller is not None
+        with loop.lock:
+            interval = controller.settings.loop.interval_s
+            loop.due = max(loop.due + interval, self.clock())
+            loop.verifying = controller.state.verification if controller.state else None
+            try:
+                controller.step()
+            except Exception as exc:  # one bad step must not stop the fleet
+                self.logger.exception("spectuner %s/%s: step failed: %s", *loop.key, exc)
+                return
+            self._after_step(loop, controller)
+
+    def _after_step(self, loop: TunerLoop, controller: Controller) -> None:
+        if isinstance(controller.last_read_error, NotFoundError):
+            loop.not_found += 1
+            if loop.not_found >= NOT_FOUND_STEPS:
+                loop.health = Health(
+                    "TargetNotFound",
+                    f"{loop.target} not found in {NOT_FOUND_STEPS} steps in a row: loop "
+                    "parked until the SpecTuner changes",
+                )
+                self._write_degraded(loop)
+                return
+        else:
+            loop.not_found = 0
+        snapshot = controller.metrics.current()
+        if snapshot.state is not None:
+            gained = verified_gain(loop.verifying, snapshot.state)
+            loop.verified = gained if gained is not None else loop.verified
+        status = status_of(
+            snapshot,
+            target=loop.target,
+            generation=loop.generation,
+            health=loop.health,
+            verified=loop.verified,
+            previous=(loop.written or {}).get("conditions", []),
+            paused=controller.settings.target.paused,
+        )
+        self._write(loop, status)
+
+    def _write_degraded(self, loop: TunerLoop) -> None:
+        status = degraded_status(
+            target=loop.target,
+            generation=loop.generation,
+            health=loop.health,
+            previous=(loop.written or {}).get("conditions", []),
+            at=self.clock(),
+        )
+        self._write(loop, status)
+
+    def _write(self, loop: TunerLoop, status: Obj) -> None:
+        """Mirror the status unless nothing but the time changed (saves API requests)."""
+        if same_status(loop.written, status):
+            return
+        try:
+            self.status.write(loop.key, status)
+        except AutotunerError as exc:
+            self.logger.warning("spectuner %s/%s: status not written: %s", *loop.key, exc)
+            return
+        loop.written = status
