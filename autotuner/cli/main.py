@@ -10,6 +10,7 @@ import typer
 
 from autotuner import __version__
 from autotuner.cli.config import config_show
+from autotuner.cli.fleet import controller
 from autotuner.cli.measure import bench, calibrate, canary
 from autotuner.cli.observe import observe
 from autotuner.cli.predict import predict
@@ -43,6 +44,7 @@ app.command()(status)
 app.add_typer(config_app, name="config")
 config_app.command("show")(config_show)
 app.command()(run)
+app.command()(controller)
 app.command()(demo)
 app.command()(bench)
 app.command()(calibrate)

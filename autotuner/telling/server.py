@@ -7,19 +7,28 @@ import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
 
-from autotuner.telling.exporter import TunerMetrics
-from autotuner.telling.snapshot import decision_document
+from autotuner.telling.snapshot import Snapshot, decision_document
 
 Alive = Callable[[], bool]
 Ready = Callable[[], tuple[bool, str]]
 Reply = tuple[int, bytes, str]  # status, body, content type
 
+
+class Exported(Protocol):
+    """What the endpoints serve: a sidecar's TunerMetrics, or the fleet's."""
+
+    def render(self) -> bytes: ...
+
+    def current(self) -> Snapshot: ...
+
+
 TEXT = "text/plain"
 METRICS = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def answer(path: str, metrics: TunerMetrics, alive: Alive, ready: Ready) -> Reply:
+def answer(path: str, metrics: Exported, alive: Alive, ready: Ready) -> Reply:
     """The reply to a GET of `path` (its query aside)."""
     path = path.split("?")[0]
     if path == "/metrics":
@@ -40,7 +49,7 @@ class ExporterServer:
     """The endpoints on a thread of their own (`port` 0 takes a free one)."""
 
     def __init__(
-        self, metrics: TunerMetrics, *, host: str, port: int, alive: Alive, ready: Ready
+        self, metrics: Exported, *, host: str, port: int, alive: Alive, ready: Ready
     ) -> None:
         self.metrics = metrics
 
