@@ -1,0 +1,103 @@
+"""deploy/fleet: the SpecTuner CRD validates with kubernetes-validate and agrees with the
+pydantic spec; the kustomization builds; the ClusterRole patches only the kinds the tuner
+patches; the chart ships the same CRD (Helm's library loads it); every example SpecTuner
+loads into settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from autotuner.actuators.kinds import BY_KIND
+from autotuner.engines.kinds import EngineKind
+from autotuner.fleet.spec import GROUP, KIND, PLURAL, VERSION, parse_spec, settings_for
+from autotuner.settings import Mode
+from tests.deploy.building import DEPLOY, K8S_VERSION, build
+
+FLEET = DEPLOY / "fleet"
+CRD = FLEET / "spectuner-crd.yaml"
+EXAMPLES = sorted((FLEET / "examples").glob("*.yaml"))
+
+
+def crd() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(CRD.read_text())
+    return loaded
+
+
+def schema() -> dict[str, Any]:
+    version = crd()["spec"]["versions"][0]
+    assert version["name"] == VERSION
+    found: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return found
+
+
+def test_the_crd_validates_and_names_what_the_controller_watches() -> None:
+    kubernetes_validate.validate(crd(), K8S_VERSION, strict=True)
+    spec = crd()["spec"]
+    assert (spec["group"], spec["names"]["plural"], spec["names"]["kind"]) == (GROUP, PLURAL, KIND)
+    assert spec["scope"] == "Namespaced"
+    columns = {c["name"] for c in spec["versions"][0]["additionalPrinterColumns"]}
+    assert {"Target", "Mode", "Setup", "Gain", "Crossover", "Age"} <= columns
+
+
+def test_the_schema_agrees_with_the_pydantic_spec() -> None:
+    fields = schema()["properties"]["spec"]["properties"]
+    assert set(fields["targetRef"]["properties"]["kind"]["enum"]) == set(BY_KIND)
+    assert set(fields["mode"]["enum"]) == {m.value for m in Mode}
+    assert set(fields["engine"]["enum"]) == {e.value for e in EngineKind}
+    aliases = {f.alias or name for name, f in type(parse_spec(_minimal())).model_fields.items()}
+    assert set(fields) == aliases
+    conditions = schema()["properties"]["status"]["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+
+
+def _minimal() -> dict[str, Any]:
+    return {"targetRef": {"kind": "Deployment", "name": "vllm"}}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_each_example_loads_into_settings(path: Path) -> None:
+    obj = yaml.safe_load(path.read_text())
+    assert (obj["apiVersion"], obj["kind"]) == (f"{GROUP}/{VERSION}", KIND)
+    spec = parse_spec(obj["spec"])
+    settings = settings_for(spec, obj["metadata"]["namespace"])
+    assert settings.target.uri.startswith(f"k8s://llm/{BY_KIND[spec.target_ref.kind].word}/vllm")
+
+
+def test_every_target_kind_has_an_example() -> None:
+    kinds = {yaml.safe_load(p.read_text())["spec"]["targetRef"]["kind"] for p in EXAMPLES}
+    assert kinds == set(BY_KIND)
+
+
+def test_the_kustomization_builds_validates_and_grants_only_the_tuned_kinds() -> None:
+    objects = build(FLEET)
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    role = next(o for o in objects if o["kind"] == "ClusterRole")
+    patched = {
+        (group, resource)
+        for rule in role["rules"]
+        if "patch" in rule["verbs"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    tuned = {(k.group, k.plural) for k in BY_KIND.values()}
+    assert patched == tuned | {(GROUP, f"{PLURAL}/status")}
+    spectuners = [r for r in role["rules"] if r["resources"] == [PLURAL]]
+    assert [sorted(r["verbs"]) for r in spectuners] == [["get", "list", "watch"]]
+    assert all("*" not in r["verbs"] and "*" not in r["resources"] for r in role["rules"])
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "controller"
+    assert "--leader-elect" in args
+
+
+def test_the_chart_installs_the_same_crd() -> None:
+    with helm.Chart.load(DEPLOY / "chart" / "spec-autotuner") as chart:
+        crds = [yaml.safe_load(c["data"]) for c in chart.crds]
+    assert crds == [crd()]
