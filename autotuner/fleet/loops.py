@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +33,12 @@ NOT_FOUND_STEPS = 3
 SettingsFor = Callable[[SpecTunerSpec, str], Settings]
 # (settings, key) -> its Controller (AutotunerError when it cannot be built).
 Build = Callable[[Settings, Key], Controller]
+
+
+def spread(key: Key, interval_s: float) -> float:
+    """A loop's first step, put off by a share of one interval fixed by its name: loops
+    created together (a controller's start) step spread over the interval, not at once."""
+    return interval_s * (zlib.crc32("/".join(key).encode()) % 1000) / 1000
 
 
 class StatusWriter(Protocol):
@@ -128,7 +135,8 @@ class Fleet:
         if old is not None and old.controller is not None:
             controller.state = old.controller.state  # what it learnt; the target keeps it too
         written = old.written if old is not None else None
-        return TunerLoop(key, generation, target, controller, due=self.clock(), written=written)
+        first = self.clock() + spread(key, controller.settings.loop.interval_s)
+        return TunerLoop(key, generation, target, controller, due=first, written=written)
 
     # ----------------------------------------------------------------- stepping
 

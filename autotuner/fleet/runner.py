@@ -20,6 +20,7 @@ from autotuner.settings import Settings
 from autotuner.telling.exporter import TunerMetrics
 from autotuner.telling.fleet_metrics import FleetMetrics
 
+STEPS_THREAD = "fleet-steps"
 MAX_IDLE_S = 1.0  # the stepping thread looks for new loops at least this often
 
 
@@ -36,7 +37,7 @@ class FleetProcess:
     def start(self) -> None:
         for watch in self.watches:
             self._thread(watch.run, f"watch-{watch.namespace or 'all'}")
-        self._thread(self.step_forever, "fleet-steps")
+        self._thread(self.step_forever, STEPS_THREAD)
 
     def _thread(self, run: object, name: str) -> None:
         thread = threading.Thread(target=run, name=name, daemon=True)  # type: ignore[arg-type]
@@ -57,8 +58,11 @@ class FleetProcess:
         self.stop_event.set()
         for watch in self.watches:
             watch.close()
+        # The stepping thread finishes its step; a watch blocked on its stream is a daemon
+        # thread that ends with the process (nothing of it needs flushing).
         for thread in self.threads:
-            thread.join(grace_s / max(len(self.threads), 1))
+            if thread.name == STEPS_THREAD:
+                thread.join(grace_s)
         if self.elector is not None:
             self.elector.release()
 

@@ -4,6 +4,7 @@ stepping thread on the real clock, one /metrics with a `tuner` label per SpecTun
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from autotuner.actuators.kubeapi import api_client
 from autotuner.fleet.runner import fleet_process
@@ -12,17 +13,19 @@ from tests.support.fake_apiserver import deployment, fake_apiserver
 from tests.support.fleet import ARGS, spectuner, wait_for
 
 
-def test_the_process_steps_each_spectuner_and_labels_its_metrics() -> None:
+def test_the_process_steps_each_spectuner_and_labels_its_metrics(tmp_path: Path) -> None:
+    config = tmp_path / "autotuner.yaml"  # every loop's base: a short interval, no engine
+    config.write_text("source: {urls: ['http://127.0.0.1:9/metrics']}\nloop: {interval_s: 1}\n")
     with fake_apiserver() as server:
         for name in ("a", "b"):
             server.put("Deployment", deployment(name, args=ARGS))
             server.put("SpecTuner", spectuner(f"tune-{name}", name))
         api = api_client(server.url, timeout_s=5)
-        settings, _ = load_settings(cli={"source": {"urls": ["http://127.0.0.1:9/metrics"]}})
+        settings, _ = load_settings(config)
         process = fleet_process(
             api,
             settings,
-            None,
+            config,
             namespaces=["llm"],
             identity="test",
             logger=logging.getLogger("test.fleet"),
