@@ -28,6 +28,10 @@ from autotuner.settings import Settings
 Obj = dict[str, Any]
 Key = tuple[str, str]  # namespace, name
 NOT_FOUND_STEPS = 3
+# A status that changed only in its decision's sentence or gain is written at most this often
+# (a setup, an action or a condition that changes is written at once): one PATCH per target
+# per step would be most of the controller's API requests.
+STATUS_REFRESH_S = 60.0
 
 # (spec, its namespace) -> the settings its loop runs with (InputError when invalid).
 SettingsFor = Callable[[SpecTunerSpec, str], Settings]
@@ -60,6 +64,8 @@ class TunerLoop:
     verifying: Verification | None = None  # the switch in flight before the latest step
     verified: float | None = None  # the latest verification's measured gain
     written: Obj | None = None  # the status as last written
+    written_at: float = float("-inf")
+    in_flight: bool = False  # handed to the pool, not yet stepped
     lock: threading.Lock = field(default_factory=threading.Lock)  # one step at a time
 
     @property
@@ -80,6 +86,8 @@ class Fleet:
     loops: dict[Key, TunerLoop] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     wake: threading.Event = field(default_factory=threading.Event)  # a loop was added
+    pool: ThreadPoolExecutor | None = None
+    status_refresh_s: float = STATUS_REFRESH_S
 
     # ----------------------------------------------------------------- events
 
@@ -143,23 +151,37 @@ class Fleet:
     def due(self) -> list[TunerLoop]:
         now = self.clock()
         with self.lock:
-            return [loop for loop in self.loops.values() if loop.running and loop.due <= now]
+            return [
+                loop
+                for loop in self.loops.values()
+                if loop.running and not loop.in_flight and loop.due <= now
+            ]
 
     def next_due(self) -> float | None:
         with self.lock:
-            times = [loop.due for loop in self.loops.values() if loop.running]
+            times = [o.due for o in self.loops.values() if o.running and not o.in_flight]
         return min(times) if times else None
 
     def step_due(self) -> int:
-        """Step every loop whose interval has come; the number stepped."""
+        """Step every loop whose interval has come; the number started. With one worker the
+        steps are done on return; with more, they are handed to the pool and the next call
+        starts the loops due meanwhile (a slow step holds up no other loop)."""
         loops = self.due()
-        if self.workers > 1 and len(loops) > 1:
-            with ThreadPoolExecutor(self.workers, thread_name_prefix="spectuner") as pool:
-                list(pool.map(self.step_one, loops))
-        else:
+        if self.workers == 1:
             for loop in loops:
                 self.step_one(loop)
+            return len(loops)
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="spectuner")
+        for loop in loops:
+            loop.in_flight = True
+            self.pool.submit(self.step_one, loop)
         return len(loops)
+
+    def close(self) -> None:
+        """Let the steps in flight finish; start no more."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
     def step_one(self, loop: TunerLoop) -> None:
         controller = loop.controller
@@ -170,10 +192,11 @@ class Fleet:
             loop.verifying = controller.state.verification if controller.state else None
             try:
                 controller.step()
+                self._after_step(loop, controller)
             except Exception as exc:  # one bad step must not stop the fleet
                 self.logger.exception("spectuner %s/%s: step failed: %s", *loop.key, exc)
-                return
-            self._after_step(loop, controller)
+            finally:
+                loop.in_flight = False
 
     def _after_step(self, loop: TunerLoop, controller: Controller) -> None:
         if isinstance(controller.last_read_error, NotFoundError):
@@ -214,12 +237,15 @@ class Fleet:
         self._write(loop, status)
 
     def _write(self, loop: TunerLoop, status: Obj) -> None:
-        """Mirror the status unless nothing but the time changed (saves API requests)."""
-        if same_status(loop.written, status):
+        """Mirror the status when it changed in substance, or its details are older than
+        `status_refresh_s` (saves API requests)."""
+        now = self.clock()
+        fresh = now - loop.written_at < self.status_refresh_s
+        if same_status(loop.written, status, details=not fresh):
             return
         try:
             self.status.write(loop.key, status)
         except AutotunerError as exc:
             self.logger.warning("spectuner %s/%s: status not written: %s", *loop.key, exc)
             return
-        loop.written = status
+        loop.written, loop.written_at = status, now

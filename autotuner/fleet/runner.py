@@ -63,6 +63,7 @@ class FleetProcess:
         for thread in self.threads:
             if thread.name == STEPS_THREAD:
                 thread.join(grace_s)
+        self.fleet.close()
         if self.elector is not None:
             self.elector.release()
 

@@ -159,17 +159,26 @@ def _camel(word: str) -> str:
     return "".join(part.capitalize() for part in word.split("_"))
 
 
-def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:
-    """Equal apart from the decision's time (a step that changed nothing writes nothing)."""
+def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any], *, details: bool) -> bool:
+    """Equal in substance: the setup, the conditions, the decision's action, target and block
+    (and, with `details`, its sentence and the gains too). The decision's id and time never
+    count: a step that changed nothing writes nothing."""
     if a is None:
         return False
+    return bool(_substance(a, details) == _substance(b, details))
 
-    def shape(s: Mapping[str, Any]) -> Any:
-        d = dict(s)
-        if isinstance(d.get("lastDecision"), dict):
-            d["lastDecision"] = {
-                k: v for k, v in d["lastDecision"].items() if k not in ("at", "id")
-            }
-        return d
 
-    return bool(shape(a) == shape(b))
+DETAILS = ("sentence",)
+GAINS = ("predictedGain", "verifiedGain", "crossoverBatch")
+
+
+def _substance(status: Mapping[str, Any], details: bool) -> dict[str, Any]:
+    shape = dict(status)
+    decision = shape.get("lastDecision")
+    if isinstance(decision, dict):
+        skip = {"at", "id"} if details else {"at", "id", *DETAILS}
+        shape["lastDecision"] = {k: v for k, v in decision.items() if k not in skip}
+    if not details:
+        for key in GAINS:
+            shape.pop(key, None)
+    return shape
