@@ -12,4 +12,9 @@ fi
 ./scripts/ensure-tools.sh
 "$venv/bin/ruff" check .
 "$venv/bin/mypy"
+# The docs site, warnings as errors, into a scratch folder (the reference pages' freshness and
+# every link are tests in tests/docs/).
+site="$(mktemp -d)"
+NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict --quiet --site-dir "$site"
+rm -rf "$site"
 exec "$venv/bin/python" -m pytest "$@"
