@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     from matplotlib.axis import Axis
     from matplotlib.figure import Figure
 
+# Characters of a title line per inch of figure width, for the suptitle's size ("large", 12 pt):
+# about 7 pt a character, so 72 / 7 per inch, with room left for wide glyphs.
+TITLE_CHARS_PER_INCH = 8.5
 INSTALL_HINT = "plots need matplotlib: python3 -m pip install 'spec-autotuner[plots]'"
 COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d")
 
@@ -79,22 +83,26 @@ def demo_figure(series: DemoSeries, best_static: str) -> Figure:
     if series.t:
         band.set_xlim(max(0.0, series.t[0]), series.t[-1])
     band.set_xlabel("seconds into the run")
-    figure.suptitle(series.title)
+    width_in = figure.get_figwidth()
+    figure.suptitle(textwrap.fill(series.title, width=int(width_in * TITLE_CHARS_PER_INCH)))
     return figure
 
 
 def _batch_panel(ax: Axes, series: DemoSeries) -> None:
     ax.plot(series.t, series.demand, color="#999999", lw=2, label="demand (requests)")
     ax.plot(series.t, series.observed_batch, color=COLOURS[0], lw=1.2, label="observed batch")
-    ax.plot(
-        series.t,
-        series.crossover_batch,
-        color=COLOURS[3],
-        lw=1.2,
-        ls="--",
-        drawstyle="steps-post",
-        label="predicted crossover batch",
-    )
+    if any(math.isfinite(value) for value in series.crossover_batch):
+        # Only drawn (and named in the legend) where some setup change was predicted: a run
+        # whose winner is the same at every batch has no crossover to show.
+        ax.plot(
+            series.t,
+            series.crossover_batch,
+            color=COLOURS[3],
+            lw=1.2,
+            ls="--",
+            drawstyle="steps-post",
+            label="predicted crossover batch",
+        )
     ax.set_yscale("log", base=2)
     seen = [v for v in (*series.demand, *series.observed_batch) if math.isfinite(v) and v > 0]
     _plain_ticks(ax.yaxis, [2**k for k in range(int(math.log2(max(seen, default=2))) + 2)])

@@ -128,3 +128,39 @@ def test_without_matplotlib_the_command_says_how_to_install_it(
     assert "python3 -m pip install 'spec-autotuner[plots]'" in result.stdout
     assert not (tmp_path / "demo.png").exists()
     assert (tmp_path / "demo.json").exists()
+
+
+def test_no_text_of_the_demo_figure_leaves_the_figure() -> None:
+    """At the default size, with a title as long as a real run writes, every title, label,
+    tick and legend entry is drawn inside the figure."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    long = series()
+    long.title = (
+        "NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4 on 1 simulated H200: tuned 709,360 tokens, "
+        "best static (replay+spec:3:16@1-127:3,128-8191:2) 707,271"
+    )
+    figure = plots.demo_figure(long, "replay:16")
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()  # type: ignore[no-untyped-call]
+    renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
+    box = figure.bbox
+    texts = [t for t in figure.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    assert any("Nemotron" in t.get_text() for t in texts)
+    outside = []
+    for text in texts:
+        extent = text.get_window_extent(renderer)
+        if extent.x0 < box.x0 - 1 or extent.x1 > box.x1 + 1 or extent.y1 > box.y1 + 1:
+            outside.append(text.get_text())
+    assert outside == []
+
+
+def test_no_crossover_line_is_named_when_none_was_predicted() -> None:
+    flat = series()
+    flat.crossover_batch = [math.nan] * len(flat.t)
+    batch = plots.demo_figure(flat, "replay:16").axes[0]
+    assert "predicted crossover batch" not in labels(batch)
+    legend = batch.get_legend()
+    assert legend is not None
+    assert "predicted crossover batch" not in [t.get_text() for t in legend.get_texts()]
