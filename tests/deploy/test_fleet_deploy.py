@@ -101,3 +101,37 @@ def test_the_chart_installs_the_same_crd() -> None:
     with helm.Chart.load(DEPLOY / "chart" / "spec-autotuner") as chart:
         crds = [yaml.safe_load(c["data"]) for c in chart.crds]
     assert crds == [crd()]
+
+
+def test_the_chart_in_fleet_mode_runs_the_controller_with_the_same_cluster_role() -> None:
+    with helm.Chart.load(DEPLOY / "chart" / "spec-autotuner") as chart:
+        values = {"fleet": {"enabled": True, "namespaces": ["llm", "llm-b"]}}
+        rendered = chart.render(values, name="spec-autotuner", namespace="llm", is_install=True)
+        plain = chart.render({}, name="spec-autotuner", namespace="llm", is_install=True)
+    objects = [
+        doc
+        for path, text in rendered.items()
+        if path.endswith(".yaml")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+    for obj in objects:
+        if obj["kind"] in {"ClusterRole", "ClusterRoleBinding", "Deployment"}:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    role = next(o for o in objects if o["kind"] == "ClusterRole")
+    shipped = next(o for o in build(FLEET) if o["kind"] == "ClusterRole")
+    assert role["rules"] == shipped["rules"]
+    binding = next(o for o in objects if o["kind"] == "ClusterRoleBinding")
+    assert binding["subjects"][0]["name"] == "spec-autotuner"
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:3] == ["controller", "--config", "/etc/spec-autotuner/autotuner.yaml"]
+    assert args[3:] == ["--namespace", "llm", "--namespace", "llm-b"]
+    plain_kinds = {
+        d["kind"]
+        for path, text in plain.items()
+        if path.endswith(".yaml")
+        for d in yaml.safe_load_all(text)
+        if d
+    }
+    assert not plain_kinds & {"ClusterRole", "ClusterRoleBinding"}

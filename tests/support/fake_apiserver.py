@@ -22,6 +22,7 @@ conversion between versions and no schema validation beyond what a patch needs.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import json
 import re
@@ -244,9 +245,10 @@ class FakeApiServer:
 
     def _watched(self, request: Request, since: int) -> list[Change]:
         """Changes after `since` to objects of the request's kind and namespace (lock held)."""
+        first = bisect.bisect_right(self.changes, since, key=lambda change: change.version)
         return [
             change
-            for change in self.changes
+            for change in self.changes[first:]
             if change.version > since
             and change.key[0] == request.kind
             and request.namespace in ("", change.key[1])
