@@ -77,7 +77,8 @@ def main() -> None:
     args = numbers(__doc__, tuners=200, interval=15.0, duration=120.0, separate=3, workers=4)
     config = _settings_file(args.interval)
     world = World(max(args.tuners, args.separate))
-    rss, cpu = _separate(args.separate, world, config, max(2 * args.interval, 30.0))
+    # Measured over as long as the controller (a step costs more as the history fills).
+    rss, cpu = _separate(args.separate, world, config, args.interval + args.duration)
     world.close()
     world = World(args.tuners)
     report = _fleet(args, world, config)
