@@ -1,4 +1,5 @@
-"""What a setup that turns prefix caching off pays: recomputed prefill, taken from decoding."""
+"""The prefill every setup pays (each prompt's fresh tokens), and what a setup that turns prefix
+caching off adds (the recomputed hits), taken from decoding."""
 
 from __future__ import annotations
 
@@ -27,21 +28,29 @@ def hits(rate: float, prompt: float = 4096, generated: float = 512) -> Workload:
     return Workload(prefix_hit_rate=rate, prompt_tokens=prompt, generation_tokens=generated)
 
 
-def same_curves(a: Workload, b: Workload, *, off: bool) -> None:
+def test_unknown_lengths_change_nothing() -> None:
     for setup in SETUPS:
-        before = predict(MODEL, H200, setup, GRID, ACCEPT, a)
-        after = predict(MODEL, H200, setup, GRID, ACCEPT, b, prefix_caching=not off)
+        before = predict(MODEL, H200, setup, GRID, ACCEPT, Workload())
+        after = predict(MODEL, H200, setup, GRID, ACCEPT, Workload(), prefix_caching=False)
         np.testing.assert_array_equal(after.tokens_per_s, before.tokens_per_s)
         np.testing.assert_array_equal(after.time_per_output_token_s, before.time_per_output_token_s)
-        np.testing.assert_array_equal(after.step_time_s, before.step_time_s)
         assert after.prefill is None
         assert not after.prefill_share.any()
 
 
-def test_unknown_hit_rate_or_kept_caching_changes_nothing() -> None:
-    same_curves(Workload(), HITS, off=False)  # kept: the hits are not lost
-    same_curves(Workload(), Workload(), off=True)  # unknown: nothing is charged
-    same_curves(Workload(), hits(0.0), off=True)  # nothing was hit: nothing to lose
+def test_kept_caching_pays_the_fresh_prompt_only() -> None:
+    for setup in SETUPS:
+        bare = predict(MODEL, H200, setup, GRID, ACCEPT, Workload())
+        kept = predict(MODEL, H200, setup, GRID, ACCEPT, HITS)
+        assert kept.prefill is not None
+        assert kept.prefill.recomputed() is None
+        assert not kept.recomputed_tokens_per_s.any()
+        assert kept.prefill.prefilled_per_output_token == pytest.approx(0.4 * 4096 / 512)
+        np.testing.assert_allclose(kept.decode_tokens_per_s, bare.tokens_per_s, rtol=1e-12)
+        np.testing.assert_allclose(
+            kept.tokens_per_s / bare.tokens_per_s + kept.prefill_share, 1.0, rtol=1e-12
+        )
+        np.testing.assert_array_equal(kept.step_time_s, bare.step_time_s)
 
 
 def test_turning_it_off_costs_what_the_hits_saved() -> None:
@@ -49,30 +58,31 @@ def test_turning_it_off_costs_what_the_hits_saved() -> None:
         kept = predict(MODEL, H200, setup, GRID, ACCEPT, HITS)
         lost = predict(MODEL, H200, setup, GRID, ACCEPT, HITS, prefix_caching=False)
         assert lost.prefill is not None
+        recomputed = lost.prefill.recomputed()
+        assert recomputed is not None
         assert (lost.tokens_per_s < kept.tokens_per_s).all()
-        np.testing.assert_allclose(lost.decode_tokens_per_s, kept.tokens_per_s, rtol=1e-12)
-        # One GPU does both: decode time + prefill time fill each second.
-        decode_share = lost.tokens_per_s / kept.tokens_per_s
-        np.testing.assert_allclose(decode_share + lost.prefill_share, 1.0, rtol=1e-12)
-        per_token = lost.prefill.seconds_per_token
+        np.testing.assert_allclose(lost.decode_tokens_per_s, kept.decode_tokens_per_s, rtol=1e-12)
+        # The recomputed part, on top of what the setup serves with the cache.
         np.testing.assert_allclose(
-            lost.recomputed_tokens_per_s * per_token, lost.prefill_share, rtol=1e-12
+            lost.tokens_per_s, recomputed.tokens_per_s(kept.tokens_per_s), rtol=1e-9
         )
         np.testing.assert_allclose(
             lost.recomputed_tokens_per_s, lost.tokens_per_s * 0.6 * 4096 / 512, rtol=1e-12
         )
+        assert lost.prefill.prefilled_per_output_token == pytest.approx(4096 / 512)
         np.testing.assert_array_equal(lost.step_time_s, kept.step_time_s)
 
 
 @pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
 def test_the_cost_grows_with_the_hit_rate_and_the_prompt(setup: Setup) -> None:
-    def share(workload: Workload) -> np.ndarray:
-        curve = predict(MODEL, H200, setup, GRID, ACCEPT, workload, prefix_caching=False)
-        return curve.prefill_share
+    def loss(workload: Workload) -> np.ndarray:
+        kept = predict(MODEL, H200, setup, GRID, ACCEPT, workload)
+        lost = predict(MODEL, H200, setup, GRID, ACCEPT, workload, prefix_caching=False)
+        return 1.0 - lost.tokens_per_s / kept.tokens_per_s
 
-    by_rate = np.array([share(hits(h)) for h in (0.1, 0.3, 0.6, 0.9)])
-    by_prompt = np.array([share(hits(0.6, prompt=p)) for p in (512, 2048, 4096, 16384)])
-    by_output = np.array([share(hits(0.6, generated=g)) for g in (128, 512, 2048)])
+    by_rate = np.array([loss(hits(h)) for h in (0.1, 0.3, 0.6, 0.9)])
+    by_prompt = np.array([loss(hits(0.6, prompt=p)) for p in (512, 2048, 4096, 16384)])
+    by_output = np.array([loss(hits(0.6, generated=g)) for g in (128, 512, 2048)])
     assert (np.diff(by_rate, axis=0) > 0).all()
     assert (np.diff(by_prompt, axis=0) > 0).all()
     assert (np.diff(by_output, axis=0) < 0).all()  # longer requests: fewer prompts per token
@@ -117,8 +127,9 @@ def test_the_predictor_charges_the_setups_the_caller_names() -> None:
         tokens, step = predictor.curve(setup, GRID, ACCEPT)
         plain_tokens, plain_step = blind.curve(setup, GRID, ACCEPT)
         np.testing.assert_array_equal(step, plain_step)
+        assert predictor.workload_prefill(setup) is not None  # every prompt is prefilled
         if setup.kind is SetupKind.REPLAY_SPEC:
-            cost = predictor.prefill_cost(setup)
+            cost = predictor.prefill_cost(setup)  # the recomputed part alone
             assert cost is not None
             assert (tokens < plain_tokens).all()
             np.testing.assert_allclose(tokens, cost.tokens_per_s(plain_tokens), rtol=1e-9)
@@ -128,14 +139,15 @@ def test_the_predictor_charges_the_setups_the_caller_names() -> None:
     curves = predict_all(
         MODEL, H200, SETUPS, GRID, ACCEPT, HITS, prefix_caching=without_replay_spec
     )
-    assert [c.prefill is not None for c in curves.values()] == [False, False, False, True]
-    cost = curves["replay+spec:3:16"].prefill
+    recomputed = [c.prefill.recomputed() if c.prefill else None for c in curves.values()]
+    assert [c is not None for c in recomputed] == [False, False, False, True]
+    cost = recomputed[3]
     assert cost is not None
     sentence = cost.weighed("replay+spec:3:16", 2000.0)
     share = 2000.0 * 0.6 * 4096 / 512 * cost.seconds_per_token
     assert f"loses {share:.0%} to recomputed prefill at hit rate 60%" in sentence
     at = curves["replay+spec:3:16"].at(4)
-    assert 0 < at.prefill_share < 1
+    assert at.prefill_share > 0.6 * 4096 / 512 * cost.seconds_per_token * at.tokens_per_s
     assert at.recomputed_prompt_tokens_per_s == pytest.approx(at.tokens_per_s * 0.6 * 4096 / 512)
 
 
@@ -148,4 +160,5 @@ def test_a_high_hit_rate_can_rank_replay_spec_below_plain_with_the_cache() -> No
     free = predict(MODEL, H200, SETUPS[3], big, ACCEPT, HITS)
     assert free.tokens_per_s[0] > plain.tokens_per_s[0] > replay_spec.tokens_per_s[0]
     rare = predict(MODEL, H200, SETUPS[3], big, ACCEPT, hits(0.05), prefix_caching=False)
-    assert rare.tokens_per_s[0] > plain.tokens_per_s[0]  # few hits: replay+spec still wins
+    plain_rare = predict(MODEL, H200, SETUPS[0], big, ACCEPT, hits(0.05))
+    assert rare.tokens_per_s[0] > plain_rare.tokens_per_s[0]  # few hits: replay+spec still wins

@@ -141,7 +141,7 @@ def _calibrate(
     if current.spec_tokens > accept.max_spec_tokens:
         return state
     predictor = ctx.predictor(state, settings)
-    measured_s = _decode_step_s(predictor.prefill_cost(current), observation)
+    measured_s = _decode_step_s(predictor.workload_prefill(current), observation)
     if measured_s <= 0:
         return state
     plain_s, setup_s = predictor.class_times(current, round(batch), accept)
@@ -159,8 +159,9 @@ def _calibrate(
 
 
 def _decode_step_s(cost: PrefillCost | None, observation: Observation) -> float:
-    """The decode part of the measured step: without prefix caching the recomputed prefill
-    rides in the same steps (chunked prefill), and the model charges it apart."""
+    """The decode part of the measured step: the prompts' prefill (and without prefix caching
+    the recomputed one) rides in the same steps (chunked prefill), and the model charges it
+    apart."""
     step_s = observation.step_time_s or 0.0
     if cost is None:
         return step_s

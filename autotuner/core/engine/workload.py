@@ -74,13 +74,30 @@ class Workload(BaseModel):
         "and a setup that turns prefix caching off is not charged for it.",
     )
     prompt_tokens: float | None = Field(
-        None, gt=0, description="Mean prompt length per request (needed with the hit rate)."
+        None,
+        gt=0,
+        description="Mean prompt length per request (needed with the hit rate): with "
+        "generation_tokens, every request's fresh prompt tokens are prefilled in the decode "
+        "steps (core/predict/prefill.py); None: prefill is not charged.",
     )
     generation_tokens: float | None = Field(
         None,
         gt=0,
         description="Mean tokens generated per request (needed with the hit rate): requests "
         "finish, and their prompts are prefilled, once per this many output tokens.",
+    )
+
+    prefill_chunk_tokens: int = Field(
+        8192,
+        ge=1,
+        description="The step's token budget that prompts are prefilled in beside decoding: "
+        "vLLM's --max-num-batched-tokens, SGLang's --chunked-prefill-size (8192 is an "
+        "assumption: set the engine's). Sets the time to first token.",
+    )
+    engine_name: str = Field(
+        "vLLM",
+        min_length=1,
+        description="The serving engine's name, as the reasons written for people say it.",
     )
 
     @model_validator(mode="after")

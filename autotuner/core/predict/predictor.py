@@ -19,7 +19,12 @@ from autotuner.core.predict.capacity import max_batch as capacity
 from autotuner.core.predict.comparisons import Crossover, flips
 from autotuner.core.predict.costmodel import SetupCurve, predict, predict_as_run
 from autotuner.core.predict.hardware import HardwareProfile
-from autotuner.core.predict.prefill import PrefillCost, keeps_prefix_caching, prefill_cost
+from autotuner.core.predict.prefill import (
+    PrefillCost,
+    keeps_prefix_caching,
+    prefill_cost,
+    recomputed_cost,
+)
 from autotuner.core.types import PLAIN, Setup
 
 Array = npt.NDArray[np.float64]
@@ -70,8 +75,40 @@ class Predictor:
     def prefill_cost(self, setup: Setup) -> PrefillCost | None:
         """What `setup` pays in recomputed prefill (None: it keeps prefix caching, or the hit
         rate is unknown or zero): its `share(tokens_per_s)` is the part of each second lost."""
+        return recomputed_cost(
+            self.model, self.hardware, self.workload, prefix_caching=self.prefix_caching(setup)
+        )
+
+    def workload_prefill(self, setup: Setup) -> PrefillCost | None:
+        """The whole prefill `setup` pays: every prompt's fresh tokens, and the recomputed ones
+        without prefix caching (None: prompt or generation length unknown). What rides in
+        the measured step beside decoding."""
         return prefill_cost(
             self.model, self.hardware, self.workload, prefix_caching=self.prefix_caching(setup)
+        )
+
+    def time_to_first_token_s(
+        self,
+        setup: Setup,
+        batches: Sequence[int] | npt.NDArray[np.int64],
+        accept: AcceptanceEstimate,
+    ) -> Array:
+        """Predicted TTFT per batch (NaN where the prompt length is unknown): the prompt in
+        chunks of what the step budget leaves beside the batch's decode tokens, one chunk per
+        calibrated decode step (core/predict/prefill.py)."""
+        cost = self.workload_prefill(setup)
+        if cost is None:
+            return np.full(len(batches), np.nan)
+        raw = self.model_curve(setup, batches, accept)
+        step = self.curve(setup, batches, accept)[1]
+        chunk = self.workload.prefill_chunk_tokens
+        return np.array(
+            [
+                cost.time_to_first_token_s(
+                    float(step[i]), float(raw.effective_batch[i] * (1 + raw.spec_tokens[i])), chunk
+                )
+                for i in range(len(step))
+            ]
         )
 
     def class_times(

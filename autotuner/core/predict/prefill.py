@@ -1,21 +1,29 @@
-"""What a setup that turns prefix caching off pays: the prompt tokens the cache served are
-prefilled again, and that prefill takes its share of every GPU second from decoding.
+"""What prefill takes from decoding: every request's prompt is prefilled once, on the same GPU,
+inside the same steps (chunked prefill), whatever the setup; a setup that turns prefix caching
+off prefills the tokens the cache served again.
 
-The live engine's prefix cache served a share h (the hit rate) of each request's P prompt
-tokens; a request lasts G output tokens. Without the cache every request recomputes h x P
-tokens, so each output token carries r = h P / G recomputed prompt tokens, at c seconds each
-(`prefill_seconds_per_token`). One GPU does both: at a decode rate X (tokens/s if it only
-decoded) it serves X / (1 + X r c) tokens/s, and the share X r c / (1 + X r c) of each second
-goes to prefill. The request rate follows the served rate (a request finishes every G tokens),
-so a faster setup recomputes more prompts per second. Prefill rides in the decode steps
-(chunked prefill), which stream the weights anyway: a recomputed token costs its flops
+A request brings P prompt tokens, of which the prefix cache served a share h (the hit rate;
+0 when unknown), and lasts G output tokens. Each output token therefore carries
+r = (1 - h) P / G fresh prompt tokens, plus h P / G recomputed ones without prefix caching, at
+c seconds each (`prefill_seconds_per_token`). One GPU does both: at a decode rate X (tokens/s
+if it only decoded) it serves X / (1 + X r c) tokens/s, and the share X r c / (1 + X r c) of
+each second goes to prefill. Speculation and replay speed up only the decode part: a setup
+that doubles X gains far less than 2x where X r c is large (long prompts, short answers). The
+request rate follows the served rate (a request finishes every G tokens). Prefill rides in the
+decode steps, which stream the weights anyway: a prefilled token costs its flops
 (compute-bound). Whether a setup keeps prefix caching is the caller's input (the engine's
 rules, not the core's).
+
+The time to first token: a prompt is prefilled in chunks of what the step's token budget
+(vLLM's max_num_batched_tokens, SGLang's --chunked-prefill-size) leaves beside the decode
+tokens, one chunk a step; the first token comes with the last chunk. Queueing before
+admission is not in it (the batch the prediction is asked at is the admitted batch).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -32,27 +40,47 @@ SCAN_FLOPS_PER_STATE_ELEMENT = 4.0
 
 
 def keeps_prefix_caching(setup: Setup) -> bool:
-    """The default rule: every setup keeps prefix caching (nothing is charged)."""
+    """The default rule: every setup keeps prefix caching (nothing is recomputed)."""
     return True
 
 
 @dataclass(frozen=True)
 class PrefillCost:
-    """The recomputed prefill of a setup without prefix caching, per output token."""
+    """The prefill a setup pays, per request and per output token."""
 
-    hit_rate: float
-    prompt_tokens: float
-    generation_tokens: float
-    seconds_per_token: float  # GPU time to prefill one recomputed prompt token
+    hit_rate: float  # share of the prompt the live prefix cache served (0: unknown or none)
+    prompt_tokens: float  # P, per request
+    generation_tokens: float  # G, per request
+    seconds_per_token: float  # mean GPU time to prefill one of the tokens this setup prefills
+    fresh_tokens: float = 0.0  # per request: (1 - h) P, prefilled whatever the setup
+    recomputed_tokens: float = 0.0  # per request: h P more, without prefix caching
+    recomputed_seconds_per_token: float = 0.0  # GPU time of one recomputed token
+
+    @property
+    def prefilled_tokens(self) -> float:
+        """Prompt tokens prefilled per request under this setup."""
+        return self.fresh_tokens + self.recomputed_tokens
+
+    @property
+    def prefilled_per_output_token(self) -> float:
+        """r: prompt tokens prefilled per token generated."""
+        return self.prefilled_tokens / self.generation_tokens
 
     @property
     def recomputed_per_output_token(self) -> float:
-        """r = h P / G: prompt tokens prefilled again per token generated."""
-        return self.hit_rate * self.prompt_tokens / self.generation_tokens
+        """h P / G: prompt tokens prefilled again per token generated (0 with the cache)."""
+        return self.recomputed_tokens / self.generation_tokens
 
     @property
     def seconds_per_output_token(self) -> float:
-        return self.recomputed_per_output_token * self.seconds_per_token
+        return self.prefilled_per_output_token * self.seconds_per_token
+
+    def recomputed(self) -> PrefillCost | None:
+        """The recomputed part alone (None: the setup keeps prefix caching, or nothing was
+        hit): what turning prefix caching off adds, for the notes that weigh it."""
+        if self.recomputed_tokens <= 0:
+            return None
+        return replace(self, fresh_tokens=0.0, seconds_per_token=self.recomputed_seconds_per_token)
 
     def tokens_per_s(self, decode_tokens_per_s: Array) -> Array:
         """What is served when decoding alone would serve `decode_tokens_per_s`."""
@@ -63,15 +91,19 @@ class PrefillCost:
         return tokens_per_s / (1.0 - tokens_per_s * self.seconds_per_output_token)
 
     def share(self, tokens_per_s: Array) -> Array:
-        """The share of each GPU second spent on recomputed prefill at a served rate."""
+        """The share of each GPU second spent on this prefill at a served rate."""
         return tokens_per_s * self.seconds_per_output_token
 
     def recomputed_tokens_per_s(self, tokens_per_s: Array) -> Array:
+        """Prompt tokens prefilled again each second (0 with prefix caching)."""
         return tokens_per_s * self.recomputed_per_output_token
+
+    def prefilled_tokens_per_s(self, tokens_per_s: Array) -> Array:
+        return tokens_per_s * self.prefilled_per_output_token
 
     def weighed(self, label: str, tokens_per_s: float) -> str:
         """What was weighed, for a decision's notes: the share `label` loses at its served
-        rate, and why."""
+        rate to recomputed prefill, and why (call it on `recomputed()`)."""
         share = float(self.share(np.array([tokens_per_s]))[0])
         recomputed = float(self.recomputed_tokens_per_s(np.array([tokens_per_s]))[0])
         return (
@@ -81,35 +113,63 @@ class PrefillCost:
         )
 
     def decode_step_s(self, measured_step_s: float, tokens_per_step: float) -> float:
-        """The decode part of a step vLLM timed (its inter-token latency): the recomputed
-        prefill rides in the same steps (chunked prefill), `tokens_per_step` x r x c of it.
-        What calibration compares with the model's decode step while the live setup runs
-        without prefix caching, so that the prefill is not charged twice."""
+        """The decode part of a step the engine timed (its inter-token latency): the prefill
+        rides in the same steps (chunked prefill), `tokens_per_step` x r x c of it. What
+        calibration compares with the model's decode step, so that the prefill is not charged
+        twice."""
         return measured_step_s - tokens_per_step * self.seconds_per_output_token
+
+    def time_to_first_token_s(
+        self, decode_step_s: float, decode_tokens_per_step: float, chunk_tokens: int
+    ) -> float:
+        """A request's prompt, prefilled in chunks of what the step budget leaves beside the
+        `decode_tokens_per_step` (the batch's tokens, drafts included), one chunk per step of
+        `decode_step_s` plus the chunk's own prefill."""
+        room = max(chunk_tokens - decode_tokens_per_step, 1.0)
+        chunks = math.ceil(self.prefilled_tokens / room) if self.prefilled_tokens > 0 else 1
+        return chunks * decode_step_s + self.prefilled_tokens * self.seconds_per_token
 
 
 def prefill_cost(
     model: ModelSpec, hardware: HardwareProfile, workload: Workload, *, prefix_caching: bool
 ) -> PrefillCost | None:
-    """The setup's recomputed prefill: None when it keeps prefix caching, when the hit rate is
-    unknown or zero (nothing to lose)."""
-    hit_rate, prompt, generated = (
-        workload.prefix_hit_rate,
-        workload.prompt_tokens,
-        workload.generation_tokens,
-    )
-    if prefix_caching or hit_rate is None or hit_rate <= 0 or prompt is None or generated is None:
+    """The prefill the setup pays: every request's fresh (1 - h) P tokens, and h P more
+    without prefix caching. None when the prompt or generation length is unknown (nothing is
+    charged). An unknown hit rate counts as none: every prompt token is fresh."""
+    prompt, generated = workload.prompt_tokens, workload.generation_tokens
+    if prompt is None or generated is None:
         return None
-    recomputed = hit_rate * prompt
+    hit_rate = workload.prefix_hit_rate or 0.0
+    cached = hit_rate * prompt
+    fresh = prompt - cached
+    recomputed = 0.0 if prefix_caching else cached
+    # The fresh tokens follow the cached prefix (attending over it and half of themselves);
+    # the recomputed ones are each prompt's first h P: causal attention over half of them.
+    fresh_s = prefill_seconds_per_token(
+        model, hardware, workload, attended_tokens=cached + fresh / 2.0
+    )
+    recomputed_s = prefill_seconds_per_token(
+        model, hardware, workload, attended_tokens=cached / 2.0
+    )
+    total = fresh + recomputed
+    mean_s = (fresh * fresh_s + recomputed * recomputed_s) / total if total > 0 else fresh_s
     return PrefillCost(
         hit_rate=hit_rate,
         prompt_tokens=prompt,
         generation_tokens=generated,
-        # The recomputed tokens are each prompt's first h P: causal attention over half of them.
-        seconds_per_token=prefill_seconds_per_token(
-            model, hardware, workload, attended_tokens=recomputed / 2.0
-        ),
+        seconds_per_token=mean_s,
+        fresh_tokens=fresh,
+        recomputed_tokens=recomputed,
+        recomputed_seconds_per_token=recomputed_s,
     )
+
+
+def recomputed_cost(
+    model: ModelSpec, hardware: HardwareProfile, workload: Workload, *, prefix_caching: bool
+) -> PrefillCost | None:
+    """What turning prefix caching off adds alone (None: kept, or nothing was hit)."""
+    whole = prefill_cost(model, hardware, workload, prefix_caching=prefix_caching)
+    return None if whole is None else whole.recomputed()
 
 
 def prefill_seconds_per_token(
@@ -151,3 +211,33 @@ def prefill_seconds_per_token(
 
 def _rate(hardware: HardwareProfile, model: ModelSpec, experts: bool) -> float:
     return hardware.tensor_flops(role_dtype(model, experts))
+
+
+# Below this share of each second, the prompts' prefill is not worth a sentence.
+SAID_FROM_SHARE = 0.05
+
+
+def prompt_share_weighed(
+    best: tuple[str, float, PrefillCost | None],
+    current: tuple[str, float, PrefillCost | None],
+) -> str | None:
+    """The decision's note for the prompts' prefill, from (label, served tokens/s, the setup's
+    whole prefill) of the best and the current setup: the share of each second each loses to
+    prefill, and the decode gain next to what it serves. None where neither loses
+    `SAID_FROM_SHARE` or where either prefill is unknown."""
+    (label, served, cost), (rival, rival_served, rival_cost) = best, current
+    if cost is None or rival_cost is None or served <= 0 or rival_served <= 0:
+        return None
+    share = float(cost.share(np.array([served]))[0])
+    rival_share = float(rival_cost.share(np.array([rival_served]))[0])
+    if max(share, rival_share) < SAID_FROM_SHARE:
+        return None
+    decode_gain = (served / (1.0 - share)) / (rival_served / (1.0 - rival_share))
+    ratio = cost.prompt_tokens / cost.generation_tokens
+    return (
+        f"weighed: {cost.prompt_tokens:,.0f}-token prompts per {cost.generation_tokens:,.0f} "
+        f"output tokens (P/G {ratio:.1f}, {cost.hit_rate:.0%} cached) take {share:.0%} of "
+        f"each second under {label} and {rival_share:.0%} under {rival}; decoding alone "
+        f"{label} would be {decode_gain:.2f}x {rival}, with the prefill "
+        f"{served / rival_served:.2f}x"
+    )
