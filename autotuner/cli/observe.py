@@ -62,6 +62,7 @@ def observe(
     from autotuner.actuators.targets import open_target
     from autotuner.cli.target import target_engine
     from autotuner.core.observe.observation import read_acceptance
+    from autotuner.core.observe.workload import served_workload
     from autotuner.engines.kinds import EngineKind
 
     live: LiveTarget | None = None
@@ -87,6 +88,9 @@ def observe(
         print(result.model_dump_json(indent=2))
     else:
         render_observation(result)
+        served = served_workload(result)
+        if served is not None:
+            print(served.describe())
     if not result.usable:
         raise typer.Exit(3)
 

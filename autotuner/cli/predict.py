@@ -3,6 +3,7 @@ hardware, the acceptance and the engine's command line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -21,11 +22,12 @@ from autotuner.core.engine.args import EngineArgs
 from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.engine.drafter import DECLARED, DEFAULT
 from autotuner.core.engine.resolution import Fallback, resolve
+from autotuner.core.engine.workload import PrefixCacheReading
 from autotuner.core.model.registry import load_draft_model, load_model
 from autotuner.core.model.spec import DrafterKind, ModelSpec
 from autotuner.core.predict import acceptance as acc
 from autotuner.core.predict.acceptance import AcceptanceEstimate
-from autotuner.core.predict.report import build_report
+from autotuner.core.predict.report import build_report, prefill_lines
 from autotuner.core.types import Setup
 from autotuner.engines.build_table import AUTO
 from autotuner.engines.kinds import Engine, EngineKind, engine
@@ -58,6 +60,21 @@ def predict(
     replay_windows: Annotated[str, typer.Option(help="Replay windows L to compare.")] = "8,16,32",
     context: Annotated[
         float | None, typer.Option(help="Mean context length (tokens; default 4096).")
+    ] = None,
+    prompt_tokens: Annotated[
+        float | None,
+        typer.Option(
+            help="Mean prompt tokens per request: prefilled in the decode steps, they take "
+            "their share of every second (with --output-tokens; --context becomes prompt + "
+            "half the output unless given)."
+        ),
+    ] = None,
+    output_tokens: Annotated[
+        float | None, typer.Option(help="Mean output tokens per request (with --prompt-tokens).")
+    ] = None,
+    prefix_hit_rate: Annotated[
+        float | None,
+        typer.Option(help="Share of the prompt tokens the prefix cache serves (default 0)."),
     ] = None,
     tp: Annotated[
         int | None, typer.Option(help="Tensor-parallel GPUs per replica (default 1).")
@@ -158,8 +175,11 @@ def predict(
             ssm_state_dtype=ssm_state_dtype or (live.mamba_ssm_cache_dtype if live else None),
             mamba_cache_dtype=live.mamba_cache_dtype if live else None,
         )
-        fallback = _fallback(context, tp, kind, draft_model)
-        resolved = resolve(spec, live, fallback, load_draft=load_draft_model)
+        lengths = _lengths(prompt_tokens, output_tokens, prefix_hit_rate)
+        fallback = _derived_context(_fallback(context, tp, kind, draft_model), context, lengths)
+        resolved = resolve(
+            spec, live, fallback, observed_prefix=lengths, load_draft=load_draft_model
+        )
         report = build_report(
             resolved.model,
             resolve_hardware(gpu, profile),
@@ -181,6 +201,8 @@ def predict(
         print(json.dumps(report, indent=2))
     else:
         render_report(report, detail=detail)
+        for line in prefill_lines(report):
+            print(f"  prefill at {line}")
 
 
 def _estimate(
@@ -198,6 +220,37 @@ def _estimate(
     if acceptance is not None and not 0 <= acceptance <= 1:
         raise InputError("acceptance must lie in [0, 1]")
     return estimate
+
+
+def _lengths(
+    prompt: float | None, output: float | None, hit_rate: float | None
+) -> PrefixCacheReading | None:
+    """The request lengths the options give (both or neither), as the live loop reads them."""
+    if prompt is None and output is None:
+        if hit_rate is not None:
+            raise InputError("--prefix-hit-rate needs --prompt-tokens and --output-tokens")
+        return None
+    if prompt is None or output is None or prompt <= 0 or output <= 0:
+        raise InputError("give --prompt-tokens and --output-tokens together, both above 0")
+    if hit_rate is not None and not 0 <= hit_rate <= 1:
+        raise InputError("--prefix-hit-rate must lie in [0, 1]")
+    return PrefixCacheReading(
+        hit_rate=hit_rate or 0.0, prompt_tokens=prompt, generation_tokens=output, looked_up_tokens=0
+    )
+
+
+def _derived_context(
+    fallback: Fallback, context: float | None, lengths: PrefixCacheReading | None
+) -> Fallback:
+    """Without --context, a request's mean context over its decode: the prompt and half the
+    output."""
+    if context is not None or lengths is None:
+        return fallback
+    return dataclasses.replace(
+        fallback,
+        context_tokens=lengths.prompt_tokens + lengths.generation_tokens / 2.0,
+        context_source="--prompt-tokens + --output-tokens / 2",
+    )
 
 
 def _fallback(

@@ -17,7 +17,7 @@ from autotuner.core.engine.resolution import Fallback, Resolved, resolve
 from autotuner.core.engine.workload import PrefixCacheReading
 from autotuner.core.model.registry import load_draft_model
 from autotuner.core.model.spec import ModelSpec
-from autotuner.core.observe.observation import prefix_cache_reading
+from autotuner.core.observe.workload import workload_reading
 from autotuner.core.types import Observation
 from autotuner.engines.build_table import AUTO
 from autotuner.errors import ArgsError
@@ -39,7 +39,8 @@ class LiveInputs:
         self.problem: str | None = None  # why the live args cannot be read (told once)
         self.reported: str | None = None  # the version the engine says it runs
         self.asked_at = -VERSION_RETRY_S  # when /version was last asked (monotonic)
-        # A setup without prefix caching looks nothing up: the last reading with it stands.
+        # The request lengths of the last window that finished requests, and the last hit
+        # rate read (a setup without prefix caching looks nothing up): they price prefill.
         self.prefix: PrefixCacheReading | None = None
 
     def resolve(
@@ -51,7 +52,7 @@ class LiveInputs:
             self.notifier.log(problem, logging.WARNING)
         self.problem = problem
         model = self.settings.model
-        self.prefix = prefix_cache_reading(observation) or self.prefix
+        self.prefix = workload_reading(observation, self.prefix)
         resolved = resolve(
             self.model,
             args,

@@ -120,7 +120,11 @@ def build_report(
         "engine": engine.model_dump(mode="json"),
         "build": _build(engine),
         "capacity": {label: curve.max_batch for label, curve in asked.items()},
-        "predictions": [_row(p, engine) for curve in asked.values() for p in curve.predictions()],
+        "predictions": [
+            {**_row(p, engine), "time_to_first_token_s": ttft}
+            for curve in asked.values()
+            for p, ttft in zip(curve.predictions(), _ttft(curve, workload), strict=True)
+        ],
         "best": _best_rows({s.label: asked[s.label] for s in runnable}),
         "crossovers": [
             {"batch": c.batch, "from": c.loser, "to": c.winner}
@@ -171,6 +175,34 @@ def _row(prediction: Any, engine: EngineCapabilities) -> dict[str, Any]:
         "name": setup.name,
     }
     return row
+
+
+def _ttft(curve: SetupCurve, workload: Workload) -> list[float | None]:
+    """The model's time to first token per batch (None: prompt length unknown)."""
+    cost = curve.prefill
+    if cost is None:
+        return [None] * len(curve.batch)
+    decode_tokens = curve.effective_batch * (1 + curve.spec_tokens)
+    return [
+        cost.time_to_first_token_s(float(step), float(tokens), workload.prefill_chunk_tokens)
+        for step, tokens in zip(curve.step_time_s, decode_tokens, strict=True)
+    ]
+
+
+def prefill_lines(report: dict[str, Any]) -> list[str]:
+    """What prefill takes at each batch asked, for people: the best setup's share of each
+    second and its time to first token (nothing when the prompt length is unknown)."""
+    rows = {(r["setup"]["label"], r["batch"]): r for r in report["predictions"]}
+    lines = []
+    for best in report["best"]:
+        row = rows.get((best["setup"], best["batch"]))
+        if row is None or row["time_to_first_token_s"] is None:
+            continue
+        lines.append(
+            f"batch {best['batch']}: {best['setup']} spends {row['prefill_share']:.0%} of each "
+            f"second on prefill; time to first token {row['time_to_first_token_s']:.3f} s"
+        )
+    return lines
 
 
 def _best_rows(curves: dict[str, SetupCurve]) -> list[dict[str, Any]]:
