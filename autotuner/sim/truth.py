@@ -90,7 +90,12 @@ class TruthEngine:
         size = max(round(batch), 1)
         accept = from_conditional(list(rates)[: setup.spec_tokens])
         curve = predict(self.model, self.hardware, setup, [size], accept, self.workload)
-        return self._served(setup, float(curve.tokens_per_s[0]) / self.error(setup, batch))
+        # The decode rate alone, then the prefill this engine really pays once (the curve's own
+        # tokens/s already carries the model's price of the prompts' prefill).
+        step = float(curve.step_time_s[0]) * self.error(setup, batch)
+        fits = curve.max_batch > 0 and step > 0
+        decode = float(curve.effective_batch[0] * curve.tau[0]) / step if fits else 0.0
+        return self._served(setup, decode)
 
     def _kept(self, setup: Setup, decode_tokens_per_s: float) -> float:
         """The share of each second left to decoding (1.0 exactly with prefix caching)."""
