@@ -17,7 +17,7 @@ import math
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from autotuner.sim.clock import EngineClock
 from autotuner.sim.deployment import SimulatedDeployment, demo_manifest
 from autotuner.sim.sglang import SglangServer, sglang_manifest
 from autotuner.sim.sglang_startup import run_at
-from autotuner.sim.truth import WORLDS, StepError, TruthEngine
+from autotuner.sim.truth import WORLDS, StepError, TruthEngine, realistic_error
 from autotuner.sim.worlds import unchanged
 from autotuner.sources.observers import ScrapeObserver
 from autotuner.telling.exporter import TunerMetrics
@@ -164,6 +164,30 @@ PLATEAUS: dict[str, float] = {"wrong-prior": 24.0}
 PLATEAU_HOLD = 0.3
 
 
+@dataclass(frozen=True)
+class DemoWorld:
+    """What the simulated engine hides from the tuner: its step times' error against the cost
+    model, and the workload it serves beyond the model and GPU (the tuner reads the workload
+    from the engine's metrics, as it would a real one's)."""
+
+    error: StepError
+    served: dict[str, float] = field(default_factory=dict)  # Workload fields
+
+
+# prefix-cache: long prompts whose tokens the prefix cache mostly serves (60% of 4k), so a setup
+# whose build turns prefix caching off (vLLM 0.33's replay on FlashInfer) prefills them again:
+# speculation with the cache wins at low load, replay with speculation only once the batch is
+# large enough that the state copies cost more than the recomputed prefill. The best setup
+# changes with the load, and every static setup loses part of the day.
+DEMO_WORLDS: dict[str, DemoWorld] = {
+    **{name: DemoWorld(error) for name, error in WORLDS.items()},
+    "prefix-cache": DemoWorld(
+        realistic_error,
+        {"prefix_hit_rate": 0.6, "prompt_tokens": 4096.0, "generation_tokens": 512.0},
+    ),
+}
+
+
 def world_load(world: str, start: float, duration: float) -> Load:
     level = PLATEAUS.get(world)
     if level is None:
@@ -267,15 +291,15 @@ def fitting_truth(
     gpu: str,
     tensor_parallel: int | None,
     drafter: DrafterKind | None,
-    error: StepError,
+    world: DemoWorld,
 ) -> TruthEngine:
     """The simulated engine's truth on `tensor_parallel` GPUs; None: the fewest of FITTING_TP
     on which plain decoding holds the ramp's peak (512 requests), else the fewest it fits on.
     InputError where the model does not fit."""
     fitting: list[TruthEngine] = []
     for tp in [tensor_parallel] if tensor_parallel else FITTING_TP:
-        workload = Workload(tensor_parallel=tp, drafter=drafter)
-        truth = TruthEngine(model, datasheet(gpu), workload, error=error)
+        workload = Workload(tensor_parallel=tp, drafter=drafter, **world.served)
+        truth = TruthEngine(model, datasheet(gpu), workload, error=world.error)
         room = predict(model, truth.hardware, PLAIN, [1], from_conditional([]), workload)
         if room.max_batch >= PEAK:
             return truth
@@ -309,7 +333,7 @@ def run_demo(
     model = load_model(model_id)
     kind = DrafterKind(drafter) if drafter else None
     speculates = (kind or model.drafter) is not DrafterKind.NONE
-    truth = fitting_truth(model, gpu, tensor_parallel, kind, WORLDS[world])
+    truth = fitting_truth(model, gpu, tensor_parallel, kind, DEMO_WORLDS[world])
     tensor_parallel = truth.workload.tensor_parallel
     manifest = Path(tempfile.mkdtemp(prefix="autotuner-demo-")) / f"{engine_kind}.yaml"
     first = Setup(spec_tokens=len(acceptance)) if speculates else PLAIN
@@ -326,6 +350,9 @@ def run_demo(
         engine=engine_kind,
     )
     engine = settings.engine.capabilities
+    # What the engine really recomputes follows the build's rules for each setup, as the
+    # tuner's prediction does.
+    truth = replace(truth, prefix_caching=engine.serving(model).keeps_prefix_caching)
     clock: Clock = EngineClock(time.time()) if fast else WallClock()
     start = clock() + 1.0
     load = world_load(world, start, duration_s)

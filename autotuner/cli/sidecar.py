@@ -129,10 +129,12 @@ def demo(
     world: Annotated[
         str,
         typer.Option(
-            help="The simulated engine's hidden error: realistic (about 10%), or wrong-prior "
+            help="The simulated engine's hidden error: realistic (about 10%), wrong-prior "
             "(speculation 30% slower and replay 30% faster than modelled, the load held at "
             "batch 24 for 30% of the run: the prior's ranking is wrong there, which only trying "
-            "replay can show: the tuner explores)."
+            "replay can show: the tuner explores), or prefix-cache (realistic, serving 4k-token "
+            "prompts 60% of whose tokens the prefix cache serves: the best setup changes with "
+            "the load)."
         ),
     ] = "realistic",
     fast: Annotated[
@@ -144,14 +146,13 @@ def demo(
     ] = False,
 ) -> None:
     """Simulated vLLM or SGLang + the sidecar in act mode against a manifest, load 4 -> 512 -> 4."""
-    from autotuner.demo import describe_load, log_lines, run_demo, summary_table
-    from autotuner.sim.truth import WORLDS
+    from autotuner.demo import DEMO_WORLDS, describe_load, log_lines, run_demo, summary_table
 
     try:
         seconds = parse_duration(duration)
         rates = tuple(parse_rates(acceptance))
-        if world not in WORLDS:
-            raise InputError(f"unknown world {world!r}; known: {', '.join(WORLDS)}")
+        if world not in DEMO_WORLDS:
+            raise InputError(f"unknown world {world!r}; known: {', '.join(DEMO_WORLDS)}")
         if engine not in ("vllm", "sglang"):
             raise InputError(f"unknown engine {engine!r}; known: vllm, sglang")
     except AutotunerError as exc:

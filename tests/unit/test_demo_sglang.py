@@ -17,6 +17,7 @@ from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Setup
 from autotuner.demo import (
     DemoResult,
+    DemoWorld,
     compare_statics,
     demo_settings,
     fitting_truth,
@@ -77,6 +78,6 @@ def test_a_model_that_does_not_fit_is_refused_before_anything_runs(tmp_path: Pat
 
 
 def test_without_a_tp_the_demo_takes_the_fewest_gpus_that_hold_batch_512() -> None:
-    truth = fitting_truth(QWEN, "H200", None, None, no_error)
+    truth = fitting_truth(QWEN, "H200", None, None, DemoWorld(no_error))
     assert truth.workload.tensor_parallel == 4  # 2 x H200 holds Qwen3.5-122B, not 512 requests
-    assert fitting_truth(QWEN, "H200", 2, None, no_error).workload.tensor_parallel == 2
+    assert fitting_truth(QWEN, "H200", 2, None, DemoWorld(no_error)).workload.tensor_parallel == 2
