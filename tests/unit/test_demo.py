@@ -41,3 +41,23 @@ def test_no_drafter_no_speculation_and_the_engine_refuses_what_it_lacks() -> Non
     assert labels(statics_for(DENSE, UPSTREAM, 3, drafter=False)) == ["plain"]
     no_replay = UPSTREAM.model_copy(update={"replay": False})
     assert labels(statics_for(HYBRID, no_replay, 2, drafter=True)) == ["plain", "spec:1", "spec:2"]
+
+
+def test_in_the_prefix_cache_world_the_best_setup_changes_with_the_load() -> None:
+    """The world the README names for it: speculation with the cache wins at low batch, plain at
+    the peak; replay, which the build runs without the cache, pays the prompts again."""
+    from dataclasses import replace
+
+    from autotuner.demo import DEMO_WORLDS, fitting_truth
+
+    model = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
+    truth = fitting_truth(model, "H200", 1, None, DEMO_WORLDS["prefix-cache"])
+    truth = replace(truth, prefix_caching=lambda setup: not setup.replay_window)
+    rates = (0.8, 0.7, 0.6)
+    setups = [Setup(), Setup(spec_tokens=2), Setup.parse("replay+spec:3:16")]
+
+    def best(batch: int) -> str:
+        return max(setups, key=lambda s: truth.tokens_per_s(s, batch, rates)).label
+
+    assert best(16) == "spec:2"
+    assert best(512) == "plain"
