@@ -15,12 +15,16 @@ from autotuner.core.decide.context import Situation
 from autotuner.core.decide.estimates import BATCH_BINS, BIN_MIDDLES
 from autotuner.core.decide.forecast import Forecast, day_forecast
 from autotuner.core.decide.plan import Plan, best_plan
+from autotuner.core.decide.reach import beyond_observed
 from autotuner.core.decide.search import candidates, schedules
 from autotuner.core.decide.settings import ObjectiveKind
 from autotuner.core.predict.acceptance import AcceptanceEstimate, from_conditional
 from autotuner.core.predict.predictor import Predictor
 from autotuner.core.types import Setup
 
+# Draft positions past the deployed K valued from the observed decline: one, so a deeper K is
+# reached one step at a time, each measured before the next is valued.
+EXTRA_POSITIONS = 1
 TAIL_SHARE = 0.5  # of the horizon: how long a plan's last setup is credited after it
 NEGLIGIBLE = 1e-4  # a piece's probability at a bin below which the bin is left out
 BIN_BLUR = 0.1  # log-space spread a moved history bin gets (the bins are ~0.4 wide)
@@ -66,8 +70,9 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
         return None
     durations, pieces = outlook(sit, sit.forecast)
     mass = np.asarray(durations) @ pieces / sum(durations)
-    point = sit.acceptance
+    point = _reached(sit)
     setups, notes = candidates(state, sit.ctx, settings, point)
+    notes += _reach_note(sit.acceptance, point)
     if sit.ctx.engine.spec_schedule and settings.candidates.use_schedule and point is not None:
         setups += schedules(sit.predictor, setups, point, mass)
     if current not in setups:
@@ -121,6 +126,31 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
 
 
 Rates = dict[Setup, npt.NDArray[np.float64]]  # tokens/s in each piece of the horizon
+
+
+def _reached(sit: Situation) -> AcceptanceEstimate | None:
+    """The acceptance the candidates are valued on: the observed positions and
+    EXTRA_POSITIONS more, continued from them (core/decide/reach.py), as deep as the engine's
+    drafter and the settings allow."""
+    point = sit.acceptance
+    if point is None:
+        return None
+    allowed = max(sit.settings.candidates.spec_tokens, default=0)
+    limit = min(sit.ctx.engine.serving(sit.ctx.model).max_spec_tokens, allowed)
+    return beyond_observed(point, limit, EXTRA_POSITIONS)
+
+
+def _reach_note(
+    observed: AcceptanceEstimate | None, reached: AcceptanceEstimate | None
+) -> list[str]:
+    if observed is None or reached is None or reached is observed:
+        return []
+    deeper = reached.conditional[observed.max_spec_tokens :]
+    return [
+        f"K up to {reached.max_spec_tokens} valued: acceptance observed to position "
+        f"{observed.max_spec_tokens}, continued at {', '.join(f'{r:.2f}' for r in deeper)} "
+        "(the last observed decline)"
+    ]
 
 
 def _prefill_weighed(
