@@ -119,9 +119,13 @@ def load_model(
         for table in (names, bare):
             if wanted in table:
                 return entry.spec(table[wanted], options)
+    if path.is_absolute() or id_or_path.startswith((".", "~")):
+        raise ModelConfigError(f"{id_or_path}: no such config.json or model directory")
     raise ModelConfigError(
         f"unknown model {id_or_path!r}: not a file, not a directory with config.json, and not "
-        f"a built-in id. Built-in: {', '.join(known_models())}"
+        f"a built-in id. For any other model give the path of its config.json or of its model "
+        f"directory (e.g. /models/{id_or_path.rsplit('/', 1)[-1]}/config.json, or the mounted "
+        f"directory itself). Built-in: {', '.join(known_models())}"
     )
 
 
