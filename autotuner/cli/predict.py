@@ -22,7 +22,7 @@ from autotuner.core.engine.args import EngineArgs
 from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.engine.drafter import DECLARED, DEFAULT
 from autotuner.core.engine.resolution import Fallback, resolve
-from autotuner.core.engine.workload import PrefixCacheReading
+from autotuner.core.engine.workload import ENGINE_NAMES, PrefixCacheReading, Workload
 from autotuner.core.model.registry import load_draft_model, load_model
 from autotuner.core.model.spec import DrafterKind, ModelSpec
 from autotuner.core.predict import acceptance as acc
@@ -178,7 +178,12 @@ def predict(
         lengths = _lengths(prompt_tokens, output_tokens, prefix_hit_rate)
         fallback = _derived_context(_fallback(context, tp, kind, draft_model), context, lengths)
         resolved = resolve(
-            spec, live, fallback, observed_prefix=lengths, load_draft=load_draft_model
+            spec,
+            live,
+            fallback,
+            base=Workload(engine_name=ENGINE_NAMES[chosen.kind.value]),
+            observed_prefix=lengths,
+            load_draft=load_draft_model,
         )
         report = build_report(
             resolved.model,

@@ -14,7 +14,7 @@ from autotuner.core.decide.state import TunerState
 from autotuner.core.engine.args import EngineArgs
 from autotuner.core.engine.builds import BuildInForce
 from autotuner.core.engine.resolution import Fallback, Resolved, resolve
-from autotuner.core.engine.workload import PrefixCacheReading
+from autotuner.core.engine.workload import ENGINE_NAMES, PrefixCacheReading, Workload
 from autotuner.core.model.registry import load_draft_model
 from autotuner.core.model.spec import ModelSpec
 from autotuner.core.observe.workload import workload_reading
@@ -65,6 +65,7 @@ class LiveInputs:
             observed_prefix=self.prefix,
             saved=self.settings.engine.dialect.drafter_of(state.drafter),
             load_draft=_draft_model_size,
+            base=Workload(engine_name=ENGINE_NAMES[self.settings.engine.engine.kind.value]),
         )
         self.table = resolved.table()
         if problem is not None:

@@ -96,3 +96,10 @@ def test_predict_takes_prompt_and_output_lengths() -> None:
 def test_predict_refuses_half_a_workload() -> None:
     assert "--prompt-tokens and --output-tokens" in refusal("predict", "--prompt-tokens", "8192")
     assert "--prefix-hit-rate" in refusal("predict", "--prefix-hit-rate", "0.5")
+
+
+def test_the_workload_names_the_engine_for_its_reasons() -> None:
+    args = ("predict", "--gpu", "H200", "--batch", "8", "--json")
+    assert printed_json(*args)["workload"]["engine_name"] == "vLLM"
+    sglang = printed_json(*args, "--engine-kind", "sglang")
+    assert sglang["workload"]["engine_name"] == "SGLang"

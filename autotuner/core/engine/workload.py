@@ -11,6 +11,8 @@ from autotuner.core.model.spec import DrafterKind
 from autotuner.core.vocabulary import Word
 
 GIB = float(2**30)
+# How the reasons written for people name each engine kind (engines/kinds.py EngineKind values).
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
 class MambaCacheMode(Word):
