@@ -5,7 +5,9 @@ Run: python -m benchmarks.decision_quality [--worlds measured,verify-cost,...] [
 [--decisions] (every switch and revert of the policy, with its sentence)
 
 Worlds (autotuner/sim/worlds.py): `measured` (MEASUREMENTS.md's published points interpolated
-over batch, no cost model), `verify-cost`, `replay-gain`, `acceptance-drift` and `combined`
+over batch, no cost model) and issue 42's held-out days on the same published speeds,
+`published-diurnal` (load to 512, acceptance 0.85) and `published-drift` (0.85 -> 0.45),
+`verify-cost`, `replay-gain`, `acceptance-drift` and `combined`
 (the cost model distorted so that its ranking is wrong), and the older traces `diurnal`,
 `bursts`, `drift`, `step` (the cost model times sim.truth.realistic_error), `working-days`
 and `lull-days` (three days each; `--no-whole-day` runs without the plan over the whole day),
@@ -15,8 +17,10 @@ charged the same restart downtime. Reported per world and engine capability set:
 (ratio to the restart-aware oracle), time-weighted efficiency (mean of throughput now / the
 best setup's throughput now, zero while restarting), restarts per day (on average, and the
 most in any 24 hours, which the target counts) and explorations
-(decisions whose sentence says it explores); a summary table against issue 28's targets ends
-the run.
+(decisions whose sentence says it explores) and the share of the gap won,
+(tuned - best static) / (oracle - best static); a summary table against issue 28's targets
+(and issue 42's, on the worlds whose truth is published) ends the run, those worlds apart
+from the ones built on the cost model.
 """
 
 from __future__ import annotations
