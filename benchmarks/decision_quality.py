@@ -11,7 +11,8 @@ over batch, no cost model) and issue 42's held-out days on the same published sp
 (the cost model distorted so that its ranking is wrong), and the older traces `diurnal`,
 `bursts`, `drift`, `step` (the cost model times sim.truth.realistic_error), `working-days`
 and `lull-days` (three days each; `--no-whole-day` runs without the plan over the whole day),
-`prefix-pays` / `prefix-idle` (vLLM 0.33's rows) and `qwen-sglang` (SGLang 0.5.23's table,
+`prefix-pays` / `prefix-idle` (vLLM 0.33's rows), `long-prompts` / `chat` (Qwen3.5 prompt mixes,
+sim/prefill_worlds.py, vLLM 0.33's rows) and `qwen-sglang` (SGLang 0.5.23's table,
 each setup run as SGLang runs it). Every strategy is
 charged the same restart downtime. Reported per world and engine capability set: tokens served
 (ratio to the restart-aware oracle), time-weighted efficiency (mean of throughput now / the
@@ -47,10 +48,12 @@ from autotuner.core.types import Action, Decision, Setup
 from autotuner.engines.sglang.capabilities import FOLLOW_BUILD as SGLANG_BUILD
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD, GDN_REPLAY, REPLAY_SPEC
 from autotuner.sim.days import DAY
+from autotuner.sim.prefill_worlds import prefill_worlds
 from autotuner.sim.truth import realistic_error
 from autotuner.sim.worlds import (
     NEMOTRON,
     PUBLISHED,
+    QWEN,
     Prior,
     World,
     issue_worlds,
@@ -116,6 +119,9 @@ WORLD_NAMES = (
 TRACE_NAMES = ("diurnal", "bursts", "drift", "step")
 PREFIX_NAMES = ("prefix-pays", "prefix-idle")  # Nemotron-3-Super on vLLM 0.33's rules only
 SGLANG_NAMES = ("qwen-sglang",)  # Qwen3.5 on SGLang 0.5.23's capability table only
+PREFILL_NAMES = ("long-prompts", "chat")  # Qwen3.5 prompt mixes (sim/prefill_worlds.py), vLLM 0.33
+
+ALL_NAMES = WORLD_NAMES + TRACE_NAMES + PREFIX_NAMES + SGLANG_NAMES + PREFILL_NAMES
 
 # --- Strategies -------------------------------------------------------------------------------
 
@@ -437,7 +443,7 @@ def options() -> argparse.Namespace:
     parser.add_argument(
         "--worlds",
         "--traces",
-        default=",".join(WORLD_NAMES + TRACE_NAMES + PREFIX_NAMES + SGLANG_NAMES),
+        default=",".join(ALL_NAMES),
         dest="worlds",
     )
     parser.add_argument(
@@ -475,7 +481,7 @@ def options() -> argparse.Namespace:
 
 def chosen_names(args: argparse.Namespace) -> list[str]:
     names = [n.strip() for n in args.worlds.split(",") if n.strip()]
-    known = WORLD_NAMES + TRACE_NAMES + PREFIX_NAMES + SGLANG_NAMES
+    known = ALL_NAMES
     unknown = set(names) - set(known)
     if unknown:
         raise SystemExit(f"unknown world(s) {sorted(unknown)}: use {known}")
@@ -490,15 +496,21 @@ def build_world(name: str, model: str, gpu: str) -> World:
     if name in PREFIX_NAMES:
         engine = BUILD_033.serving(load_model(NEMOTRON))
         return prefix_cache_worlds(engine.keeps_prefix_caching)[name]
+    if name in PREFILL_NAMES:
+        engine = BUILD_033.serving(load_model(QWEN, weights="nvfp4"))
+        return prefill_worlds(engine.keeps_prefix_caching)[name]
     return trace_worlds(model, gpu)[name]
 
 
 def engines_of(name: str) -> tuple[str, ...]:
-    """The prefix-cache worlds run on vLLM 0.33's rows (replay only without prefix caching);
-    the others on a build with GDN replay kernels and on one with replay and speculation."""
+    """The prefix-cache and prompt-mix worlds run on vLLM 0.33's rows (replay only without
+    prefix caching); the others on a build with GDN replay kernels and on one with replay and
+    speculation."""
     if name in SGLANG_NAMES:
         return (SGLANG_0523,)
-    return (VLLM_033,) if name in PREFIX_NAMES else (GDN_REPLAY.name, REPLAY_SPEC.name)
+    if name in PREFIX_NAMES + PREFILL_NAMES:
+        return (VLLM_033,)
+    return (GDN_REPLAY.name, REPLAY_SPEC.name)
 
 
 @dataclass(frozen=True)
