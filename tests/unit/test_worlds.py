@@ -262,4 +262,5 @@ def test_the_prefix_cache_worlds_disagree_on_replay_with_speculation() -> None:
     pays, idle = worlds["prefix-pays"], worlds["prefix-idle"]
     assert pays.tokens_per_s(replay_spec, busy) < pays.tokens_per_s(spec, busy)
     assert idle.tokens_per_s(replay_spec, busy) > 1.3 * idle.tokens_per_s(spec, busy)
-    assert pays.tokens_per_s(spec, busy) == pytest.approx(idle.tokens_per_s(spec, busy))
+    # With the cache kept, more hits leave fewer fresh prompt tokens to prefill.
+    assert pays.tokens_per_s(spec, busy) > idle.tokens_per_s(spec, busy)
