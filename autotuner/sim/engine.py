@@ -85,9 +85,14 @@ class SimSetup:
         prefix_caching: bool = True,
         **options: str,
     ) -> SimSetup:
+        # A world names its drafter's acceptance for the positions it was built with; a setup
+        # that drafts deeper meets the last named rate again at each further position.
+        rates = tuple(acceptance)
+        if rates and setup.spec_tokens > len(rates):
+            rates += (rates[-1],) * (setup.spec_tokens - len(rates))
         return cls(
             spec_tokens=setup.spec_tokens,
-            acceptance=tuple(acceptance),
+            acceptance=rates,
             replay=bool(setup.replay_window),
             replay_window=setup.replay_window or 16,
             schedule=setup.schedule,
