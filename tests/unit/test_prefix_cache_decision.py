@@ -68,3 +68,16 @@ def test_high_hits_on_long_prompts_keep_the_setup_with_prefix_caching_and_say_wh
     assert weighed
     assert "without prefix caching loses" in weighed[0]
     assert "at hit rate 90%" in weighed[0]
+
+
+def test_long_prompts_say_what_their_prefill_takes_from_each_second() -> None:
+    """Speculation and replay speed up the decode share only: with 8k-token prompts per 512
+    output tokens the decision says how much of each second the prompts take under each."""
+    long = Workload(prefix_hit_rate=0.0, prompt_tokens=8192, generation_tokens=512)
+    moves = [d for d in _decide_at_batch_256(long) if d.target is not None]
+    assert moves
+    said = [n for d in moves for n in d.notes if "-token prompts per 512 output tokens" in n]
+    assert said
+    assert "(P/G 16.0, 0% cached)" in said[0]
+    assert "of each second under" in said[0]
+    assert not [n for d in _decide_at_batch_256(Workload()) for n in d.notes if "P/G" in n]

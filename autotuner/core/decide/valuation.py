@@ -20,6 +20,7 @@ from autotuner.core.decide.search import candidates, schedules
 from autotuner.core.decide.settings import ObjectiveKind
 from autotuner.core.predict.acceptance import AcceptanceEstimate, from_conditional
 from autotuner.core.predict.predictor import Predictor
+from autotuner.core.predict.prefill import prompt_share_weighed
 from autotuner.core.types import Setup
 
 # Draft positions past the deployed K valued from the observed decline: one, so a deeper K is
@@ -96,6 +97,7 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
     )
     notes += _remembered(sit)
     notes += _prefill_weighed(sit, (best, current), values)
+    notes += _prompts_weighed(sit, best, current, values)
     if sit.forecast is not None:
         notes.append(sit.forecast.describe())
         notes += _unwatched_note(sit)
@@ -166,6 +168,20 @@ def _prefill_weighed(
         if cost is not None and setup in paying:
             said.append(cost.weighed(setup.label, values[setup]))
     return said
+
+
+def _prompts_weighed(
+    sit: Situation, best: Setup, current: Setup, values: dict[Setup, float]
+) -> list[str]:
+    """What the prompts' prefill takes from each second under the best and the current setup,
+    where it is large enough to say: speculation and replay speed up the decode share only."""
+    if best == current or not all(math.isfinite(values.get(s, math.nan)) for s in (best, current)):
+        return []
+    said = prompt_share_weighed(
+        (best.label, values[best], sit.predictor.workload_prefill(best)),
+        (current.label, values[current], sit.predictor.workload_prefill(current)),
+    )
+    return [said] if said else []
 
 
 def outlook(
