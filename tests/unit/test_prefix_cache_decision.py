@@ -12,7 +12,7 @@ from autotuner.core.decide.context import Context
 from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.step import step
 from autotuner.core.engine.workload import Workload
-from autotuner.core.types import Decision, Setup, SetupKind
+from autotuner.core.types import Action, BlockReason, Decision, Setup, SetupKind
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.sim.worlds import Prior
 from tests.support.policy import H200, MODEL, SPEC3, cost_model_world, policy_settings
@@ -81,3 +81,53 @@ def test_long_prompts_say_what_their_prefill_takes_from_each_second() -> None:
     assert "(P/G 16.0, 0% cached)" in said[0]
     assert "of each second under" in said[0]
     assert not [n for d in _decide_at_batch_256(Workload()) for n in d.notes if "P/G" in n]
+
+
+def _decide_at_batch_64(workload: Workload) -> list[Decision]:
+    """Ten steps at batch 64 from spec:3 with no prefix-cache hits, a move asked to pay 25%."""
+    settings = policy_settings(
+        switch={"dwell_s": 0, "min_gain": 0.25}, exploration={"enabled": False}
+    )
+    world = cost_model_world(Prior(MODEL, H200, workload), lambda t: 64.0, (0.8, 0.7, 0.6))
+    ctx = Context(
+        now=0.0,
+        model=MODEL,
+        hardware=H200,
+        engine=ENGINE,
+        workload=workload,
+        deployed=SPEC3,
+        prefix_caching=ENGINE.keeps_prefix_caching,
+    )
+    state, decisions = TunerState(), []
+    for t in np.arange(INTERVAL, 11 * INTERVAL, INTERVAL):
+        result = step(
+            state,
+            world.observation(SPEC3, float(t), INTERVAL),
+            replace(ctx, now=float(t)),
+            settings,
+        )
+        state = result.state
+        decisions.append(result.decision)
+    return decisions
+
+
+def test_the_same_move_pays_at_short_prompts_and_not_at_long_ones() -> None:
+    """spec:3 -> replay with speculation at batch 64 speeds up decoding by about half; with
+    prompts half as long as the answers (P/G 0.5) that is what is served, with prompts 8x the
+    answers the prompts' prefill takes most of each second and the same move serves a fifth
+    more: below the 25% asked, it is held, and the decision says why."""
+    short = Workload(prefix_hit_rate=0.0, prompt_tokens=256, generation_tokens=512)
+    long = Workload(prefix_hit_rate=0.0, prompt_tokens=4096, generation_tokens=512)
+    moved = [d for d in _decide_at_batch_64(short) if d.action is Action.SWITCH]
+    assert moved
+    assert moved[0].target is not None
+    assert moved[0].target.kind is SetupKind.REPLAY_SPEC
+    assert moved[0].gain is not None
+    assert moved[0].gain > 0.45
+    held = _decide_at_batch_64(long)
+    assert not [d for d in held if d.action is Action.SWITCH]
+    assert {d.blocked_by for d in held} == {BlockReason.BELOW_MIN_GAIN}
+    assert all(d.gain is not None and 0.1 < d.gain < 0.25 for d in held)
+    notes = [n for d in held for n in d.notes if "(P/G 8.0, 0% cached)" in n]
+    assert notes
+    assert "replay+spec" in notes[0]
