@@ -145,19 +145,21 @@ def _check_build(
     follow_build = chosen.follow_build
     if spec is not None:
         actuator.engine = follow_build.serving(spec)
-    if force or not wanted.replay_window:
+    if force or not (wanted.replay_window or wanted.schedule):
         return
     build = actuator.build_of(live)
-    kv_connector = bool(dialect.live_args(live.command, live.args).kv_connector)
+    said = dialect.live_args(live.command, live.args)
+    kv_connector, data_parallel = bool(said.kv_connector), said.data_parallel_size or 1
     # The rules of the args alone first: a KV connector refuses replay whatever the model.
     for known in (None, spec):
-        refusal = follow_build.deployed(build, known, kv_connector).refusal(wanted)
+        deployment = follow_build.deployed(build, known, kv_connector, data_parallel)
+        refusal = deployment.refusal(wanted)
         if refusal is not None:
             raise InputError(
                 f"refused by the engine build ({build.describe()}): {refusal}; nothing "
                 "changed (--force writes it anyway)"
             )
-    if spec is None:
+    if spec is None and wanted.replay_window:
         raise InputError(
             f"the served model is not known ({served or 'no --model in the args'}): the "
             f"{build.describe()} rules for replay cannot be checked; nothing changed (--model "

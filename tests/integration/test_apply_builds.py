@@ -122,3 +122,19 @@ def test_status_says_which_build_rows_are_in_force(tmp_path: Path) -> None:
         app, ["status", "--target", f"file://{path}", "--json", "--set", "engine.build=0.32.0"]
     )
     assert json.loads(declared.stdout)["build"]["origin"] == "settings"
+
+
+def test_a_schedule_data_parallel_would_drop_is_refused_naming_the_rule(tmp_path: Path) -> None:
+    path = tmp_path / "vllm.yaml"
+    text = manifest(NEMOTRON).replace(
+        '            - "1024"\n',
+        '            - "1024"\n            - --data-parallel-size\n            - "2"\n',
+    )
+    path.write_text(text)
+    code, output = apply(path, "spec:3", "--schedule", "1-64:3,65-8191:1")
+    assert code == 2, output
+    assert "data parallel size 2" in " ".join(output.split())
+    assert path.read_text() == text
+    code, output = apply(path, "spec:3", "--schedule", "1-64:3,65-8191:1", "--force")
+    assert code == 0, output
+    assert "num_speculative_tokens_per_batch_size" in path.read_text()

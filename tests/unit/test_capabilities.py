@@ -192,3 +192,28 @@ def test_the_loop_and_apply_judge_one_deployment_alike() -> None:
     with_model = VLLM.deployed(None, NEMOTRON_MAMBA2, kv_connector=False)
     assert with_model == VLLM.serving(NEMOTRON_MAMBA2).connected(False)
     assert VLLM.deployed(None, LLAMA, kv_connector=False).refusal(replay) is not None
+
+
+def test_a_schedule_is_refused_where_data_parallel_drops_it() -> None:
+    """vLLM 0.33 drops num_speculative_tokens_per_batch_size with a warning when data parallel
+    size > 1 (vllm/config/vllm.py:1110-1127): read from the live args, the schedule is never
+    proposed there, and the same K without a schedule still is."""
+    from autotuner.core.engine.resolution import resolve
+    from autotuner.engines.vllm.args import parse
+    from autotuner.engines.vllm.capabilities import FOLLOW_BUILD as VLLM
+
+    nemotron = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
+    args = parse(["--model", nemotron.name, "--data-parallel-size", "2"])
+    assert args.data_parallel_size == 2
+    assert parse(["--model", nemotron.name, "-dp", "4"]).data_parallel_size == 4
+    resolved = resolve(nemotron, args)
+    assert resolved.data_parallel == 2
+    schedule = Setup.parse("spec:3@1-64:3,65-8191:1")
+    engine = VLLM.deployed(None, nemotron, kv_connector=False, data_parallel=2)
+    reason = engine.refusal(schedule)
+    assert reason is not None
+    assert "data parallel size 2" in reason
+    assert "vllm/config/vllm.py:1110-1127" in reason
+    assert engine.accepts(Setup.parse("spec:3"))
+    assert VLLM.deployed(None, nemotron, kv_connector=False).accepts(schedule)
+    assert resolve(nemotron, parse(["--model", nemotron.name])).data_parallel == 1

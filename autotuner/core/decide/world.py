@@ -109,7 +109,9 @@ def engine_now(
     row, under the `build` preset) for this model, narrowed by what the engine's metrics show
     and what it refused lately, widened by what the running setup proves."""
     return (
-        capabilities.deployed(resolved.build, resolved.model, resolved.kv_connector)
+        capabilities.deployed(
+            resolved.build, resolved.model, resolved.kv_connector, resolved.data_parallel
+        )
         .shown_by(observation.live_setup)
         .without(k for k, r in state.refused.items() if r.until > now)
         .proven_by(target.setup if target else None)

@@ -79,6 +79,7 @@ class EngineArgs(BaseModel):
     enforce_eager: bool | None = None
     speculative: SpeculativeConfig | None = None
     kv_connector: bool | None = None  # a KV connector (P/D disaggregation, KV offload) is set
+    data_parallel_size: int | None = None
 
     def given(self) -> dict[str, Any]:
         """Every value the args set, by field name."""

@@ -102,6 +102,14 @@ class EngineCapabilities(BaseModel):
     kv_connector: bool = Field(
         False, description="The live args set a KV connector (read from them, not a setting)."
     )
+    schedule_with_data_parallel: bool = Field(
+        False,
+        description="A per-batch K schedule runs with data parallel size > 1; vLLM 0.33 drops "
+        "it with a warning there (config/vllm.py:1110-1127), so it is never proposed.",
+    )
+    data_parallel: int = Field(
+        1, ge=1, description="The live args' data parallel size (read from them, not a setting)."
+    )
     max_spec_tokens: int = Field(8, ge=0, le=16, description="Largest K the drafter allows.")
     build: BuildInForce | None = Field(
         None,
@@ -175,6 +183,12 @@ class EngineCapabilities(BaseModel):
             return replay
         if setup.schedule and not self.spec_schedule:
             return f"{self.name}: no num_speculative_tokens_per_batch_size"
+        if setup.schedule and self.data_parallel > 1 and not self.schedule_with_data_parallel:
+            return (
+                f"{self.name}: the engine drops num_speculative_tokens_per_batch_size with data "
+                f"parallel size {self.data_parallel} > 1 (vllm/config/vllm.py:1110-1127, 0.33.0): "
+                "the schedule would not run"
+            )
         if setup.adaptive and not self.adaptive_verification:
             return f"{self.name}: no enable_adaptive_verification (PR #47808)"
         allowed = self.adaptive_spec_tokens
@@ -239,13 +253,19 @@ class EngineCapabilities(BaseModel):
         )
 
     def deployed(
-        self, build: BuildInForce | None, model: ModelSpec | None, kv_connector: bool
+        self,
+        build: BuildInForce | None,
+        model: ModelSpec | None,
+        kv_connector: bool,
+        data_parallel: int = 1,
     ) -> EngineCapabilities:
         """These capabilities for one deployment as its args say: on its build, serving its
-        model (None: not known, the rules of the args alone), beside a KV connector or not.
-        The loop and `apply` both judge a setup on this, so neither writes what the other
-        would refuse."""
+        model (None: not known, the rules of the args alone), beside a KV connector or not, at
+        its data parallel size. The loop and `apply` both judge a setup on this, so neither
+        writes what the other would refuse."""
         on_build = self.running_on(build).connected(kv_connector)
+        if data_parallel != on_build.data_parallel:
+            on_build = on_build.model_copy(update={"data_parallel": data_parallel})
         return on_build if model is None else on_build.serving(model)
 
     def running_on(self, build: BuildInForce | None) -> EngineCapabilities:

@@ -69,6 +69,7 @@ class Resolved:
     inputs: dict[str, Input]
     build: BuildInForce | None = None  # the engine build read (None: not read)
     kv_connector: bool = False  # the live args set a KV connector (P/D, KV offload)
+    data_parallel: int = 1  # the live args' data parallel size
 
     def table(self) -> dict[str, dict[str, Any]]:
         """The inputs as plain JSON (for /decision, status and predict --json)."""
@@ -169,7 +170,14 @@ def resolve(
         resolved = Workload.model_validate({**dict(workload), **update})
     except ValueError as exc:
         raise InputError(f"the workload cannot be built: {exc}") from None
-    return Resolved(resolved, served, drafter, inputs, kv_connector=bool(live.kv_connector))
+    return Resolved(
+        resolved,
+        served,
+        drafter,
+        inputs,
+        kv_connector=bool(live.kv_connector),
+        data_parallel=live.data_parallel_size or 1,
+    )
 
 
 def _drafter(

@@ -101,6 +101,7 @@ def parse(args: Sequence[str], flags: FlagNames | None = None) -> EngineArgs:
         enforce_eager=_switch(args, "--enforce-eager"),
         speculative=config,
         kv_connector=True if _text(args, "--kv-transfer-config") else None,
+        data_parallel_size=_integer(args, "--data-parallel-size", "-dp", minimum=1),
     )
 
 
