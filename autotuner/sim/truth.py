@@ -164,8 +164,12 @@ class TruthEngine:
             generation_tokens_per_s=engines * running * tau / step,
             step_time=Ratio(request_steps * step, request_steps),
             time_per_output_token=Ratio(step / tau, 1.0),
-            prompt_length=Ratio(prompt, 1.0),
-            generation_length=Ratio(generated, 1.0),
+            # The lengths only where the world names them: its steps prefill those prompts,
+            # and a length reported but never prefilled would mislead the model the tuner fits.
+            prompt_length=Ratio(prompt, 1.0) if self.workload.prompt_tokens else Ratio(),
+            generation_length=(
+                Ratio(generated, 1.0) if self.workload.generation_tokens else Ratio()
+            ),
             cache_config=cache_config_labels(setup, ssm_dtype),
         )
         if self.workload.prefix_hit_rate is not None:

@@ -22,7 +22,10 @@ from tests.support.loop import wired
 
 LLAMA = load_model("meta-llama/Llama-3.1-70B-Instruct-FP8")
 H200 = datasheet("H200")
-TRUTH = TruthEngine(LLAMA, H200, Workload(drafter=DrafterKind.EAGLE))
+# The world names its requests' lengths: the mean context is observed from them.
+TRUTH = TruthEngine(
+    LLAMA, H200, Workload(drafter=DrafterKind.EAGLE, prompt_tokens=1024, generation_tokens=512)
+)
 EAGLE = '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-70B", "num_speculative_tokens": 3}'
 MEDUSA = '{"method": "medusa", "model": "FasterDecoding/medusa-70b", "num_speculative_tokens": 3}'
 
