@@ -206,6 +206,7 @@ class SimulatedDeployment:
             clock=clock,
             prefix_hit_rate=workload.prefix_hit_rate or 0.0,
             prompt_tokens=workload.prompt_tokens or 512,
+            prompt_lengths=workload.prompt_tokens is not None,
             output_tokens=workload.generation_tokens or 256,
         )
         self.server = SimServer(

@@ -195,6 +195,7 @@ class SimulatedVllm:
         output_tokens: float = 256,
         prefix_hit_rate: float = 0.0,
         clock: Callable[[], float] = time.time,
+        prompt_lengths: bool = False,
     ) -> None:
         self.setup = setup or SimSetup()
         self.load = load
@@ -205,6 +206,10 @@ class SimulatedVllm:
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
         self.prefix_hit_rate = prefix_hit_rate  # share of prompt tokens the cache serves
+        # Request prompt lengths are reported only where the step time prefills those prompts
+        # (the caller's truth says so): a length served but never prefilled would mislead the
+        # tuner, which prices every prompt's prefill in the steps it measures.
+        self.prompt_lengths = prompt_lengths
         self.clock = clock
         self.engine_count = engines
         self.now = clock()
@@ -389,6 +394,8 @@ class SimulatedVllm:
             ),
         ]
         for name, doc, buckets, total in rows:
+            if name == "vllm:request_prompt_tokens" and not self.prompt_lengths:
+                continue
             family = families.setdefault(name, HistogramMetricFamily(name, doc, labels=labels))
             assert isinstance(family, HistogramMetricFamily)
             family.add_metric(values, buckets, total)

@@ -165,6 +165,8 @@ class SimulatedSglang(SimulatedVllm):
                 family.add_metric([*values, *extra.values()], total(counter), created=created)
             families[name] = family
         for name, (summed, counted), extra in HISTOGRAMS:
+            if summed == "prompt_length_sum" and not self.prompt_lengths:
+                continue
             latency = HistogramMetricFamily(name, HELP[name], labels=TOKENIZER_LABELS + list(extra))
             if total(counted) > 0:
                 buckets = [("+Inf", total(counted))]

@@ -64,6 +64,7 @@ def test_the_scrape_reads_the_simulated_hit_rate_and_lengths() -> None:
         step_time=lambda b, s: 0.02,
         engines=2,
         prompt_tokens=4096,
+        prompt_lengths=True,
         output_tokens=512,
         prefix_hit_rate=0.6,
         clock=clock,
@@ -237,3 +238,13 @@ def test_the_truth_engine_counts_what_its_workload_hits() -> None:
         Setup.parse("spec:3"), 64, rates
     )
     assert (lost.generation_tokens_per_s or 0.0) < blind.tokens_per_s(replay_spec, 64, rates)
+
+
+def test_a_simulated_engine_reports_prompt_lengths_only_where_it_prefills_them() -> None:
+    """The lengths are the tuner's cue to price every prompt's prefill; an engine whose steps
+    carry none (its caller's step time prices no prompts) reports none."""
+    for told in (True, False):
+        sim = SimulatedVllm(load=lambda t: 8.0, prompt_tokens=2048, prompt_lengths=told)
+        names = {family.name for family in sim.collect()}
+        assert ("vllm:request_prompt_tokens" in names) is told
+        assert "vllm:request_generation_tokens" in names
