@@ -179,11 +179,10 @@ class DemoWorld:
 # speculation with the cache wins at low load, replay with speculation only once the batch is
 # large enough that the state copies cost more than the recomputed prefill. The best setup
 # changes with the load, and every static setup loses part of the day.
-# Every world serves prompts and answers of some length, and the simulated engine reports them
-# (512 and 256 tokens unless a world says): its truth prefills them as the tuner's model does.
-CHAT = {"prompt_tokens": 512.0, "generation_tokens": 256.0}
+# A world that names no request lengths has its simulated engine report none (so neither it
+# nor the tuner prices prompts' prefill); prefix-cache names them, and both price them.
 DEMO_WORLDS: dict[str, DemoWorld] = {
-    **{name: DemoWorld(error, CHAT) for name, error in WORLDS.items()},
+    **{name: DemoWorld(error) for name, error in WORLDS.items()},
     "prefix-cache": DemoWorld(
         realistic_error,
         {"prefix_hit_rate": 0.6, "prompt_tokens": 4096.0, "generation_tokens": 512.0},
