@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from autotuner.core.decide.context import Context
+from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.step import step
 from autotuner.core.engine.workload import Workload
@@ -25,7 +26,12 @@ INTERVAL = 60.0
 def _decide_at_batch_256(workload: Workload) -> list[Decision]:
     """The decisions of ten steps at batch 256 from spec:3, the workload's prefix cache as
     given (the truth: the cost model itself)."""
-    world = cost_model_world(Prior(MODEL, H200, workload), lambda t: 256.0, (0.8, 0.7, 0.6))
+    return _decide(workload, 256.0, SETTINGS)
+
+
+def _decide(workload: Workload, batch: float, settings: PolicySettings) -> list[Decision]:
+    """Ten steps at `batch` from spec:3 on the cost model's own world."""
+    world = cost_model_world(Prior(MODEL, H200, workload), lambda t: batch, (0.8, 0.7, 0.6))
     ctx = Context(
         now=0.0,
         model=MODEL,
@@ -38,7 +44,7 @@ def _decide_at_batch_256(workload: Workload) -> list[Decision]:
     state, decisions = TunerState(), []
     for t in np.arange(INTERVAL, 11 * INTERVAL, INTERVAL):
         observation = world.observation(SPEC3, float(t), INTERVAL)
-        result = step(state, observation, replace(ctx, now=float(t)), SETTINGS)
+        result = step(state, observation, replace(ctx, now=float(t)), settings)
         state = result.state
         decisions.append(result.decision)
     return decisions
@@ -88,27 +94,7 @@ def _decide_at_batch_64(workload: Workload) -> list[Decision]:
     settings = policy_settings(
         switch={"dwell_s": 0, "min_gain": 0.25}, exploration={"enabled": False}
     )
-    world = cost_model_world(Prior(MODEL, H200, workload), lambda t: 64.0, (0.8, 0.7, 0.6))
-    ctx = Context(
-        now=0.0,
-        model=MODEL,
-        hardware=H200,
-        engine=ENGINE,
-        workload=workload,
-        deployed=SPEC3,
-        prefix_caching=ENGINE.keeps_prefix_caching,
-    )
-    state, decisions = TunerState(), []
-    for t in np.arange(INTERVAL, 11 * INTERVAL, INTERVAL):
-        result = step(
-            state,
-            world.observation(SPEC3, float(t), INTERVAL),
-            replace(ctx, now=float(t)),
-            settings,
-        )
-        state = result.state
-        decisions.append(result.decision)
-    return decisions
+    return _decide(workload, 64.0, settings)
 
 
 def test_the_same_move_pays_at_short_prompts_and_not_at_long_ones() -> None:
