@@ -89,7 +89,12 @@ def test_window_recovers_the_simulated_truth() -> None:
     clock = Clock()
     setup = SimSetup(spec_tokens=3, acceptance=(0.8, 0.5, 0.25))
     sim = SimulatedVllm(
-        setup=setup, load=lambda t: 16, step_time=lambda b, s: 0.02, engines=2, clock=clock
+        setup=setup,
+        load=lambda t: 16,
+        step_time=lambda b, s: 0.02,
+        engines=2,
+        clock=clock,
+        prompt_lengths=True,
     )
     obs = run_window({"http://a/metrics": sim}, clock)
     assert obs.usable, obs.detail
