@@ -1,9 +1,9 @@
 """The prompts' prefill against a published prefill-heavy throughput table
-(autotuner/bench/prefill_table.py: NVIDIA's Llama 3.3 70B / B200 FP4 max-throughput table)."""
+(benchmarks/prefill_table.py: NVIDIA's Llama 3.3 70B / B200 FP4 max-throughput table)."""
 
 from __future__ import annotations
 
-from autotuner.bench.prefill_table import points
+from benchmarks.prefill_table import points
 
 
 def test_prefill_heavy_points_are_predicted_only_with_the_prefill() -> None:

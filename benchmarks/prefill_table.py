@@ -3,7 +3,7 @@ Performance "Max Throughput" scenario for Llama 3.3 70B on one B200 (TP 1, FP4, 
 1.0), output tokens/s at each input/output length, as tabulated at
 https://the-dsvolk.github.io/ai-perf/ai-infra/inference_performance.html. Each point is
 predicted at the batch that serves most (the scenario's own choice), with and without the
-prompts' prefill. `python -m autotuner.bench.prefill_table` prints the comparison."""
+prompts' prefill. `python -m benchmarks.prefill_table` prints the comparison."""
 
 from __future__ import annotations
 
