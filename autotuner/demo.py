@@ -174,13 +174,11 @@ class DemoWorld:
     served: dict[str, float] = field(default_factory=dict)  # Workload fields
 
 
-# prefix-cache: long prompts whose tokens the prefix cache mostly serves (60% of 4k), so a setup
-# whose build turns prefix caching off (vLLM 0.33's replay on FlashInfer) prefills them again:
-# speculation with the cache wins at low load, replay with speculation only once the batch is
-# large enough that the state copies cost more than the recomputed prefill. The best setup
-# changes with the load, and every static setup loses part of the day.
-# A world that names no request lengths has its simulated engine report none (so neither it
-# nor the tuner prices prompts' prefill); prefix-cache names them, and both price them.
+# A world that names no request lengths has its simulated engine report none, so neither it nor
+# the tuner prices the prompts' prefill. prefix-cache names them (4k-token prompts, 60% of their
+# tokens served by the prefix cache) and both price them: speculation with the cache wins at low
+# load, plain at the peak, and replay, which vLLM 0.33 runs on FlashInfer without the cache,
+# prefills the cached tokens again. The best setup changes with the load.
 DEMO_WORLDS: dict[str, DemoWorld] = {
     **{name: DemoWorld(error) for name, error in WORLDS.items()},
     "prefix-cache": DemoWorld(
