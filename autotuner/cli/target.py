@@ -145,7 +145,10 @@ def _check_build(
     follow_build = chosen.follow_build
     if spec is not None:
         actuator.engine = follow_build.serving(spec)
-    if force or not (wanted.replay_window or wanted.schedule):
+    # A schedule is checked where the engine writes one (vLLM); SGLang's dialect refuses it
+    # itself, naming its adaptive tiers.
+    ruled = wanted.replay_window or (wanted.schedule and follow_build.spec_schedule)
+    if force or not ruled:
         return
     build = actuator.build_of(live)
     said = dialect.live_args(live.command, live.args)

@@ -138,3 +138,15 @@ def test_a_schedule_data_parallel_would_drop_is_refused_naming_the_rule(tmp_path
     code, output = apply(path, "spec:3", "--schedule", "1-64:3,65-8191:1", "--force")
     assert code == 0, output
     assert "num_speculative_tokens_per_batch_size" in path.read_text()
+
+
+def test_sglang_names_its_adaptive_tiers_for_a_schedule(tmp_path: Path) -> None:
+    """SGLang writes no per-batch schedule: its own dialect says so (the build rules that judge
+    vLLM's schedules are not asked), on the manifest LWS publishes."""
+    published = Path(__file__).parents[1] / "corpus" / "published" / "lws" / "sglang-lws.yaml"
+    path = tmp_path / "sglang-lws.yaml"
+    path.write_bytes(published.read_bytes())
+    code, output = apply(path, "spec:3", "--schedule", "1-64:3,65-8191:1")
+    assert code != 0
+    assert "its tiers are --speculative-adaptive" in " ".join(output.split())
+    assert path.read_bytes() == published.read_bytes()
