@@ -152,7 +152,7 @@ def _check_build(
         return
     build = actuator.build_of(live)
     said = dialect.live_args(live.command, live.args)
-    kv_connector, data_parallel = bool(said.kv_connector), said.data_parallel_size or 1
+    kv_connector, data_parallel = bool(said.kv_connector), said.data_parallel
     # The rules of the args alone first: a KV connector refuses replay whatever the model.
     for known in (None, spec):
         deployment = follow_build.deployed(build, known, kv_connector, data_parallel)

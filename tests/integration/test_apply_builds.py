@@ -133,7 +133,7 @@ def test_a_schedule_data_parallel_would_drop_is_refused_naming_the_rule(tmp_path
     path.write_text(text)
     code, output = apply(path, "spec:3", "--schedule", "1-64:3,65-8191:1")
     assert code == 2, output
-    assert "data parallel size 2" in " ".join(output.split())
+    assert "it is 2 > 1" in " ".join(output.split())
     assert path.read_text() == text
     code, output = apply(path, "spec:3", "--schedule", "1-64:3,65-8191:1", "--force")
     assert code == 0, output
@@ -149,4 +149,19 @@ def test_sglang_names_its_adaptive_tiers_for_a_schedule(tmp_path: Path) -> None:
     code, output = apply(path, "spec:3", "--schedule", "1-64:3,65-8191:1")
     assert code != 0
     assert "its tiers are --speculative-adaptive" in " ".join(output.split())
+    assert path.read_bytes() == published.read_bytes()
+
+
+def test_a_schedule_is_refused_where_the_shell_computes_data_parallel(tmp_path: Path) -> None:
+    """llm-d's published wide-EP decode starts vLLM with `--data-parallel-size $((...))`: the
+    size is unknown here and may well be above 1, so a schedule is refused naming the rule."""
+    published = Path(__file__).parents[1] / "corpus" / "published" / "llm-d" / "wide-ep-decode.yaml"
+    path = tmp_path / "wide-ep-decode.yaml"
+    path.write_bytes(published.read_bytes())
+    target = f"file://{path}?container=vllm"
+    result = runner.invoke(
+        app, ["apply", "--setup", "spec:3", "--schedule", "1-64:3,65-8191:1", "--target", target]
+    )
+    assert result.exit_code == 2, result.output
+    assert "computed by the shell" in " ".join(result.output.split())
     assert path.read_bytes() == published.read_bytes()

@@ -212,8 +212,16 @@ def test_a_schedule_is_refused_where_data_parallel_drops_it() -> None:
     engine = VLLM.deployed(None, nemotron, kv_connector=False, data_parallel=2)
     reason = engine.refusal(schedule)
     assert reason is not None
-    assert "data parallel size 2" in reason
+    assert "it is 2 > 1" in reason
     assert "vllm/config/vllm.py:1110-1127" in reason
     assert engine.accepts(Setup.parse("spec:3"))
     assert VLLM.deployed(None, nemotron, kv_connector=False).accepts(schedule)
     assert resolve(nemotron, parse(["--model", nemotron.name])).data_parallel == 1
+    # A size the shell computes may well be above 1: not proposed either.
+    computed = parse(["--model", nemotron.name, "--data-parallel-size", "$((GROUP * LOCAL))"])
+    assert computed.data_parallel is None
+    unknown = VLLM.deployed(None, nemotron, kv_connector=False, data_parallel=None)
+    reason = unknown.refusal(schedule)
+    assert reason is not None
+    assert "computed by the shell" in reason
+    assert unknown.accepts(Setup.parse("spec:3"))

@@ -80,6 +80,15 @@ class EngineArgs(BaseModel):
     speculative: SpeculativeConfig | None = None
     kv_connector: bool | None = None  # a KV connector (P/D disaggregation, KV offload) is set
     data_parallel_size: int | None = None
+    data_parallel_computed: bool | None = None  # the shell computes it when the engine starts
+
+    @property
+    def data_parallel(self) -> int | None:
+        """The data parallel size the engine runs: 1 when not given, None when the shell
+        computes it (unknown until the engine starts)."""
+        if self.data_parallel_size is not None:
+            return self.data_parallel_size
+        return None if self.data_parallel_computed else 1
 
     def given(self) -> dict[str, Any]:
         """Every value the args set, by field name."""

@@ -107,8 +107,11 @@ class EngineCapabilities(BaseModel):
         description="A per-batch K schedule runs with data parallel size > 1; vLLM 0.33 drops "
         "it with a warning there (config/vllm.py:1110-1127), so it is never proposed.",
     )
-    data_parallel: int = Field(
-        1, ge=1, description="The live args' data parallel size (read from them, not a setting)."
+    data_parallel: int | None = Field(
+        1,
+        ge=1,
+        description="The live args' data parallel size (read from them, not a setting; None: "
+        "the shell computes it, unknown until the engine starts).",
     )
     max_spec_tokens: int = Field(8, ge=0, le=16, description="Largest K the drafter allows.")
     build: BuildInForce | None = Field(
@@ -183,12 +186,8 @@ class EngineCapabilities(BaseModel):
             return replay
         if setup.schedule and not self.spec_schedule:
             return f"{self.name}: no num_speculative_tokens_per_batch_size"
-        if setup.schedule and self.data_parallel > 1 and not self.schedule_with_data_parallel:
-            return (
-                f"{self.name}: the engine drops num_speculative_tokens_per_batch_size with data "
-                f"parallel size {self.data_parallel} > 1 (vllm/config/vllm.py:1110-1127, 0.33.0): "
-                "the schedule would not run"
-            )
+        if setup.schedule and not self.schedule_with_data_parallel:
+            return self._data_parallel_refusal()
         if setup.adaptive and not self.adaptive_verification:
             return f"{self.name}: no enable_adaptive_verification (PR #47808)"
         allowed = self.adaptive_spec_tokens
@@ -196,6 +195,19 @@ class EngineCapabilities(BaseModel):
             starts = ", ".join(map(str, allowed))
             return f"{self.name}: adaptive K={setup.spec_tokens} is not one of {starts}"
         return None
+
+    def _data_parallel_refusal(self) -> str | None:
+        """vLLM drops a per-batch schedule with a warning when data parallel size > 1: where
+        the args say so, or where the shell computes the size (it may well be)."""
+        size = self.data_parallel
+        if size == 1:
+            return None
+        said = f"{size} > 1" if size is not None else "computed by the shell (unknown here)"
+        return (
+            f"{self.name}: the engine drops num_speculative_tokens_per_batch_size when the data "
+            f"parallel size is above 1 (vllm/config/vllm.py:1110-1127, 0.33.0), and it is "
+            f"{said}: the schedule would not run"
+        )
 
     def _replay_refusal(self, setup: Setup) -> str | None:
         """The row's rule a replay setup breaks (under the `build` preset), else the preset's
@@ -257,7 +269,7 @@ class EngineCapabilities(BaseModel):
         build: BuildInForce | None,
         model: ModelSpec | None,
         kv_connector: bool,
-        data_parallel: int = 1,
+        data_parallel: int | None = 1,
     ) -> EngineCapabilities:
         """These capabilities for one deployment as its args say: on its build, serving its
         model (None: not known, the rules of the args alone), beside a KV connector or not, at

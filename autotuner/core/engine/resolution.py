@@ -69,7 +69,7 @@ class Resolved:
     inputs: dict[str, Input]
     build: BuildInForce | None = None  # the engine build read (None: not read)
     kv_connector: bool = False  # the live args set a KV connector (P/D, KV offload)
-    data_parallel: int = 1  # the live args' data parallel size
+    data_parallel: int | None = 1  # the live args' data parallel size (None: computed)
 
     def table(self) -> dict[str, dict[str, Any]]:
         """The inputs as plain JSON (for /decision, status and predict --json)."""
@@ -176,7 +176,7 @@ def resolve(
         drafter,
         inputs,
         kv_connector=bool(live.kv_connector),
-        data_parallel=live.data_parallel_size or 1,
+        data_parallel=live.data_parallel,
     )
 
 

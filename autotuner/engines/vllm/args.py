@@ -102,6 +102,7 @@ def parse(args: Sequence[str], flags: FlagNames | None = None) -> EngineArgs:
         speculative=config,
         kv_connector=True if _text(args, "--kv-transfer-config") else None,
         data_parallel_size=_integer(args, "--data-parallel-size", "-dp", minimum=1),
+        data_parallel_computed=_computed(args, "--data-parallel-size", "-dp"),
     )
 
 
@@ -143,6 +144,12 @@ def _text(args: Sequence[str], *names: str) -> str | None:
 
 def _integer(args: Sequence[str], *names: str, minimum: int) -> int | None:
     return integer_value(_text(args, *names), names[0], minimum=minimum)
+
+
+def _computed(args: Sequence[str], *names: str) -> bool | None:
+    """True where the flag's value is a word the shell computes (`$((A * B))`)."""
+    text = _text(args, *names)
+    return True if text is not None and computed(text) else None
 
 
 def _fraction(args: Sequence[str], name: str) -> float | None:
