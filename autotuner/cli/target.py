@@ -153,9 +153,10 @@ def _check_build(
     build = actuator.build_of(live)
     said = dialect.live_args(live.command, live.args)
     kv_connector, data_parallel = bool(said.kv_connector), said.data_parallel
+    method = said.speculative.resolved_method if said.speculative else None
     # The rules of the args alone first: a KV connector refuses replay whatever the model.
     for known in (None, spec):
-        deployment = follow_build.deployed(build, known, kv_connector, data_parallel)
+        deployment = follow_build.deployed(build, known, kv_connector, data_parallel, method)
         refusal = deployment.refusal(wanted)
         if refusal is not None:
             raise InputError(

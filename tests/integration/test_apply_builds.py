@@ -165,3 +165,17 @@ def test_a_schedule_is_refused_where_the_shell_computes_data_parallel(tmp_path: 
     assert result.exit_code == 2, result.output
     assert "computed by the shell" in " ".join(result.output.split())
     assert path.read_bytes() == published.read_bytes()
+
+
+def test_a_schedule_the_v1_runner_would_drop_is_refused_naming_the_rule(tmp_path: Path) -> None:
+    """Suffix decoding runs on Model Runner V1 (V2 lacks it), which drops a schedule for any
+    method but the ones whose proposers truncate drafts: refused, nothing changed."""
+    path = tmp_path / "vllm.yaml"
+    text = manifest(NEMOTRON).replace('"method":"mtp"', '"method":"suffix"')
+    assert '"suffix"' in text
+    path.write_text(text)
+    code, output = apply(path, "spec:3", "--schedule", "1-64:3,65-8191:1")
+    assert code == 2, output
+    said = " ".join(output.split())
+    assert "Model Runner V1 for the 'suffix' method" in said
+    assert path.read_text() == text

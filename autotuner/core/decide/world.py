@@ -110,7 +110,11 @@ def engine_now(
     and what it refused lately, widened by what the running setup proves."""
     return (
         capabilities.deployed(
-            resolved.build, resolved.model, resolved.kv_connector, resolved.data_parallel
+            resolved.build,
+            resolved.model,
+            resolved.kv_connector,
+            resolved.data_parallel,
+            resolved.drafter.method,
         )
         .shown_by(observation.live_setup)
         .without(k for k, r in state.refused.items() if r.until > now)

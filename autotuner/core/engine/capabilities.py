@@ -22,6 +22,22 @@ from autotuner.core.vocabulary import Word
 
 BUILD = "build"  # the preset whose replay rules are the capability table's row in force
 
+# vLLM 0.33.0 keeps a per-batch K schedule on Model Runner V1 only for these methods
+# (config/vllm.py:1088-1108, `_maybe_disable_dynamic_sd_for_v1`); V2 truncates drafts centrally.
+V1_SCHEDULE_METHODS = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
+# Methods Model Runner V2 does not run, so the engine falls back to V1 for them
+# (config/vllm.py:3066-3068, `_get_v2_model_runner_unsupported_features`).
+V1_ONLY_METHODS = frozenset({"suffix", "custom_class"})
+
+
+class ModelRunner(Word):
+    """vLLM's model runner: V2 by default on a GPU build with Triton (config/vllm.py:731-767),
+    V1 with VLLM_USE_V2_MODEL_RUNNER=0, without Triton (the CPU build), or for a method V2
+    lacks."""
+
+    V1 = "v1"
+    V2 = "v2"
+
 
 class Capability(Word):
     """A feature a build may lack: the fields of EngineCapabilities a refused restart turns off."""
@@ -113,6 +129,24 @@ class EngineCapabilities(BaseModel):
         description="The live args' data parallel size (read from them, not a setting; None: "
         "the shell computes it, unknown until the engine starts).",
     )
+    schedule_runner_rules: bool = Field(
+        False,
+        description="A schedule runs as vLLM runs one: on Model Runner V1 only for some "
+        "drafters (config/vllm.py:1088-1108), and with full CUDA graphs forced down to "
+        "PIECEWISE there (:1069-1086); V2 keeps full graphs. Off for engines whose K tiers "
+        "are their own (SGLang's adaptive tiers keep a graph runner per tier).",
+    )
+    model_runner: ModelRunner | None = Field(
+        None,
+        description="The model runner the operator's environment selects "
+        "(VLLM_USE_V2_MODEL_RUNNER=0: v1); None: as vLLM picks it (V2 on a GPU build unless "
+        "the method needs V1, V1 on the CPU build).",
+    )
+    drafter_method: str | None = Field(
+        None,
+        description="The live args' speculative method, as the engine resolves it (read from "
+        "them, not a setting; None: not read).",
+    )
     max_spec_tokens: int = Field(8, ge=0, le=16, description="Largest K the drafter allows.")
     build: BuildInForce | None = Field(
         None,
@@ -187,7 +221,13 @@ class EngineCapabilities(BaseModel):
         if setup.schedule and not self.spec_schedule:
             return f"{self.name}: no num_speculative_tokens_per_batch_size"
         if setup.schedule and not self.schedule_with_data_parallel:
-            return self._data_parallel_refusal()
+            dropped = self._data_parallel_refusal()
+            if dropped is not None:
+                return dropped
+        if setup.schedule and self.schedule_runner_rules:
+            dropped = self._runner_refusal()
+            if dropped is not None:
+                return dropped
         if setup.adaptive and not self.adaptive_verification:
             return f"{self.name}: no enable_adaptive_verification (PR #47808)"
         allowed = self.adaptive_spec_tokens
@@ -195,6 +235,44 @@ class EngineCapabilities(BaseModel):
             starts = ", ".join(map(str, allowed))
             return f"{self.name}: adaptive K={setup.spec_tokens} is not one of {starts}"
         return None
+
+    def runner(self) -> ModelRunner:
+        """The model runner the engine picks for these args (config/vllm.py:731-767)."""
+        if self.model_runner is not None:
+            return self.model_runner
+        row = self.row
+        if row is not None and row.platform == "cpu":
+            return ModelRunner.V1  # no Triton: V1 (vllm.py:752)
+        return ModelRunner.V1 if self.drafter_method in V1_ONLY_METHODS else ModelRunner.V2
+
+    def piecewise_graphs(self, setup: Setup) -> bool:
+        """Whether the engine runs `setup` (as run) with piecewise CUDA graphs where it would
+        capture full ones: a K schedule on Model Runner V1 (config/vllm.py:1069-1086), so
+        every attention and SSM mixer runs outside the captured graphs."""
+        return (
+            bool(setup.schedule) and self.schedule_runner_rules and self.runner() is ModelRunner.V1
+        )
+
+    def _runner_refusal(self) -> str | None:
+        """vLLM drops a schedule with a warning on Model Runner V1 for a method other than
+        the ones whose proposers truncate drafts themselves."""
+        method = self.drafter_method
+        if self.runner() is not ModelRunner.V1 or method is None:
+            return None
+        if method in V1_SCHEDULE_METHODS:
+            return None
+        return (
+            f"{self.name}: the engine drops num_speculative_tokens_per_batch_size on Model "
+            f"Runner V1 for the '{method}' method (vllm/config/vllm.py:1088-1108, 0.33.0; "
+            f"{self._why_v1()}): the schedule would not run"
+        )
+
+    def _why_v1(self) -> str:
+        if self.model_runner is ModelRunner.V1:
+            return "the environment selects V1"
+        if self.drafter_method in V1_ONLY_METHODS:
+            return f"V2 does not run '{self.drafter_method}' (vllm/config/vllm.py:3066-3068)"
+        return "the CPU build has no Triton, so V1"
 
     def _data_parallel_refusal(self) -> str | None:
         """vLLM drops a per-batch schedule with a warning when data parallel size > 1: where
@@ -270,14 +348,17 @@ class EngineCapabilities(BaseModel):
         model: ModelSpec | None,
         kv_connector: bool,
         data_parallel: int | None = 1,
+        drafter_method: str | None = None,
     ) -> EngineCapabilities:
         """These capabilities for one deployment as its args say: on its build, serving its
         model (None: not known, the rules of the args alone), beside a KV connector or not, at
-        its data parallel size. The loop and `apply` both judge a setup on this, so neither
-        writes what the other would refuse."""
+        its data parallel size, with its drafter's method. The loop and `apply` both judge a
+        setup on this, so neither writes what the other would refuse."""
         on_build = self.running_on(build).connected(kv_connector)
-        if data_parallel != on_build.data_parallel:
-            on_build = on_build.model_copy(update={"data_parallel": data_parallel})
+        said = {"data_parallel": data_parallel, "drafter_method": drafter_method}
+        changed = {k: v for k, v in said.items() if getattr(on_build, k) != v}
+        if changed:
+            on_build = on_build.model_copy(update=changed)
         return on_build if model is None else on_build.serving(model)
 
     def running_on(self, build: BuildInForce | None) -> EngineCapabilities:

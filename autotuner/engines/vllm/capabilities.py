@@ -14,18 +14,22 @@ FOLLOW_BUILD = EngineCapabilities(
     name=BUILD,
     replay_with_speculation=True,
     replay_families=(SsmKind.MAMBA2,),
+    schedule_runner_rules=True,
     build=TABLE.build_in_force(),
 )
-UPSTREAM = EngineCapabilities(name="upstream")
+UPSTREAM = EngineCapabilities(name="upstream", schedule_runner_rules=True)
 # Upstream plus the Gated DeltaNet ReplaySSM kernels (PR #48792): replay or speculation, not
 # both; for a Mamba-2 model the same as upstream.
 GDN_REPLAY = EngineCapabilities(
-    name="gdn-replay", replay_families=(SsmKind.MAMBA2, SsmKind.GATED_DELTANET)
+    name="gdn-replay",
+    replay_families=(SsmKind.MAMBA2, SsmKind.GATED_DELTANET),
+    schedule_runner_rules=True,
 )
 # The builds with speculative ReplaySSM (PR #49847 for Mamba-2, #49887 for Gated DeltaNet).
 REPLAY_SPEC = EngineCapabilities(
     name="replay-spec",
     replay_with_speculation=True,
     replay_families=(SsmKind.MAMBA2, SsmKind.GATED_DELTANET),
+    schedule_runner_rules=True,
 )
 PRESETS = {c.name: c for c in (FOLLOW_BUILD, UPSTREAM, GDN_REPLAY, REPLAY_SPEC)}
