@@ -26,11 +26,26 @@ def controller(
         typer.Option(help="Hold a Lease (in POD_NAMESPACE) before stepping: replicas stand by."),
     ] = False,
     port: Annotated[int | None, typer.Option(help="Exporter port.")] = None,
+    shards: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Replicas the SpecTuners are split over (by a hash of namespace/name)."
+        ),
+    ] = 1,
+    shard: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="This replica's shard (0..shards-1); default the StatefulSet ordinal of "
+            "HOSTNAME (-N).",
+        ),
+    ] = None,
 ) -> None:
     """Watch SpecTuners and run one loop per object in this process; the settings file is
     every loop's base, each SpecTuner's spec is laid over it."""
     from autotuner.actuators.kubeapi import api_client
     from autotuner.fleet.runner import fleet_process
+    from autotuner.fleet.shards import shard_for
     from autotuner.telling.logs import configure, event
     from autotuner.telling.server import ExporterServer
 
@@ -42,6 +57,7 @@ def controller(
         target = settings.target
         api = api_client(target.kube_server, timeout_s=target.request_timeout_s)
         identity = target.identity or os.environ.get("POD_NAME") or socket.gethostname()
+        held = shard_for(shards, shard, os.environ.get("HOSTNAME") or socket.gethostname())
         process = fleet_process(
             api,
             settings,
@@ -51,6 +67,7 @@ def controller(
             logger=logger,
             workers=workers,
             lease_namespace=os.environ.get("POD_NAMESPACE", "default") if leader_elect else None,
+            shard=held,
         )
     server = ExporterServer(
         process.metrics(),
@@ -59,7 +76,14 @@ def controller(
         alive=process.alive,
         ready=process.ready,
     )
-    event(logger, "started", namespaces=namespace or "all", workers=workers, port=server.port)
+    event(
+        logger,
+        "started",
+        namespaces=namespace or "all",
+        workers=workers,
+        shard=held.label,
+        port=server.port,
+    )
     process.start()
     stopper.stops(process.stop_event)
     waiter = threading.Thread(target=process.stop_event.wait, daemon=True)

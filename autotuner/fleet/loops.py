@@ -21,6 +21,7 @@ from autotuner.actuators.kubeapi import NotFoundError
 from autotuner.controller import Controller
 from autotuner.core.decide.state import Verification
 from autotuner.errors import AutotunerError
+from autotuner.fleet.shards import Shard
 from autotuner.fleet.spec import SpecTunerSpec, parse_spec
 from autotuner.fleet.status import Health, degraded_status, same_status, status_of, verified_gain
 from autotuner.settings import Settings
@@ -43,6 +44,11 @@ def spread(key: Key, interval_s: float) -> float:
     """A loop's first step, put off by a share of one interval fixed by its name: loops
     created together (a controller's start) step spread over the interval, not at once."""
     return interval_s * (zlib.crc32("/".join(key).encode()) % 1000) / 1000
+
+
+def _key(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace", ""), meta.get("name", ""))
 
 
 class StatusWriter(Protocol):
@@ -88,15 +94,17 @@ class Fleet:
     wake: threading.Event = field(default_factory=threading.Event)  # a loop was added
     pool: ThreadPoolExecutor | None = None
     status_refresh_s: float = STATUS_REFRESH_S
+    shard: Shard = field(default_factory=Shard)  # the SpecTuners this replica holds
 
     # ----------------------------------------------------------------- events
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
         """A SpecTuner was added or changed: (re)build its loop when its spec is new; a change
         of its status alone (our own writes, as the watch echoes them) changes nothing."""
-        meta = obj.get("metadata") or {}
-        key: Key = (meta.get("namespace", ""), meta.get("name", ""))
-        generation = int(meta.get("generation") or 1)
+        key = _key(obj)
+        generation = int((obj.get("metadata") or {}).get("generation") or 1)
+        if not self.shard.holds(key):  # another replica's: its watch sees it too
+            return
         with self.lock:
             old = self.loops.get(key)
         if old is not None and old.generation == generation:
@@ -119,10 +127,8 @@ class Fleet:
     def resync(self, scope: str | None, objects: Iterable[Mapping[str, Any]]) -> None:
         """A fresh list of the SpecTuners in `scope` (a namespace, or None for all): loops
         no longer listed stop (deleted while no watch was open); the rest as upsert."""
-        listed = list(objects)
-        keys = {
-            ((o.get("metadata") or {}).get("namespace", ""), o["metadata"]["name"]) for o in listed
-        }
+        listed = [o for o in objects if self.shard.holds(_key(o))]
+        keys = {_key(o) for o in listed}
         with self.lock:
             gone = [k for k in self.loops if (scope is None or k[0] == scope) and k not in keys]
         for key in gone:
@@ -238,7 +244,9 @@ class Fleet:
 
     def _write(self, loop: TunerLoop, status: Obj) -> None:
         """Mirror the status when it changed in substance, or its details are older than
-        `status_refresh_s` (saves API requests)."""
+        `status_refresh_s` (saves API requests); a sharded replica says it holds the object."""
+        if self.shard.count > 1:
+            status = {**status, "shard": self.shard.label}
         now = self.clock()
         fresh = now - loop.written_at < self.status_refresh_s
         if same_status(loop.written, status, details=not fresh):

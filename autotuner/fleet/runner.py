@@ -15,6 +15,7 @@ from autotuner.actuators.lease import LeaseElector
 from autotuner.fleet.build import loop_builder
 from autotuner.fleet.kube import KubeStatusWriter, SpecTunerWatch
 from autotuner.fleet.loops import Fleet
+from autotuner.fleet.shards import Shard
 from autotuner.fleet.spec import SpecTunerSpec, settings_for
 from autotuner.settings import Settings
 from autotuner.telling.exporter import TunerMetrics
@@ -99,8 +100,11 @@ def fleet_process(
     logger: logging.Logger,
     workers: int,
     lease_namespace: str | None,
+    shard: Shard | None = None,
 ) -> FleetProcess:
-    """The process's parts: one watch per namespace (one for all when none is named)."""
+    """The process's parts: one watch per namespace (one for all when none is named); with
+    a `shard`, only the SpecTuners it holds get loops, and the Lease is the shard's own."""
+    shard = shard or Shard()
 
     def spec_settings(spec: SpecTunerSpec, namespace: str) -> Settings:
         return settings_for(spec, namespace, config)
@@ -112,6 +116,7 @@ def fleet_process(
         KubeStatusWriter(api, target.request_timeout_s),
         logger,
         workers=workers,
+        shard=shard,
     )
     stop = threading.Event()
     scopes: list[str | None] = [*namespaces] or [None]
@@ -126,7 +131,7 @@ def fleet_process(
         elector = LeaseElector(
             api,
             namespace=lease_namespace,
-            name=target.lease_name or "spec-autotuner-controller",
+            name=shard.lease_name(target.lease_name or "spec-autotuner-controller"),
             identity=identity,
             lease_duration_s=target.lease_duration_s,
         )

@@ -21,6 +21,7 @@ from autotuner.engines.vllm.setup import parse_setup
 from autotuner.fleet.build import loop_builder
 from autotuner.fleet.kube import KubeStatusWriter, SpecTunerWatch
 from autotuner.fleet.loops import Fleet
+from autotuner.fleet.shards import Shard
 from autotuner.fleet.spec import SpecTunerSpec
 from autotuner.settings import Settings, cli_overrides, load_settings
 from autotuner.sim.truth import TruthEngine
@@ -133,7 +134,9 @@ def wait_for(condition: Callable[[], bool], what: str, within_s: float = 20.0) -
 
 
 @contextmanager
-def running_fleet(server: FakeApiServer, namespace: str | None = "llm") -> Iterator[RunningFleet]:
+def running_fleet(
+    server: FakeApiServer, namespace: str | None = "llm", shard: Shard | None = None
+) -> Iterator[RunningFleet]:
     clock, demand = [1000.0], Demand()
     api = api_client(server.url, timeout_s=5)
     logger = logging.getLogger("test.fleet")
@@ -144,7 +147,14 @@ def running_fleet(server: FakeApiServer, namespace: str | None = "llm") -> Itera
         observe=truth_observer(server, clock, demand),
         clock=lambda: clock[0],
     )
-    fleet = Fleet(settings_for, build, KubeStatusWriter(api, 5), logger, lambda: clock[0])
+    fleet = Fleet(
+        settings_for,
+        build,
+        KubeStatusWriter(api, 5),
+        logger,
+        lambda: clock[0],
+        shard=shard or Shard(),
+    )
     stop = threading.Event()
     watch = SpecTunerWatch(
         api, fleet, namespace, stop=stop, logger=logger, watch_s=30, backoff_s=0.05
