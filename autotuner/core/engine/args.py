@@ -81,6 +81,13 @@ class EngineArgs(BaseModel):
     kv_connector: bool | None = None  # a KV connector (P/D disaggregation, KV offload) is set
     data_parallel_size: int | None = None
     data_parallel_computed: bool | None = None  # the shell computes it when the engine starts
+    # The step's prefill budget (vLLM --max-num-batched-tokens, SGLang --chunked-prefill-size)
+    # and its text as written (a value the shell computes reads as text without a number).
+    prefill_chunk_tokens: int | None = None
+    prefill_chunk_text: str | None = None
+    chunked_prefill: bool | None = None  # False: prompts are prefilled whole
+    performance_mode: str | None = None  # vLLM's; throughput doubles the default budget
+    attention_data_parallel: int | None = None  # SGLang's attention DP groups
 
     @property
     def data_parallel(self) -> int | None:

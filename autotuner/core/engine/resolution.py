@@ -90,6 +90,7 @@ INPUT_ORDER = (
     "prompt_tokens",
     "generation_tokens",
     "cudagraph_capture_tokens",
+    "prefill_chunk_tokens",
     "drafter",
     "adaptive_verification",
 )
@@ -155,6 +156,7 @@ def resolve(
     _max_num_seqs(live, inputs, update)
     _context(live, fallback, observed_context, inputs, update)
     _eager(live, workload, inputs, update)
+    _prefill_chunk(live, workload.engine_name, inputs, update)
     inputs["enable_prefix_caching"] = Input(
         value=live.enable_prefix_caching,
         source=LIVE if live.enable_prefix_caching is not None else DEFAULT,
@@ -316,6 +318,53 @@ def _eager(
         )
 
 
+# Where each engine's default prefill budget comes from, for the input's note.
+CHUNK_DEFAULTS = {
+    "vLLM": "vLLM's default on this GPU: 16384 from 160 GiB, 8192 from 70 GiB (not an A100), "
+    "else 2048 (vllm/engine/arg_utils.py:2970-3006)",
+    "SGLang": "SGLang's default on this GPU: 16384 from 160 GiB, 8192 from 60 GiB, 4096 from "
+    "20 GiB, else 2048 (srt/arg_groups/memory_hook.py:90-168)",
+}
+
+
+def _prefill_chunk(
+    live: EngineArgs, engine: str, inputs: dict[str, Input], update: dict[str, Any]
+) -> None:
+    """The step's prefill budget, which sets the time to first token: the live args' value,
+    else the engine's default on the GPU (core/engine/workload.py Workload.chunk_budget)."""
+    notes = []
+    if live.performance_mode == "throughput":
+        update["throughput_mode"] = True
+        notes.append("--performance-mode throughput doubles the default")
+    if live.attention_data_parallel is not None and live.attention_data_parallel > 1:
+        update["attention_data_parallel"] = live.attention_data_parallel
+        notes.append(f"each of {live.attention_data_parallel} attention DP groups takes its share")
+    if live.chunked_prefill is False:
+        update["chunked_prefill"] = False
+        inputs["prefill_chunk_tokens"] = Input(
+            value=None, source=LIVE, note="chunked prefill off: a prompt is prefilled whole"
+        )
+        return
+    default = CHUNK_DEFAULTS.get(engine, CHUNK_DEFAULTS["vLLM"])
+    value: int | str | None
+    if live.prefill_chunk_tokens is not None:
+        update["prefill_chunk_tokens"] = live.prefill_chunk_tokens
+        source, value = LIVE, live.prefill_chunk_tokens
+        notes.insert(0, "the step's prefill budget: sets the time to first token")
+    elif live.prefill_chunk_text is not None:
+        source, value = LIVE, live.prefill_chunk_text
+        notes.insert(0, f"the shell computes it: {default} is assumed")
+    else:
+        source, value = DEFAULT, None
+        notes.insert(0, default)
+    inputs["prefill_chunk_tokens"] = Input(
+        value=value,
+        source=source,
+        note="; ".join(notes),
+        modelled=live.prefill_chunk_text is None or live.prefill_chunk_tokens is not None,
+    )
+
+
 def _kv_cache_dtype(model: ModelSpec, live: EngineArgs, inputs: dict[str, Input]) -> ModelSpec:
     text = live.kv_cache_dtype
     if text is None or text.lower() == "auto":
@@ -367,6 +416,7 @@ def args_table(args: EngineArgs) -> dict[str, Input]:
         "mamba_cache_mode": "",
         "enable_prefix_caching": "recorded, not modelled",
         "enforce_eager": "",
+        "prefill_chunk_tokens": "the step's prefill budget: sets the time to first token",
     }
     table: dict[str, Input] = {}
     for name, note in modelled.items():

@@ -89,12 +89,35 @@ class Workload(BaseModel):
         "finish, and their prompts are prefilled, once per this many output tokens.",
     )
 
-    prefill_chunk_tokens: int = Field(
-        8192,
+    prefill_chunk_tokens: int | None = Field(
+        None,
         ge=1,
         description="The step's token budget that prompts are prefilled in beside decoding: "
-        "vLLM's --max-num-batched-tokens, SGLang's --chunked-prefill-size (8192 is an "
-        "assumption: set the engine's). Sets the time to first token.",
+        "vLLM's --max-num-batched-tokens, SGLang's --chunked-prefill-size, as the live args "
+        "give it. None: the engine's own default on this GPU (`chunk_budget`): vLLM 0.33 "
+        "under `vllm serve` gives 16384 on GPUs of 160 GiB or more, 8192 on 70 GiB or more "
+        "(not an A100), else 2048, and twice that with --performance-mode throughput "
+        "(vllm/engine/arg_utils.py:2970-3006, 3166-3187); SGLang 0.5.23 gives 2048 under "
+        "20 GiB, 4096 under 60 GiB, 8192 under 160 GiB, else 16384 "
+        "(srt/arg_groups/memory_hook.py:90-168), each attention data-parallel rank its share.",
+    )
+    chunked_prefill: bool = Field(
+        True,
+        description="Whether the engine splits prompts into budget-sized chunks: off (vLLM's "
+        "--no-enable-chunked-prefill, SGLang's --chunked-prefill-size -1) a prompt is "
+        "prefilled whole in one step.",
+    )
+    throughput_mode: bool = Field(
+        False,
+        description="vLLM's --performance-mode throughput: it doubles the default budget "
+        "(vllm/engine/arg_utils.py:3183-3187); a budget given in the args stays as given.",
+    )
+    attention_data_parallel: int = Field(
+        1,
+        ge=1,
+        description="SGLang's attention data-parallel groups (--attn-dp-size, or the older "
+        "--dp-size N --enable-dp-attention): each group's scheduler gets its share of the "
+        "chunked prefill size (srt/arg_groups/parallel_hook.py:39-60, 326-336).",
     )
     engine_name: str = Field(
         "vLLM",
@@ -112,6 +135,46 @@ class Workload(BaseModel):
                 "saves per request, and how many output tokens a request lasts)"
             )
         return self
+
+    def chunk_budget(self, gpu_name: str, gpu_memory_bytes: float) -> int | None:
+        """The tokens a step prefills a prompt in on this GPU: the live budget, else the
+        engine's default for the GPU's memory; None where prompts are not chunked (a prompt
+        is prefilled whole)."""
+        if not self.chunked_prefill:
+            return None
+        if self.engine_name == ENGINE_NAMES["sglang"]:
+            whole = self.prefill_chunk_tokens or sglang_default_chunk(gpu_memory_bytes)
+            return max(whole // self.attention_data_parallel, 1)
+        if self.prefill_chunk_tokens is not None:
+            return self.prefill_chunk_tokens
+        return vllm_default_chunk(gpu_name, gpu_memory_bytes, throughput=self.throughput_mode)
+
+
+def vllm_default_chunk(gpu_name: str, gpu_memory_bytes: float, *, throughput: bool) -> int:
+    """vLLM 0.33's max_num_batched_tokens under `vllm serve` (the OPENAI_API_SERVER usage
+    context, vllm/entrypoints/cli/serve.py:191) when the args give none
+    (vllm/engine/arg_utils.py:2970-3006): A100s keep the small tier (PR #17885)."""
+    if gpu_memory_bytes >= 160 * GIB:
+        budget = 16384
+    elif gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower():
+        budget = 8192
+    else:
+        budget = 2048
+    return 2 * budget if throughput else budget
+
+
+# SGLang 0.5.23's --chunked-prefill-size when not given, by the GPU's memory
+# (srt/arg_groups/memory_hook.py:90-168): the first tier whose bound the memory is under.
+SGLANG_CHUNK_TIERS = ((20 * GIB, 2048), (60 * GIB, 4096), (160 * GIB, 8192))
+SGLANG_CHUNK_LARGEST = 16384
+
+
+def sglang_default_chunk(gpu_memory_bytes: float) -> int:
+    """SGLang 0.5.23's chunked prefill size when the args give none."""
+    for bound, budget in SGLANG_CHUNK_TIERS:
+        if gpu_memory_bytes < bound:
+            return budget
+    return SGLANG_CHUNK_LARGEST
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,9 @@ class Predictor:
     # The setup whose speed the engine runs when a setup is written (the engine's own adaptive
     # tiers, a replay window it sizes itself): the caller's input, as the engine's rules say.
     as_run: Callable[[Setup], Setup] = lambda setup: setup
+    # Whether the engine runs a setup (as run) with piecewise CUDA graphs where full ones
+    # would be replayed (vLLM's K schedule on Model Runner V1): the engine's rules, as above.
+    piecewise: Callable[[Setup], bool] = lambda setup: False
 
     @cached_property
     def fit(self) -> Fit:
@@ -70,6 +73,7 @@ class Predictor:
             self.workload,
             self.as_run,
             self.prefix_caching(setup),
+            self.piecewise,
         )
 
     def prefill_cost(self, setup: Setup) -> PrefillCost | None:
@@ -101,7 +105,7 @@ class Predictor:
             return np.full(len(batches), np.nan)
         raw = self.model_curve(setup, batches, accept)
         step = self.curve(setup, batches, accept)[1]
-        chunk = self.workload.prefill_chunk_tokens
+        chunk = self.workload.chunk_budget(self.hardware.name, self.hardware.memory_bytes)
         return np.array(
             [
                 cost.time_to_first_token_s(

@@ -120,13 +120,16 @@ class PrefillCost:
         return measured_step_s - tokens_per_step * self.seconds_per_output_token
 
     def time_to_first_token_s(
-        self, decode_step_s: float, decode_tokens_per_step: float, chunk_tokens: int
+        self, decode_step_s: float, decode_tokens_per_step: float, chunk_tokens: int | None
     ) -> float:
         """A request's prompt, prefilled in chunks of what the step budget leaves beside the
         `decode_tokens_per_step` (the batch's tokens, drafts included), one chunk per step of
-        `decode_step_s` plus the chunk's own prefill."""
+        `decode_step_s` plus the chunk's own prefill; `chunk_tokens` None: the engine does not
+        chunk prompts, and a prompt takes one step."""
+        if chunk_tokens is None or self.prefilled_tokens <= 0:
+            return decode_step_s + self.prefilled_tokens * self.seconds_per_token
         room = max(chunk_tokens - decode_tokens_per_step, 1.0)
-        chunks = math.ceil(self.prefilled_tokens / room) if self.prefilled_tokens > 0 else 1
+        chunks = math.ceil(self.prefilled_tokens / room)
         return chunks * decode_step_s + self.prefilled_tokens * self.seconds_per_token
 
 

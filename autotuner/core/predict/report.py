@@ -92,12 +92,29 @@ def build_report(
         spec_tokens, windows if model.is_hybrid else (), adaptive=engine.adaptive_verification
     )
     runnable = [s for s in setups if engine.accepts(s)]
+    chunk = workload.chunk_budget(hardware.name, hardware.memory_bytes)
     asked = predict_all(
-        model, hardware, setups, sorted(set(batches)), acceptance, workload, as_run=engine.as_run
+        model,
+        hardware,
+        setups,
+        sorted(set(batches)),
+        acceptance,
+        workload,
+        as_run=engine.as_run,
+        piecewise=engine.piecewise_graphs,
     )
     # Crossovers are found on every integer batch, not just the ones asked for.
     grid = np.arange(1, max(batches) + 1)
-    dense = predict_all(model, hardware, runnable, grid, acceptance, workload, as_run=engine.as_run)
+    dense = predict_all(
+        model,
+        hardware,
+        runnable,
+        grid,
+        acceptance,
+        workload,
+        as_run=engine.as_run,
+        piecewise=engine.piecewise_graphs,
+    )
     plain = dense[PLAIN.label]
     versus_plain = {
         label: [c.batch for c in crossover_batches(curve, plain)]
@@ -110,7 +127,8 @@ def build_report(
         "gpu": hardware.name,
         "profile_source": hardware.source,
         "workload": workload.model_dump(mode="json"),
-        "inputs": inputs or {},
+        "inputs": _with_budget(inputs or {}, chunk),
+        "prefill_chunk_tokens": chunk,
         "drafter": {
             **drafter.model_dump(mode="json", exclude={"draft"}),
             "description": drafter.describe(),
@@ -123,7 +141,7 @@ def build_report(
         "predictions": [
             {**_row(p, engine), "time_to_first_token_s": ttft}
             for curve in asked.values()
-            for p, ttft in zip(curve.predictions(), _ttft(curve, workload), strict=True)
+            for p, ttft in zip(curve.predictions(), _ttft(curve, chunk), strict=True)
         ],
         "best": _best_rows({s.label: asked[s.label] for s in runnable}),
         "crossovers": [
@@ -177,14 +195,24 @@ def _row(prediction: Any, engine: EngineCapabilities) -> dict[str, Any]:
     return row
 
 
-def _ttft(curve: SetupCurve, workload: Workload) -> list[float | None]:
-    """The model's time to first token per batch (None: prompt length unknown)."""
+def _with_budget(inputs: dict[str, Any], chunk: int | None) -> dict[str, Any]:
+    """The inputs with the engine's default prefill budget filled in where the args gave
+    none (the default depends on the GPU, which the resolution does not know)."""
+    given = inputs.get("prefill_chunk_tokens")
+    if given is None or given.get("value") is not None or chunk is None:
+        return inputs
+    return {**inputs, "prefill_chunk_tokens": {**given, "value": chunk}}
+
+
+def _ttft(curve: SetupCurve, chunk: int | None) -> list[float | None]:
+    """The model's time to first token per batch (None: prompt length unknown), prompts
+    prefilled in `chunk`-token steps (None: whole)."""
     cost = curve.prefill
     if cost is None:
         return [None] * len(curve.batch)
     decode_tokens = curve.effective_batch * (1 + curve.spec_tokens)
     return [
-        cost.time_to_first_token_s(float(step), float(tokens), workload.prefill_chunk_tokens)
+        cost.time_to_first_token_s(float(step), float(tokens), chunk)
         for step, tokens in zip(curve.step_time_s, decode_tokens, strict=True)
     ]
 

@@ -3,6 +3,7 @@ and the operator's drafter as a SpeculativeConfig."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from autotuner.core.engine.args import EngineArgs, SpeculativeConfig
@@ -73,9 +74,28 @@ def speculative(args: Sequence[str]) -> SpeculativeConfig | None:
     )
 
 
+def prefill_chunk(args: Sequence[str]) -> tuple[int | None, bool | None]:
+    """--chunked-prefill-size: (the budget, whether prompts are chunked). A size of 0 or less
+    turns chunking off (managers/scheduler.py:1372-1373; -1 is the documented way)."""
+    size = integer(args, flags.CHUNKED_PREFILL_SIZE, minimum=-sys.maxsize)
+    if size is None:
+        return None, None
+    return (size, True) if size > 0 else (None, False)
+
+
+def attention_data_parallel(args: Sequence[str]) -> int | None:
+    """The attention DP groups: --attn-dp-size, else the deprecated --dp-size N with
+    --enable-dp-attention (arg_groups/parallel_hook.py:39-60); None: not given."""
+    size = integer(args, *flags.ATTN_DP_SIZE, minimum=1)
+    if size is None and switched(args, flags.DP_ATTENTION):
+        size = integer(args, *flags.DP_SIZE, minimum=1)
+    return size
+
+
 def parse(args: Sequence[str]) -> EngineArgs:
     """Read the flags the cost model needs from an SGLang argument list (`--x v` or `--x=v`);
     a malformed value raises ArgsError naming the flag."""
+    chunk, chunked = prefill_chunk(args)
     return EngineArgs(
         tensor_parallel_size=integer(args, "--tp-size", "--tensor-parallel-size", minimum=1),
         gpu_memory_utilization=fraction_value(
@@ -89,6 +109,10 @@ def parse(args: Sequence[str]) -> EngineArgs:
         enable_prefix_caching=False if switched(args, "--disable-radix-cache") else None,
         enforce_eager=True if switched(args, "--disable-cuda-graph") else None,
         speculative=speculative(args),
+        prefill_chunk_tokens=chunk,
+        prefill_chunk_text=text(args, flags.CHUNKED_PREFILL_SIZE),
+        chunked_prefill=chunked,
+        attention_data_parallel=attention_data_parallel(args),
     )
 
 

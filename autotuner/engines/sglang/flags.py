@@ -29,6 +29,13 @@ LINEAR_ATTN_DECODE_BACKEND = "--linear-attn-decode-backend"
 SSM_DTYPE = "--mamba-ssm-dtype"
 METRICS = "--enable-metrics"
 MAX_RUNNING = "--max-running-requests"
+# The prefill budget and the attention data-parallel groups that share it
+# (arg_groups/fields/schedule.py:52-55, fields/parallel.py:73-90; the deprecated
+# `--dp-size N --enable-dp-attention` is a store_true switch, server_args.py:416-424).
+CHUNKED_PREFILL_SIZE = "--chunked-prefill-size"
+ATTN_DP_SIZE = ("--attn-dp-size", "--attention-data-parallel-size")
+DP_SIZE = ("--dp-size", "--data-parallel-size")
+DP_ATTENTION = "--enable-dp-attention"
 MODEL = "--model-path"
 MODEL_ALIAS = "--model"  # arg_groups/fields/model.py:51-57
 
@@ -54,6 +61,7 @@ SWITCHES = frozenset(
         REPLAY_SPEC,
         OVERLAP_OFF,
         METRICS,
+        DP_ATTENTION,
         "--speculative-use-rejection-sampling",
         "--speculative-use-block-verification",
         "--speculative-dspark-align-verify-tokens-to-graph-tier",

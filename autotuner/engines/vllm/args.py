@@ -87,6 +87,7 @@ def parse(args: Sequence[str], flags: FlagNames | None = None) -> EngineArgs:
             raise ArgsError(f"{name} has no value")
         config = speculative(read_json(flag.value, name), name)
     max_len_text = _text(args, "--max-model-len")
+    chunk_text = _text(args, BATCHED_TOKENS)
     return EngineArgs(
         tensor_parallel_size=_integer(args, "--tensor-parallel-size", "-tp", minimum=1),
         gpu_memory_utilization=_fraction(args, "--gpu-memory-utilization"),
@@ -103,6 +104,10 @@ def parse(args: Sequence[str], flags: FlagNames | None = None) -> EngineArgs:
         kv_connector=True if _text(args, "--kv-transfer-config") else None,
         data_parallel_size=_integer(args, "--data-parallel-size", "-dp", minimum=1),
         data_parallel_computed=_computed(args, "--data-parallel-size", "-dp"),
+        prefill_chunk_tokens=_batched_tokens(chunk_text),
+        prefill_chunk_text=chunk_text,
+        chunked_prefill=_switch(args, "--enable-chunked-prefill"),
+        performance_mode=_performance_mode(_text(args, "--performance-mode")),
     )
 
 
@@ -179,6 +184,51 @@ def _max_model_len(text: str | None) -> int | None:
     if value < 1:
         raise ArgsError(f"--max-model-len: must be >= 1, got {text!r}")
     return value
+
+
+BATCHED_TOKENS = "--max-num-batched-tokens"
+# vLLM's human_readable_int (vllm/utils/argparse_utils.py:30-74), which reads
+# --max-num-batched-tokens (vllm/engine/arg_utils.py:397-410): a number with one k/m/g/t suffix
+# (decimal, decimals allowed) or K/M/G/T (binary, whole numbers only), else Python's int().
+_SUFFIXED_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")  # vllm/config/vllm.py:441
+
+
+def human_readable_int(text: str, name: str) -> int:
+    """A value vLLM's human_readable_int reads (8192, 8k = 8000, 8K = 8192, 2.5k = 2500);
+    ArgsError naming the flag for any other."""
+    value = text.strip()
+    match = _SUFFIXED_INT.fullmatch(value)
+    if match is None:
+        try:
+            return int(value)
+        except ValueError:
+            raise ArgsError(f"{name}: not an integer (8192, 8k, 8K): {text!r}") from None
+    number, suffix = match.groups()
+    if suffix in _DECIMAL:
+        return int(float(number) * _DECIMAL[suffix])
+    if "." in number:
+        raise ArgsError(f"{name}: decimals need a decimal suffix (k, m): {text!r}")
+    return int(number) * _BINARY[suffix]
+
+
+def _batched_tokens(text: str | None) -> int | None:
+    """--max-num-batched-tokens (None: not given, or the shell computes it); vLLM's scheduler
+    refuses a budget under 1 (vllm/config/scheduler.py:48)."""
+    if text is None or computed(text):
+        return None
+    value = human_readable_int(text, BATCHED_TOKENS)
+    if value < 1:
+        raise ArgsError(f"{BATCHED_TOKENS}: must be >= 1, got {text!r}")
+    return value
+
+
+def _performance_mode(text: str | None) -> str | None:
+    if text is None or computed(text):
+        return None
+    if text not in PERFORMANCE_MODES:
+        raise ArgsError(f"--performance-mode: one of {', '.join(PERFORMANCE_MODES)}, got {text!r}")
+    return text
 
 
 def _switch(args: Sequence[str], name: str) -> bool | None:
