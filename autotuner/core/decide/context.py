@@ -57,6 +57,7 @@ class Context:
             settings.calibration.bounds,
             prefix_caching=self.prefix_caching,
             as_run=self.engine.as_run,
+            piecewise=self.engine.piecewise_graphs,
         )
 
     def acceptance(self, state: TunerState, settings: PolicySettings) -> AcceptanceEstimate | None:

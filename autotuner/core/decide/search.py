@@ -154,8 +154,8 @@ def _merged(best_k: Sequence[int], edges: npt.NDArray[np.int64]) -> list[Schedul
 
 
 def _flat(top: int, k: int, window: int) -> Setup:
-    """K drafts at every batch, with the state slots of a schedule whose largest K is `top`."""
-    if k == top:
-        return Setup(spec_tokens=top, replay_window=window)
+    """K drafts at every batch, as a schedule whose largest K is `top` runs it: with that K's
+    state slots, and with the CUDA graphs the engine runs a schedule with (so every band,
+    the top one too, pays what a schedule costs the engine)."""
     band = ScheduleBand(start_batch=1, end_batch=SCHEDULE_END, spec_tokens=k)
     return Setup(spec_tokens=top, replay_window=window, schedule=(band,))

@@ -1,17 +1,32 @@
 """How many requests fit: the device memory one running request holds (state slots, ring, KV)
-and the largest batch that fits beside the weights, at most --max-num-seqs."""
+and the largest batch that fits beside the weights and the CUDA graphs of a schedule's extra
+K tiers, at most --max-num-seqs."""
 
 from __future__ import annotations
 
 import math
 
-from autotuner.core.engine.workload import Workload
+from autotuner.core.engine.workload import GIB, Workload
 from autotuner.core.model.draft import DraftModel
 from autotuner.core.model.spec import DrafterKind, ModelSpec
 from autotuner.core.predict.drafting import draft_model, drafter_kind, has_draft_passes
 from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.core.predict.roofline import kv_shards
 from autotuner.core.types import Setup
+
+# Device memory the CUDA graphs of one more K tier take: vLLM captures a set of decode sizes
+# per distinct verify length a schedule runs (config/vllm.py:2496-2547; V2
+# v1/worker/gpu/cudagraph_utils.py:273-298), SGLang one graph runner per adaptive tier
+# (adaptive_runtime_state.py:103-120). An assumption: vLLM logs a few tenths of a GiB for a
+# whole capture set of a large model; it is not measured here.
+GRAPH_TIER_BYTES = 0.25 * GIB
+
+
+def graph_tiers(setup: Setup) -> int:
+    """CUDA graph sets the engine captures for `setup`: one per distinct verify length."""
+    if not setup.schedule:
+        return 1
+    return len({band.spec_tokens for band in setup.schedule})
 
 
 def state_slots(setup: Setup, cache_mode: str) -> int:
@@ -78,6 +93,7 @@ def memory_batch(
         hardware.memory_bytes * workload.gpu_memory_utilization
         - model.weight_bytes / workload.tensor_parallel
         - workload.activation_reserve_bytes
+        - (graph_tiers(setup) - 1) * GRAPH_TIER_BYTES
     )
     per_request = bytes_per_request(model, setup, workload)
     draft = _running_draft_model(model, setup, workload)

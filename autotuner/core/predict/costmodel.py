@@ -139,10 +139,12 @@ def predict(
     workload: Workload | None = None,
     *,
     prefix_caching: bool = True,
+    piecewise: bool = False,
 ) -> SetupCurve:
     """Predict one setup at every batch size in `batch` (integers >= 1). `prefix_caching`:
     whether the engine keeps prefix caching under this setup (the engine's rules say; off, the
-    workload's prefix-cache hits are prefilled again)."""
+    workload's prefix-cache hits are prefilled again). `piecewise`: whether it runs the setup
+    with piecewise CUDA graphs instead of full ones (vLLM's K schedule on Model Runner V1)."""
     workload = workload or Workload()
     sizes = np.asarray(batch, dtype=np.int64).ravel()
     if sizes.size == 0 or sizes.min() < 1:
@@ -158,7 +160,9 @@ def predict(
     reason = _capped(model, hardware, setup, workload, capacity, int(sizes.max()))
     effective = np.minimum(sizes, max(capacity, 1))
     if setup.adaptive:
-        k, taus = _adaptive_verified(model, hardware, setup, effective, k, acceptance, workload)
+        k, taus = _adaptive_verified(
+            model, hardware, setup, effective, k, acceptance, workload, piecewise
+        )
     parts = _step(
         model,
         hardware,
@@ -168,6 +172,7 @@ def predict(
         taus,
         workload,
         drafted=setup.spec_tokens_at(sizes),
+        piecewise=piecewise,
     )
     step = sum(parts["time"].values(), np.zeros(len(sizes)))
     tokens = np.where(capacity > 0, effective * taus / step, 0.0)
@@ -231,12 +236,14 @@ def predict_all(
     *,
     prefix_caching: Callable[[Setup], bool] = keeps_prefix_caching,
     as_run: Callable[[Setup], Setup] = lambda setup: setup,
+    piecewise: Callable[[Setup], bool] = lambda setup: False,
 ) -> dict[str, SetupCurve]:
     """`prefix_caching(setup)`: whether the engine keeps prefix caching under that setup;
-    `as_run(setup)`: the setup whose speed the engine runs when `setup` is written."""
+    `as_run(setup)`: the setup whose speed the engine runs when `setup` is written;
+    `piecewise(run)`: whether it runs that with piecewise CUDA graphs."""
     return {
         s.label: predict_as_run(
-            model, hardware, s, batch, acceptance, workload, as_run, prefix_caching(s)
+            model, hardware, s, batch, acceptance, workload, as_run, prefix_caching(s), piecewise
         )
         for s in setups
     }
@@ -251,11 +258,20 @@ def predict_as_run(
     workload: Workload | None,
     as_run: Callable[[Setup], Setup],
     prefix_caching: bool,
+    piecewise: Callable[[Setup], bool] = lambda setup: False,
 ) -> SetupCurve:
-    """`setup`'s curve priced as the engine runs it (`as_run(setup)`), labelled as written."""
+    """`setup`'s curve priced as the engine runs it (`as_run(setup)`, with the CUDA graphs
+    `piecewise(run)` says), labelled as written."""
     run = as_run(setup)
     curve = predict(
-        model, hardware, run, batch, acceptance, workload, prefix_caching=prefix_caching
+        model,
+        hardware,
+        run,
+        batch,
+        acceptance,
+        workload,
+        prefix_caching=prefix_caching,
+        piecewise=piecewise(run),
     )
     return curve if run == setup else replace(curve, setup=setup)
 
@@ -268,6 +284,7 @@ def _adaptive_verified(
     drafted: npt.NDArray[np.int64],
     acceptance: AcceptanceEstimate,
     workload: Workload,
+    piecewise: bool,
 ) -> tuple[npt.NDArray[np.int64], Array]:
     """The drafts adaptive verification verifies at each batch, and its tau.
 
@@ -284,7 +301,9 @@ def _adaptive_verified(
     for verified in options:
         k = np.full(batch.shape, verified, dtype=np.int64)
         taus = tau_of[k]
-        parts = _step(model, hardware, setup, sizes, k, taus, workload, drafted=drafted)
+        parts = _step(
+            model, hardware, setup, sizes, k, taus, workload, drafted=drafted, piecewise=piecewise
+        )
         rate = sizes * taus / sum(parts["time"].values(), np.zeros(len(sizes)))
         rates.append(np.where(verified <= drafted, rate, -np.inf))
     best = options[np.argmax(np.vstack(rates), axis=0)].astype(np.int64)
@@ -301,6 +320,7 @@ def _step(
     workload: Workload,
     *,
     drafted: npt.NDArray[np.int64],
+    piecewise: bool = False,
 ) -> dict[str, dict[str, Array]]:
     """One step's bytes, times and flops by kernel class: `k` drafts verified per request,
     `drafted` proposed (more than `k` only under adaptive verification)."""
@@ -321,7 +341,8 @@ def _step(
         KernelClass.SSM_VERIFY: verify_time,
         KernelClass.COPY: (ssm["checkpoint"] + logits) / hw.bandwidth("copies"),
         KernelClass.DRAFT: drafting,
-        KernelClass.EAGER: _eager_time(model, hw, batch, k, workload),
+        KernelClass.EAGER: _eager_time(model, hw, batch, k, workload)
+        + (_piecewise_time(model, hw, batch, drafted, workload) if piecewise else 0.0),
     }
     return {
         "bytes": {
@@ -450,6 +471,30 @@ def _eager_time(
         later = np.where(batch > cap, per_pass * np.maximum(k - 1, 0), 0.0)
         blocks = blocks + first + later
     return blocks * hw.eager_launch_s_per_block
+
+
+def _piecewise_time(
+    model: ModelSpec,
+    hw: HardwareProfile,
+    batch: Array,
+    drafted: npt.NDArray[np.int64],
+    workload: Workload,
+) -> Array:
+    """Host time of piecewise CUDA graphs where full ones would be replayed: every mixer
+    (attention or SSM layer: vLLM's splitting ops) of each pass that runs from a graph leaves
+    it and launches its kernels from the host. Passes above the capture size run eager and
+    are charged in `_eager_time` already."""
+    cap = workload.cudagraph_capture_tokens
+    tokens = batch * (drafted + 1.0)
+    mixers = float(model.attention_layers + model.ssm_layers)
+    splits = np.where(tokens <= cap, mixers, 0.0)
+    if has_draft_passes(model, workload):
+        draft = draft_model(model, workload)
+        per_pass = float(draft.layers) if draft is not None else 1.0  # MTP/EAGLE: one mixer
+        first = np.where((drafted > 0) & (tokens <= cap), per_pass, 0.0)
+        later = np.where(batch <= cap, per_pass * np.maximum(drafted - 1, 0), 0.0)
+        splits = splits + first + later
+    return splits * hw.piecewise_s_per_split
 
 
 def _ssm_traffic(

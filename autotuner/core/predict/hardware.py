@@ -89,6 +89,15 @@ class HardwareProfile(BaseModel):
         description="Host time to launch one block's kernels (a mixer or an FFN) without CUDA "
         "graphs, which vLLM uses for steps with more tokens than it captured graphs for.",
     )
+    piecewise_s_per_split: float = Field(
+        20e-6,
+        ge=0,
+        description="Host time one split op (an attention or SSM mixer) adds to a step run "
+        "with piecewise CUDA graphs: the captured piece ends, the mixer's few kernels are "
+        "launched from the host, the next piece is replayed. vLLM runs a K schedule that way "
+        "on Model Runner V1 (config/vllm.py:1069-1086). An assumption (3-5 launches of ~5 us), "
+        "not measured here: kernels_probe does not time it.",
+    )
     measured_hbm_bytes_per_s: float | None = Field(
         None, gt=0, description="Copy bandwidth measured by kernels_probe (read + write)."
     )
