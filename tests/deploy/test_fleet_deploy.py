@@ -135,3 +135,45 @@ def test_the_chart_in_fleet_mode_runs_the_controller_with_the_same_cluster_role(
         if d
     }
     assert not plain_kinds & {"ClusterRole", "ClusterRoleBinding"}
+
+
+def controller_args(obj: dict[str, Any]) -> list[str]:
+    return list(obj["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def test_the_sharded_kustomization_runs_one_controller_pod_per_shard() -> None:
+    objects = build(DEPLOY / "fleet-sharded")
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    kinds = [o["kind"] for o in objects]
+    assert "Deployment" not in kinds  # the StatefulSet replaces the one controller
+    sets = [o for o in objects if o["kind"] == "StatefulSet"]
+    assert len(sets) == 1
+    args = controller_args(sets[0])
+    assert args[0] == "controller"
+    assert "--leader-elect" in args
+    assert int(args[args.index("--shards") + 1]) == sets[0]["spec"]["replicas"] > 1
+    env = {e["name"] for e in sets[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "POD_NAMESPACE" in env  # where each shard's Lease is
+    assert {o["kind"] for o in build(FLEET)} - {"Deployment"} == set(kinds) - {"StatefulSet"}
+
+
+def test_the_chart_with_shards_renders_a_statefulset_of_that_many_controllers() -> None:
+    with helm.Chart.load(DEPLOY / "chart" / "spec-autotuner") as chart:
+        values = {"fleet": {"enabled": True, "shards": 3}}
+        rendered = chart.render(values, name="spec-autotuner", namespace="llm", is_install=True)
+    objects = [
+        doc
+        for path, text in rendered.items()
+        if path.endswith(".yaml")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+    assert not [o for o in objects if o["kind"] == "Deployment"]
+    sets = [o for o in objects if o["kind"] == "StatefulSet"]
+    assert len(sets) == 1
+    kubernetes_validate.validate(sets[0], K8S_VERSION, strict=True)
+    assert sets[0]["spec"]["replicas"] == 3
+    args = controller_args(sets[0])
+    assert args[args.index("--shards") + 1] == "3"
+    assert "--leader-elect" in args
