@@ -35,13 +35,25 @@ class ObjectiveSettings(Group):
     kind: ObjectiveKind = Field(
         ObjectiveKind.THROUGHPUT,
         description="throughput: expected tokens/s over the batch distribution; latency_slo: "
-        "the same, among setups meeting latency_slo_s at latency_percentile of the batch.",
+        "the same, among setups meeting latency_slo_s and ttft_slo_s at latency_percentile of "
+        "the batch.",
     )
     latency_slo_s: float | None = Field(
         None, gt=0, description="Time per output token limit (latency_slo), seconds."
     )
+    ttft_slo_s: float | None = Field(
+        None,
+        gt=0,
+        description="Time to first token limit (latency_slo), seconds: a setup whose predicted "
+        "TTFT (the prompt prefilled in the engine's chunked-prefill budget beside the batch's "
+        "decoding) exceeds it is ruled out. Needs the prompt and output lengths (observed, or "
+        "predict's --prompt-tokens/--output-tokens); while they are unknown it rules out none.",
+    )
     latency_percentile: float = Field(
-        0.9, gt=0, lt=1, description="The batch quantile at which latency_slo_s must hold."
+        0.9,
+        gt=0,
+        lt=1,
+        description="The batch quantile at which latency_slo_s and ttft_slo_s must hold.",
     )
 
 

@@ -82,6 +82,7 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
     values = {s: _path_tokens((s,) * len(durations), tables[0], durations) for s in setups}
     values = {s: v / _span(durations) for s, v in values.items()}
     notes += _adaptive_versus_schedule(values, setups)
+    notes += _ttft_ruled_out(sit, setups, point)
     if settings.objective.kind == ObjectiveKind.LATENCY_SLO and not any(
         math.isfinite(v) and s != current for s, v in values.items()
     ):
@@ -277,8 +278,7 @@ def _per_bin(
 ) -> npt.NDArray[np.float64] | None:
     if setup.spec_tokens and (accept is None or setup.spec_tokens > accept.max_spec_tokens):
         return None
-    wanted = sit.settings.objective
-    if wanted.kind == ObjectiveKind.LATENCY_SLO and wanted.latency_slo_s:
+    if _latency_limited(sit):
         batches, weights = sit.state.batch.distribution()
         if not math.isfinite(objective(sit, setup, batches, weights, accept)):
             return None
@@ -394,19 +394,81 @@ def objective(
     weights: npt.NDArray[np.float64],
     acceptance: AcceptanceEstimate | None,
 ) -> float:
-    """Expected tokens/s over the batch distribution, calibrated; -inf when infeasible."""
+    """Expected tokens/s over the batch distribution, calibrated; -inf when infeasible (or,
+    under the latency objective, over its time per token or time to first token limit)."""
     if setup.spec_tokens and (acceptance is None or setup.spec_tokens > acceptance.max_spec_tokens):
         return -math.inf
     accept = acceptance or from_conditional([])
     tokens, step = sit.predictor.curve(setup, batches, accept)
     wanted = sit.settings.objective
     if wanted.kind == ObjectiveKind.LATENCY_SLO and wanted.latency_slo_s:
-        quantile = sit.state.batch.quantile(wanted.latency_percentile)
-        at = int(np.argmin(np.abs(batches - quantile)))
+        at = _percentile_at(sit, batches)
         curve_tau = tokens[at] * step[at] / max(batches[at], 1)
         if step[at] / max(curve_tau, 1e-9) > wanted.latency_slo_s:
             return -math.inf
+    if _over_ttft(sit, setup, batches, accept):
+        return -math.inf
     return float(np.dot(weights, tokens))
+
+
+def _latency_limited(sit: Situation) -> bool:
+    wanted = sit.settings.objective
+    return wanted.kind == ObjectiveKind.LATENCY_SLO and bool(
+        wanted.latency_slo_s or wanted.ttft_slo_s
+    )
+
+
+def _percentile_at(sit: Situation, batches: npt.NDArray[np.int64]) -> int:
+    """Where in `batches` the latency limits are checked: the batch history's
+    latency_percentile."""
+    quantile = sit.state.batch.quantile(sit.settings.objective.latency_percentile)
+    return int(np.argmin(np.abs(batches - quantile)))
+
+
+def _ttft_s(
+    sit: Situation, setup: Setup, batches: npt.NDArray[np.int64], accept: AcceptanceEstimate
+) -> tuple[int, float]:
+    """(the latency percentile's batch, `setup`'s predicted TTFT there; NaN: the prompt
+    length is unknown)."""
+    batch = int(batches[_percentile_at(sit, batches)])
+    return batch, float(sit.predictor.time_to_first_token_s(setup, [batch], accept)[0])
+
+
+def _over_ttft(
+    sit: Situation, setup: Setup, batches: npt.NDArray[np.int64], accept: AcceptanceEstimate
+) -> bool:
+    """Whether the latency objective's TTFT limit rules `setup` out (never while the prompt
+    length is unknown)."""
+    wanted = sit.settings.objective
+    if wanted.kind != ObjectiveKind.LATENCY_SLO or wanted.ttft_slo_s is None:
+        return False
+    return _ttft_s(sit, setup, batches, accept)[1] > wanted.ttft_slo_s
+
+
+def _ttft_ruled_out(
+    sit: Situation, setups: Sequence[Setup], point: AcceptanceEstimate | None
+) -> list[str]:
+    """Which setups the TTFT limit rules out, with their predicted TTFT, for the decision's
+    notes (said also when the prompt length is unknown, so the limit checks nothing)."""
+    limit = sit.settings.objective.ttft_slo_s
+    if sit.settings.objective.kind != ObjectiveKind.LATENCY_SLO or limit is None:
+        return []
+    batches, _ = sit.state.batch.distribution()
+    accept = point or from_conditional([])
+    runnable = [s for s in setups if not s.spec_tokens or s.spec_tokens <= accept.max_spec_tokens]
+    times = {s: _ttft_s(sit, s, batches, accept) for s in runnable}
+    if not times or all(math.isnan(t) for _, t in times.values()):
+        return [f"ttft_slo_s {limit:g} s rules out nothing: the prompt length is unknown"]
+    over = sorted((s for s, (_, t) in times.items() if t > limit), key=lambda s: times[s][1])
+    if not over:
+        return []
+    batch = next(iter(times.values()))[0]
+    percentile = sit.settings.objective.latency_percentile
+    said = ", ".join(f"{s.label} ({times[s][1]:.2f} s)" for s in over)
+    return [
+        f"ruled out by time to first token over {limit:g} s at batch {batch} "
+        f"(p{percentile * 100:.0f} of the batch): {said}"
+    ]
 
 
 def _scenarios(point: AcceptanceEstimate | None) -> list[AcceptanceEstimate | None]:
@@ -426,13 +488,16 @@ def _agreement(
     min_gain: float,
 ) -> float:
     """The share of acceptance scenarios in which the move beats holding by min_gain over the
-    horizon (the plan's path when it moves now, else `best` held throughout)."""
+    horizon (the plan's path when it moves now, else `best` held throughout). Where the
+    running setup serves nothing that counts (it misses the latency objective's limits), any
+    move that serves agrees."""
     path = plan.path if plan.now(current) == best else (best,) * len(durations)
     agreeing = 0
     for rates in tables:
         held = _path_tokens((current,) * len(durations), rates, durations)
         moved = _path_tokens(path, rates, durations)
-        agreeing += held > 0 and math.isfinite(moved) and moved / held - 1.0 >= min_gain
+        serves = math.isfinite(moved) and moved > 0
+        agreeing += serves and (held <= 0 or moved / held - 1.0 >= min_gain)
     return agreeing / len(tables)
 
 
