@@ -4,12 +4,16 @@
 Everything real but the cluster and the engines: the loopback API server (SpecTuners and their
 Deployments, watches, status writes) and simulated vLLM /metrics (a few SimServers the targets
 share) run in a process of their own (benchmarks/fleet_servers.py), so both sides' CPU and
-memory are their own. The controller here runs its own watch, stepping pool and status writer,
-on the real clock. Both sides run in advise mode with the same settings file. Only `--separate`
-real `autotuner run` processes are started (200 would not fit this machine); their memory and
-CPU are multiplied by N, which the report says.
+memory are their own. The controller (one process per shard) runs its own watch, stepping pool
+and status writer, on the real clock. Both sides run in advise mode with the same settings
+file. Only `--separate` real `autotuner run` processes are started (200 would not fit this
+machine); their memory and CPU are multiplied by N, which the report says.
 
 Run: python -m benchmarks.fleet [--tuners 200] [--interval 15] [--duration 120] [--separate 3]
+  [--shards 1] [--warmup 0]
+`--shards 2`: two controller processes (benchmarks/fleet_shard.py), each holding its shard, their
+memory and CPU summed. `--warmup S`: measure from S seconds after the loops start (default one
+interval), so that every loop's window is full (the steady state).
 Target (issue 44): the controller's RSS under 10% of N separate processes', every target
 stepping every interval.
 """
@@ -17,10 +21,7 @@ stepping every interval.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
-import logging
-import os
 import statistics
 import subprocess
 import sys
@@ -32,16 +33,15 @@ from typing import Any
 from kubernetes import client as k8s
 
 from autotuner.actuators.kubeapi import api_client
-from autotuner.fleet.loops import TunerLoop
-from autotuner.fleet.runner import fleet_process
+from autotuner.fleet.shards import shard_of
 from autotuner.fleet.spec import GROUP, PLURAL, VERSION
-from autotuner.settings import load_settings
 from benchmarks.options import numbers
 from benchmarks.sidecar_overhead import cpu_s, rss_mb
 from tests.support.fleet import spectuner
 
 ENGINES = 8  # simulated /metrics servers the targets share
 SETTLE_S = 10.0  # the separate processes' imports and first steps, before measuring
+STARTUP_S = 30.0  # a controller's imports, first list and 200 loops built, before warm-up
 
 
 class World:
@@ -74,11 +74,22 @@ class World:
 
 
 def main() -> None:
-    args = numbers(__doc__, tuners=200, interval=15.0, duration=120.0, separate=3, workers=4)
+    args = numbers(
+        __doc__,
+        tuners=200,
+        interval=15.0,
+        duration=120.0,
+        separate=3,
+        workers=4,
+        shards=1,
+        warmup=0.0,
+    )
     config = _settings_file(args.interval)
     world = World(max(args.tuners, args.separate))
     # Measured over as long as the controller (a step costs more as the history fills).
-    rss, cpu = _separate(args.separate, world, config, args.interval + args.duration)
+    rss, cpu = _separate(
+        args.separate, world, config, max(args.warmup, args.interval) + args.duration
+    )
     world.close()
     world = World(args.tuners)
     report = _fleet(args, world, config)
@@ -135,73 +146,82 @@ def _separate(count: int, world: World, config: Path, duration: float) -> tuple[
 
 
 def _fleet(args: argparse.Namespace, world: World, config: Path) -> dict[str, Any]:
-    me = os.getpid()
-    before_rss = rss_mb(me)
-    api = api_client(world.kube, timeout_s=10)
-    objects = k8s.CustomObjectsApi(api)
+    """The SpecTuners created, then `args.shards` controller processes (benchmarks/
+    fleet_shard.py), each holding its shard, measured over the same span."""
+    objects = k8s.CustomObjectsApi(api_client(world.kube, timeout_s=10))
+    keys = []
     for i in range(args.tuners):
         obj = spectuner(f"t{i}", f"t{i}")
         obj["spec"]["source"] = {"urls": [f"{world.engines[i % len(world.engines)]}/metrics"]}
         objects.create_namespaced_custom_object(GROUP, VERSION, "llm", PLURAL, obj)
-    settings, _ = load_settings(config)
-    logging.getLogger("fleet").setLevel(logging.WARNING)
-    process = fleet_process(
-        api,
-        settings,
-        config,
-        namespaces=["llm"],
-        identity="bench",
-        logger=logging.getLogger("fleet"),
-        workers=args.workers,
-        lease_namespace=None,
-    )
-    timings: list[float] = []
-    stepped: dict[tuple[str, str], list[float]] = {}
-    original = process.fleet.step_one
+        keys.append(("llm", f"t{i}"))
+    start_at = time.time() + STARTUP_S + max(args.warmup, args.interval)
+    children = []
+    for index in range(args.shards):
+        job = {
+            "kube": world.kube,
+            "config": str(config),
+            "held": sum(shard_of(k, args.shards) == index for k in keys),
+            "shard": index,
+            "shards": args.shards,
+            "interval": args.interval,
+            "workers": args.workers,
+            "start_at": start_at,
+            "duration": args.duration,
+        }
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.fleet_shard", json.dumps(job)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
+    time.sleep(max(start_at - time.time(), 0.0))
+    counts_before = world.counts()
+    time.sleep(args.duration)
+    counts_after = world.counts()
+    shards = [json.loads(c.communicate(timeout=120)[0]) for c in children]
+    if any(c.returncode for c in children):
+        raise SystemExit(f"a shard process failed: {[c.returncode for c in children]}")
+    return _combined(args, shards, counts_before, counts_after)
 
-    def timed(loop: TunerLoop) -> None:
-        began = time.perf_counter()
-        original(loop)
-        timings.append(time.perf_counter() - began)
-        stepped.setdefault(loop.key, []).append(began)
 
-    process.fleet.step_one = timed  # type: ignore[method-assign]
-    process.start()
-    while len(process.fleet.loops) < args.tuners:
-        time.sleep(0.1)
-    time.sleep(args.interval)  # every loop's first step (their starts spread over one interval)
-    counts_before, steps_before = world.counts(), len(timings)
-    cpu_before, began = cpu_s(me), time.monotonic()
-    first = began
-    peak = 0.0
-    while time.monotonic() - began < args.duration:
-        peak = max(peak, rss_mb(me))
-        time.sleep(1)
-    elapsed = time.monotonic() - began
-    cpu = 100 * (cpu_s(me) - cpu_before) / elapsed
-    counts = {k: v - counts_before.get(k, 0) for k, v in world.counts().items()}
-    process.stop(10)
-    measured = timings[steps_before:]
-    # The longest wait between two steps of one target within the measured time.
-    gaps = [
-        b - a
-        for times in stepped.values()
-        for a, b in itertools.pairwise(t for t in times if t >= first - args.interval)
-    ]
+def _combined(
+    args: argparse.Namespace,
+    shards: list[dict[str, Any]],
+    counts_before: dict[str, int],
+    counts_after: dict[str, int],
+) -> dict[str, Any]:
+    """Every shard's figures as one controller's: steps, gaps and step times pooled, memory
+    and CPU summed (each shard's on its own line too)."""
+    elapsed = statistics.mean(s["elapsed_s"] for s in shards)
+    measured = sorted(t for s in shards for t in s["step_s"])
+    gaps = [g for s in shards for g in s["gaps_s"]]
     steps = len(measured)
+    counts = {k: v - counts_before.get(k, 0) for k, v in counts_after.items()}
+    per_shard = {}
+    if len(shards) > 1:
+        for s in shards:
+            expected = s["held"] * s["elapsed_s"] / args.interval
+            per_shard[f"shard {s['shard']}: targets held"] = s["held"]
+            per_shard[f"shard {s['shard']}: steps / expected %"] = 100 * s["steps"] / expected
+            per_shard[f"shard {s['shard']}: peak RSS MB"] = s["peak_rss_mb"]
+            per_shard[f"shard {s['shard']}: CPU % of a core"] = s["cpu_percent_of_a_core"]
     return {
         "elapsed_s": elapsed,
         "steps": steps,
         "steps_expected": args.tuners * elapsed / args.interval,
         "step_ms_median": 1000 * statistics.median(measured),
-        "step_ms_p95": 1000 * sorted(measured)[int(0.95 * len(measured))],
+        "step_ms_p95": 1000 * measured[int(0.95 * len(measured))],
         "step_gap_s_median": statistics.median(gaps),
         "step_gap_s_max": max(gaps),
-        "targets_stepped": len(stepped),
-        "peak_rss_mb": peak,
-        "rss_before_fleet_mb": before_rss,
-        "cpu_percent_of_a_core": cpu,
+        "targets_stepped": sum(s["targets_stepped"] for s in shards),
+        "peak_rss_mb": sum(s["peak_rss_mb"] for s in shards),
+        "rss_before_fleet_mb": sum(s["rss_before_fleet_mb"] for s in shards),
+        "cpu_percent_of_a_core": sum(s["cpu_percent_of_a_core"] for s in shards),
+        **per_shard,
         "scrapes_per_step": counts.pop("scrapes", 0) / max(steps, 1),
+        "prometheus_queries_per_step": counts.pop("prometheus queries", 0) / max(steps, 1),
         "api_requests_per_step": sum(counts.values()) / max(steps, 1),
         **{f"requests_per_min {k}": 60 * v / elapsed for k, v in sorted(counts.items()) if v},
     }
@@ -211,7 +231,10 @@ def _report(
     args: argparse.Namespace, report: dict[str, Any], rss: list[float], cpu: list[float]
 ) -> None:
     tuners = int(args.tuners)
-    print(f"{tuners} SpecTuners, interval {args.interval:g}s, workers {args.workers}")
+    print(
+        f"{tuners} SpecTuners, interval {args.interval:g}s, workers {args.workers}, "
+        f"{args.shards} controller process(es), measured after {args.warmup:g}s of warm-up"
+    )
     for name, value in report.items():
         print(f"  controller {name}: {value:.2f}")
     one_rss, one_cpu = statistics.mean(rss), statistics.mean(cpu)
