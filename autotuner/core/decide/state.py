@@ -112,6 +112,10 @@ class Verification(BaseModel):
     # When the engine is known to have served the target: the start of the first usable window
     # that began after the patch with the target live. Settle counts from here, not the patch.
     ready_at: float | None = None
+    # A K schedule is judged per region of batch (each band, and the batches around each edge
+    # where K changes): the regions a settled window has measured, and how many such windows.
+    regions_checked: tuple[str, ...] = ()
+    windows_judged: int = 0
 
     @property
     def serving_since(self) -> float | None:

@@ -9,7 +9,9 @@ import numpy as np
 
 from autotuner.core.decide.context import Situation, whole_window
 from autotuner.core.decide.decisions import Make
-from autotuner.core.decide.state import QualityStatus, TunerState, Verification
+from autotuner.core.decide.schedule_check import MAX_WINDOWS, judge_schedule, regions, unverified
+from autotuner.core.decide.state import QualityStatus, Refusal, TunerState, Verification
+from autotuner.core.engine.capabilities import Capability
 from autotuner.core.types import Action, BlockReason, Decision
 from autotuner.errors import UnusableReason
 
@@ -41,6 +43,14 @@ def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
     if unsettled is not None:
         return _waiting(make, verification, unsettled), state
     measured, reference, batch = _measured_against_previous(sit, verification)
+    failed = judge_schedule(sit, verification.target, measured, reference, batch)
+    if failed is not None:
+        gain = measured / reference - 1 if math.isfinite(reference) and reference else 0.0
+        return revert(sit, make, failed.why, gain=gain, refuse=Capability.SPEC_SCHEDULE)
+    if verification.target.schedule:
+        pending = _regions_pending(sit, make, verification, batch)
+        if pending is not None:
+            return pending
     explored = verification.exploration
     tolerance = (
         settings.exploration.tolerance if explored else settings.verification.regression_tolerance
@@ -63,6 +73,25 @@ def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
         )
         return _waiting(make, verification, why), state
     return _verified(state, make, measured, reference, batch)
+
+
+def _regions_pending(
+    sit: Situation, make: Make, verification: Verification, batch: float
+) -> tuple[Decision, TunerState] | None:
+    """A schedule is kept only once a settled window has measured each region of batch the
+    load visits (each band, and around each edge where K changes), at most MAX_WINDOWS; until
+    then this window's regions are recorded and the change waits (None: all measured)."""
+    target = verification.target
+    seen = tuple(r.label for r in regions(target) if r.holds(batch))
+    checked = tuple(dict.fromkeys((*verification.regions_checked, *seen)))
+    judged = verification.windows_judged + 1
+    left = unverified(sit, target, checked)
+    if not left or judged >= MAX_WINDOWS:
+        return None
+    updated = verification.with_fields(regions_checked=checked, windows_judged=judged)
+    names = ", ".join(r.label for r in left)
+    why = f"the schedule holds up at demand {batch:.0f}; waiting for a window in {names}"
+    return _waiting(make, updated, why), sit.state.updated(verification=updated)
 
 
 def _waiting(make: Make, verification: Verification, why: str) -> Decision:
@@ -195,10 +224,13 @@ def revert(
     gain: float = 0.0,
     confidence: float = 0.0,
     quarantine: bool = True,
+    refuse: Capability | None = None,
 ) -> tuple[Decision, TunerState]:
     """Back to the previous setup; the tried one is quarantined, unless it was an exploration
     that was only slower here (what it measured stays learned, and its family is not explored
-    in this band again for the period; at another load it may still win)."""
+    in this band again for the period; at another load it may still win). `refuse`: the
+    capability the failure shows the engine does not serve well (nothing needing it is
+    proposed for `quarantine.capability_s`)."""
     verification = sit.state.verification
     assert verification is not None
     target, previous = verification.target, verification.previous
@@ -210,6 +242,11 @@ def revert(
         if quarantine
         else f"{target.kind.value} not explored again at this load for {hours}"
     )
+    if refuse is not None:
+        refused_s = sit.settings.quarantine.capability_s
+        refusal = Refusal(why=f"{target.label}: {why}", until=sit.now + refused_s)
+        state = state.refusing(refuse, refusal)
+        after += f"; {refuse} refused for {refused_s / 3600:.0f} h"
     decision = make(
         Action.REVERT,
         f"revert {target.label} -> {previous.label}: {why}; {after}",

@@ -1,0 +1,176 @@
+"""Judging a K schedule on what the engine did with it: the K it drafted (read from its
+counters) and the rate its band measured against the rate predicted for that band.
+
+A schedule can fail in two ways the throughput alone does not name. The engine may not run it
+(vLLM drops it with a warning under data parallelism or on Model Runner V1 for some methods):
+the window then drafts the schedule's largest K at batches whose band says less. Or it runs it
+and collapses: vllm-project/vllm#49548 measured 8 concurrent requests fall from ~232 to 24-157
+tokens/s when the batch moved across a band edge (K is chosen per step from the scheduled
+requests, so it flips as requests come and go). Either way the schedule, not this one setup,
+is what failed: verification reverts it and refuses K schedules for `quarantine.capability_s`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotuner.core.decide.context import Situation
+from autotuner.core.types import Observation, ScheduleBand, Setup
+
+# Draft tokens per draft farther than this from what the bands give were not the bands' K.
+K_USED_TOLERANCE = 0.5
+# Where the bands give no drafts, an engine that drafted in this share of request-steps ran
+# another K.
+MOSTLY = 0.5
+# The batches around an edge where K flips from step to step: within this factor of it.
+EDGE_REACH = 2.0
+# A region of the schedule the load spends at least this share of its time in is verified.
+VISITED_SHARE = 0.10
+# At most this many settled windows are waited for to see every visited region.
+MAX_WINDOWS = 8
+
+
+@dataclass(frozen=True)
+class Region:
+    """A range of batch a schedule is verified on: one band, or the batches around an edge."""
+
+    label: str
+    low: float
+    high: float
+
+    def holds(self, batch: float) -> bool:
+        return self.low <= batch <= self.high
+
+
+def regions(target: Setup) -> list[Region]:
+    """The schedule's bands, and the batches within EDGE_REACH of each edge where K changes
+    (vllm-project/vllm#49548: where it collapsed)."""
+    found = [
+        Region(
+            f"band {b.start_batch}-{b.end_batch} (K={b.spec_tokens})", b.start_batch, b.end_batch
+        )
+        for b in target.schedule
+    ]
+    for before, after in zip(target.schedule, target.schedule[1:], strict=False):
+        if after.spec_tokens != before.spec_tokens:
+            edge = after.start_batch
+            label = f"edge at {edge} (K {before.spec_tokens}->{after.spec_tokens})"
+            found.append(Region(label, edge / EDGE_REACH, edge * EDGE_REACH))
+    return found
+
+
+def unverified(sit: Situation, target: Setup, checked: tuple[str, ...]) -> list[Region]:
+    """The regions the load visits (VISITED_SHARE of the batch histogram) that no settled
+    window has measured yet."""
+    middles, probabilities = sit.state.batch.distribution()
+    return [
+        region
+        for region in regions(target)
+        if region.label not in checked
+        and float(sum(p for m, p in zip(middles, probabilities, strict=True) if region.holds(m)))
+        >= VISITED_SHARE
+    ]
+
+
+@dataclass(frozen=True)
+class ScheduleFailure:
+    """Why the schedule failed in this window, said for the revert."""
+
+    why: str
+
+
+def judge_schedule(
+    sit: Situation, target: Setup, measured: float, reference: float, demand: float
+) -> ScheduleFailure | None:
+    """The schedule's failure in this window, if it failed: not run as written, or its band
+    measured below both its prediction and the previous setup by more than the tolerance."""
+    if not target.schedule:
+        return None
+    observation = sit.observation
+    dropped = _not_run(observation, target)
+    if dropped is not None:
+        return ScheduleFailure(dropped)
+    tolerance = sit.settings.verification.regression_tolerance
+    size = np.asarray([max(round(demand), 1)])
+    predicted = float(sit.predictor.curve(target, size, sit.accept)[0][0])
+    below = measured < predicted * (1 - tolerance)
+    if not (below and np.isfinite(reference) and measured < reference * (1 - tolerance)):
+        return None
+    band = _band_at(target, demand)
+    return ScheduleFailure(
+        f"the schedule collapsed: its band {band.start_batch}-{band.end_batch} (K="
+        f"{band.spec_tokens}) measured {measured:,.0f} tokens/s per engine at demand "
+        f"{demand:.0f} where {predicted:,.0f} was predicted ({measured / predicted - 1:.0%})"
+        f"{_k_used(observation)}, as a schedule whose batch moves across a band edge does "
+        "(vllm-project/vllm#49548)"
+    )
+
+
+def _not_run(observation: Observation, target: Setup) -> str | None:
+    """What says the engine drafted another K than the bands at the window's batches."""
+    used = _tokens_per_draft(observation)
+    if used is None:
+        return None
+    expected = _bands_tokens_per_draft(observation, target)
+    if expected is not None and abs(used - expected) <= K_USED_TOLERANCE:
+        return None
+    if expected is None and _drafted_share(observation) < MOSTLY:
+        return None  # a few steps between the samples drafted: the bands allow that
+    gives = f"{expected:.1f}" if expected is not None else "no drafts (K=0)"
+    return (
+        f"the engine did not run the schedule: it drafted {used:.1f} tokens per draft where "
+        f"the bands give {gives} at the window's batches (vLLM drops "
+        "num_speculative_tokens_per_batch_size with a warning under data parallelism or on "
+        "Model Runner V1 for some methods)"
+    )
+
+
+def _drafted_share(observation: Observation) -> float:
+    """The share of the window's request-steps that drafted: drafts against the tokens
+    served over the mean tokens a request-step keeps."""
+    stats, rate = observation.acceptance, observation.generation_tokens_per_s
+    length = observation.window_end - observation.window_start
+    if stats is None or not rate or length <= 0 or stats.tau <= 0:
+        return 0.0
+    return stats.drafts / (rate * length / stats.tau)
+
+
+def _tokens_per_draft(observation: Observation) -> float | None:
+    stats = observation.acceptance
+    if stats is None or stats.drafts <= 0:
+        return None
+    return stats.draft_tokens / stats.drafts
+
+
+def _bands_tokens_per_draft(observation: Observation, target: Setup) -> float | None:
+    """Draft tokens per draft the bands give over the window's batch samples: each sample b
+    drafts K(b) for each of its b requests (vLLM counts one draft per request and step that
+    drafted); None where no sample drafts."""
+    if observation.batch is None:
+        return None
+    samples = observation.batch.values or (observation.batch.mean,)
+    sizes = np.maximum(np.round(np.asarray(samples, dtype=np.float64)), 1).astype(np.int64)
+    ks = target.spec_tokens_at(sizes)
+    drafting = ks > 0
+    if not drafting.any():
+        return None
+    return float(np.sum(sizes[drafting] * ks[drafting]) / np.sum(sizes[drafting]))
+
+
+def _k_used(observation: Observation) -> str:
+    used = _tokens_per_draft(observation)
+    return f", drafting {used:.1f} tokens per draft" if used is not None else ""
+
+
+def _band_label(band: ScheduleBand) -> str:
+    return f"band {band.start_batch}-{band.end_batch} (K={band.spec_tokens})"
+
+
+def _band_at(target: Setup, demand: float) -> ScheduleBand:
+    size = max(round(demand), 1)
+    for band in target.schedule:
+        if band.start_batch <= size <= band.end_batch:
+            return band
+    return target.schedule[-1]

@@ -1,0 +1,112 @@
+"""A schedule that collapses the way vllm-project/vllm#49548 measured (a tenth to two thirds of
+the static rate while the batch moves across a band edge) is reverted within one
+verification, with that reason, and K schedules are refused for `quarantine.capability_s`;
+a schedule the engine did not run (it drafted its largest K) is reverted naming that."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotuner.core.engine.capabilities import Capability
+from autotuner.core.engine.workload import Workload
+from autotuner.core.predict.hardware import datasheet
+from autotuner.core.types import Action, Decision, Observation, Setup
+from autotuner.engines.vllm.capabilities import UPSTREAM
+from autotuner.sim.schedule_worlds import collapsing_schedules, k_edges, near_an_edge
+from autotuner.sim.truth import StepError, TruthEngine, no_error
+from tests.support.policy import MODEL, policy_settings
+from tests.unit.test_policy import NO_DWELL, Run, _k1_crosses_plain
+
+B200, TP2 = datasheet("B200"), Workload(tensor_parallel=2)
+MIXED = [32, 64, 128, 300, 320, 300]
+
+
+def scheduled_run(error: StepError) -> Run:
+    """test_policy's schedule scene (two B200s, an acceptance where K=1 beats plain at batch
+    64 and loses at 320, the load moving between them), on a world with `error`."""
+    rate = _k1_crosses_plain(B200, TP2, low=64, high=320)
+    run = Run(
+        engine=UPSTREAM,
+        hardware=B200,
+        workload=TP2,
+        truth=TruthEngine(MODEL, B200, TP2, error),
+        settings=policy_settings(
+            NO_DWELL,
+            switch={"min_gain": 0.02},
+            candidates={"replay_windows": ()},
+            restart={"max_per_hour": 4},
+        ),
+    )
+    run.run(60, lambda m: MIXED[m % len(MIXED)], (rate, rate, rate))
+    return run
+
+
+def first_schedule(run: Run) -> tuple[int, Decision]:
+    for i, decision in enumerate(run.decisions):
+        if decision.action is Action.SWITCH and decision.target and decision.target.schedule:
+            return i, decision
+    raise AssertionError([d.sentence for d in run.decisions[-3:]])
+
+
+def test_the_world_collapses_a_schedule_near_its_edges_only() -> None:
+    schedule = Setup.parse("spec:2@1-4:2,5-512:0")
+    assert k_edges(schedule) == [5]
+    assert near_an_edge(schedule, 8)
+    assert not near_an_edge(schedule, 64)
+    error = collapsing_schedules()
+    assert error(schedule, 8) > 2.5
+    assert error(schedule, 64) == 1.0
+    assert error(Setup.parse("spec:2"), 8) == 1.0
+
+
+def test_a_collapsing_schedule_is_reverted_at_its_first_verification() -> None:
+    run = scheduled_run(collapsing_schedules())
+    at, switched = first_schedule(run)
+    later = [d for d in run.decisions[at + 1 :] if d.action in (Action.KEEP, Action.REVERT)]
+    assert later, "the change is judged"
+    judged = later[0]
+    assert judged.action is Action.REVERT, judged.sentence
+    assert judged.current == switched.target
+    assert "the schedule collapsed: its band" in judged.sentence
+    assert "vllm-project/vllm#49548" in judged.sentence
+    assert "spec_schedule refused for 24 h" in judged.sentence
+    refused = run.state.refused[Capability.SPEC_SCHEDULE.value]
+    assert refused.until > run.now
+    after = run.decisions[run.decisions.index(judged) + 1 :]
+    assert not any(d.target and d.target.schedule for d in after if d.action is Action.SWITCH)
+
+
+def test_a_schedule_that_holds_up_is_kept() -> None:
+    run = scheduled_run(no_error)
+    at, _ = first_schedule(run)
+    judged = [d for d in run.decisions[at + 1 :] if d.action in (Action.KEEP, Action.REVERT)]
+    assert judged
+    assert judged[0].action is Action.KEEP, judged[0].sentence
+    assert run.state.refused == {} or Capability.SPEC_SCHEDULE.value not in run.state.refused
+
+
+class DroppingSchedules(TruthEngine):
+    """An engine that drops the schedule it is given and drafts its largest K throughout (as
+    vLLM does under data parallelism, with a warning)."""
+
+    def observation(self, *, setup: Setup, **window: Any) -> Observation:
+        return super().observation(setup=setup.model_copy(update={"schedule": ()}), **window)
+
+
+def test_a_schedule_the_engine_did_not_run_is_reverted_naming_that() -> None:
+    rate = _k1_crosses_plain(B200, TP2, low=64, high=320)
+    run = scheduled_run(no_error)
+    dropping = Run(
+        engine=run.engine,
+        hardware=run.hardware,
+        workload=run.workload,
+        truth=DroppingSchedules(MODEL, B200, TP2),
+        settings=run.settings,
+    )
+    dropping.run(60, lambda m: MIXED[m % len(MIXED)], (rate, rate, rate))
+    at, _switched = first_schedule(dropping)
+    judged = [d for d in dropping.decisions[at + 1 :] if d.action in (Action.KEEP, Action.REVERT)]
+    assert judged
+    assert judged[0].action is Action.REVERT, judged[0].sentence
+    assert "the engine did not run the schedule" in judged[0].sentence
+    assert Capability.SPEC_SCHEDULE.value in dropping.state.refused
