@@ -84,12 +84,15 @@ class ScheduleFailure:
 def judge_schedule(
     sit: Situation, target: Setup, measured: float, reference: float, demand: float
 ) -> ScheduleFailure | None:
-    """The schedule's failure in this window, if it failed: not run as written, or its band
-    measured below both its prediction and the previous setup by more than the tolerance."""
-    if not target.schedule:
+    """The schedule's failure in this window, if it failed: not run as written (a schedule
+    the engine takes per batch), or its band (of `target` as the engine runs it: SGLang's
+    adaptive tiers too) measured below both its prediction and the previous setup by more than
+    the tolerance."""
+    run = sit.ctx.engine.as_run(target)
+    if not run.schedule:
         return None
     observation = sit.observation
-    dropped = _not_run(observation, target)
+    dropped = _not_run(observation, target) if target.schedule else None
     if dropped is not None:
         return ScheduleFailure(dropped)
     tolerance = sit.settings.verification.regression_tolerance
@@ -98,7 +101,7 @@ def judge_schedule(
     below = measured < predicted * (1 - tolerance)
     if not (below and np.isfinite(reference) and measured < reference * (1 - tolerance)):
         return None
-    band = _band_at(target, demand)
+    band = _band_at(run, demand)
     return ScheduleFailure(
         f"the schedule collapsed: its band {band.start_batch}-{band.end_batch} (K="
         f"{band.spec_tokens}) measured {measured:,.0f} tokens/s per engine at demand "

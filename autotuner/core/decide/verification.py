@@ -47,7 +47,7 @@ def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
     if failed is not None:
         gain = measured / reference - 1 if math.isfinite(reference) and reference else 0.0
         return revert(sit, make, failed.why, gain=gain, refuse=Capability.SPEC_SCHEDULE)
-    if verification.target.schedule:
+    if sit.ctx.engine.as_run(verification.target).schedule:
         pending = _regions_pending(sit, make, verification, batch)
         if pending is not None:
             return pending
@@ -81,7 +81,7 @@ def _regions_pending(
     """A schedule is kept only once a settled window has measured each region of batch the
     load visits (each band, and around each edge where K changes), at most MAX_WINDOWS; until
     then this window's regions are recorded and the change waits (None: all measured)."""
-    target = verification.target
+    target = sit.ctx.engine.as_run(verification.target)
     seen = tuple(r.label for r in regions(target) if r.holds(batch))
     checked = tuple(dict.fromkeys((*verification.regions_checked, *seen)))
     judged = verification.windows_judged + 1
