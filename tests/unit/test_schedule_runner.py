@@ -76,3 +76,41 @@ def test_sglang_tiers_are_not_judged_by_vllm_runner_rules() -> None:
     tiers = engine.as_run(Setup.parse("spec:3@adaptive"))
     assert tiers.schedule
     assert not engine.piecewise_graphs(tiers)
+
+
+def test_each_build_row_carries_its_schedule_rules() -> None:
+    """The rules are the build table's (engines/vllm/builds.yaml), per version: 0.32 has no
+    method rule on V1 (no _maybe_disable_dynamic_sd_for_v1), 0.33 has; both drop a schedule under
+    data parallelism and force piecewise graphs on V1."""
+    v033, v032 = TABLE.build_in_force("0.33.0"), TABLE.build_in_force("0.32.0")
+    assert all(r.schedule == v033.rows[0].schedule for r in v033.rows)
+    rules_033, rules_032 = v033.schedule, v032.schedule
+    assert rules_033 is not None
+    assert rules_032 is not None
+    assert rules_033.v1_methods_rule is not None
+    assert rules_033.v1_methods_rule.source == "vllm/config/vllm.py:1088-1108"
+    assert rules_032.v1_methods is None
+    assert rules_032.data_parallel_drops is not None
+    assert rules_032.data_parallel_drops.source == "vllm/config/vllm.py:1058-1075"
+    assert rules_032.v1_piecewise is not None
+    on_032 = VLLM.deployed(v032, NEMOTRON, kv_connector=False, drafter_method="suffix")
+    assert on_032.runner() is ModelRunner.V1
+    assert on_032.accepts(SCHEDULE)
+    assert on_032.piecewise_graphs(SCHEDULE)
+    dp = VLLM.deployed(v032, NEMOTRON, kv_connector=False, data_parallel=2).refusal(SCHEDULE)
+    assert dp is not None
+    assert "vllm/config/vllm.py:1058-1075" in dp
+
+
+def test_without_a_build_read_the_newest_rules_hold() -> None:
+    from autotuner.core.engine.capabilities import NEWEST_SCHEDULE_RULES
+
+    newest = TABLE.build_in_force("0.33.0").schedule
+    assert newest is not None
+    assert NEWEST_SCHEDULE_RULES.v1_methods == newest.v1_methods
+    assert NEWEST_SCHEDULE_RULES.v2_unsupported_methods == newest.v2_unsupported_methods
+    for name in ("data_parallel_drops", "v1_methods_rule", "v2_unsupported_rule", "v1_piecewise"):
+        ours, table = getattr(NEWEST_SCHEDULE_RULES, name), getattr(newest, name)
+        assert ours.source == table.source, name
+    unknown = TABLE.build_in_force("0.40.0").schedule
+    assert unknown == newest

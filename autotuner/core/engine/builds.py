@@ -78,6 +78,31 @@ class SetupRule(BaseModel):
         return None
 
 
+class ScheduleRules(BaseModel):
+    """How the build runs a per-batch K schedule (vLLM's num_speculative_tokens_per_batch_size):
+    where it drops it, and the CUDA graphs it runs it with. Empty: no rule read (the engine has
+    no such schedule, or the build was not read)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data_parallel_drops: Rule | None = Field(
+        None, description="Dropped with a warning when the data parallel size is above 1."
+    )
+    v1_methods: tuple[str, ...] | None = Field(
+        None,
+        description="On Model Runner V1 the schedule runs only for these speculative methods "
+        "(dropped with a warning for the others); None: for every method.",
+    )
+    v1_methods_rule: Rule | None = None
+    v2_unsupported_methods: tuple[str, ...] = Field(
+        (), description="Methods Model Runner V2 does not run: the engine picks V1 for them."
+    )
+    v2_unsupported_rule: Rule | None = None
+    v1_piecewise: Rule | None = Field(
+        None, description="On Model Runner V1 full CUDA graphs are forced down to PIECEWISE."
+    )
+
+
 class BuildRow(BaseModel):
     """One (engine, version range, SSM family) row of an engine's capability table."""
 
@@ -94,6 +119,7 @@ class BuildRow(BaseModel):
     spec: SetupRule = SetupRule()  # speculation alone: starts everywhere, with companions on some
     replay: SetupRule = SetupRule()
     replay_spec: SetupRule = SetupRule()
+    schedule: ScheduleRules = ScheduleRules()
     source: str = ""
     note: str = ""
 
@@ -147,6 +173,11 @@ class BuildInForce(BaseModel):
         exact = [r for r in self.rows if r.family == family]
         fitting = exact or [r for r in self.rows if r.family == "any"]
         return fitting[0] if fitting else None
+
+    @property
+    def schedule(self) -> ScheduleRules | None:
+        """The build's schedule rules (the same on each of its rows; None: no row)."""
+        return self.rows[0].schedule if self.rows else None
 
     def describe(self) -> str:
         version = self.version or "not read"

@@ -15,19 +15,34 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from autotuner.core.engine.builds import BuildInForce, BuildRow, Companion
+from autotuner.core.engine.builds import BuildInForce, BuildRow, Companion, Rule, ScheduleRules
 from autotuner.core.model.spec import ModelSpec, SsmKind
 from autotuner.core.types import MAX_BATCH, LiveSetup, ScheduleBand, Setup, SetupKind
 from autotuner.core.vocabulary import Word
 
 BUILD = "build"  # the preset whose replay rules are the capability table's row in force
 
-# vLLM 0.33.0 keeps a per-batch K schedule on Model Runner V1 only for these methods
-# (config/vllm.py:1088-1108, `_maybe_disable_dynamic_sd_for_v1`); V2 truncates drafts centrally.
-V1_SCHEDULE_METHODS = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
-# Methods Model Runner V2 does not run, so the engine falls back to V1 for them
-# (config/vllm.py:3066-3068, `_get_v2_model_runner_unsupported_features`).
-V1_ONLY_METHODS = frozenset({"suffix", "custom_class"})
+# A vLLM schedule's rules where no build was read: the newest read (0.33.0, the strictest;
+# engines/vllm/builds.yaml has each build's, and a test holds these equal to 0.33's there).
+NEWEST_SCHEDULE_RULES = ScheduleRules(
+    data_parallel_drops=Rule(
+        says="Disabling num_speculative_tokens_per_batch_size",
+        source="vllm/config/vllm.py:1110-1127",
+    ),
+    v1_methods=("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"),
+    v1_methods_rule=Rule(
+        says="not supported with the '<method>' speculative method on Model Runner V1",
+        source="vllm/config/vllm.py:1088-1108",
+    ),
+    v2_unsupported_methods=("suffix", "custom_class"),
+    v2_unsupported_rule=Rule(
+        says="Model Runner V2 does not yet support speculative method '<method>'",
+        source="vllm/config/vllm.py:3066-3068, 755-765",
+    ),
+    v1_piecewise=Rule(
+        says="Overriding cudagraph_mode to PIECEWISE", source="vllm/config/vllm.py:1069-1086"
+    ),
+)
 
 
 class ModelRunner(Word):
@@ -236,55 +251,68 @@ class EngineCapabilities(BaseModel):
             return f"{self.name}: adaptive K={setup.spec_tokens} is not one of {starts}"
         return None
 
+    @property
+    def schedule_rules(self) -> ScheduleRules:
+        """How the build runs a K schedule (its table row; without one, the newest read)."""
+        read = self.build.schedule if self.build is not None else None
+        return read if read is not None else NEWEST_SCHEDULE_RULES
+
     def runner(self) -> ModelRunner:
-        """The model runner the engine picks for these args (config/vllm.py:731-767)."""
+        """The model runner the engine picks for these args (vllm/config/vllm.py:731-767)."""
         if self.model_runner is not None:
             return self.model_runner
         row = self.row
         if row is not None and row.platform == "cpu":
-            return ModelRunner.V1  # no Triton: V1 (vllm.py:752)
-        return ModelRunner.V1 if self.drafter_method in V1_ONLY_METHODS else ModelRunner.V2
+            return ModelRunner.V1  # no Triton: V1 (vllm/config/vllm.py:752)
+        unsupported = self.schedule_rules.v2_unsupported_methods
+        return ModelRunner.V1 if self.drafter_method in unsupported else ModelRunner.V2
 
     def piecewise_graphs(self, setup: Setup) -> bool:
         """Whether the engine runs `setup` (as run) with piecewise CUDA graphs where it would
-        capture full ones: a K schedule on Model Runner V1 (config/vllm.py:1069-1086), so
-        every attention and SSM mixer runs outside the captured graphs."""
+        capture full ones: a K schedule on Model Runner V1, where the build forces them down
+        (so every attention and SSM mixer runs outside the captured graphs)."""
         return (
-            bool(setup.schedule) and self.schedule_runner_rules and self.runner() is ModelRunner.V1
+            bool(setup.schedule)
+            and self.schedule_runner_rules
+            and self.schedule_rules.v1_piecewise is not None
+            and self.runner() is ModelRunner.V1
         )
 
     def _runner_refusal(self) -> str | None:
-        """vLLM drops a schedule with a warning on Model Runner V1 for a method other than
-        the ones whose proposers truncate drafts themselves."""
-        method = self.drafter_method
-        if self.runner() is not ModelRunner.V1 or method is None:
+        """The build drops a schedule with a warning on Model Runner V1 for a method other
+        than the ones whose proposers truncate drafts themselves."""
+        rules, method = self.schedule_rules, self.drafter_method
+        if self.runner() is not ModelRunner.V1 or method is None or rules.v1_methods is None:
             return None
-        if method in V1_SCHEDULE_METHODS:
+        if method in rules.v1_methods:
             return None
+        source = rules.v1_methods_rule.source if rules.v1_methods_rule else "the build table"
         return (
             f"{self.name}: the engine drops num_speculative_tokens_per_batch_size on Model "
-            f"Runner V1 for the '{method}' method (vllm/config/vllm.py:1088-1108, 0.33.0; "
-            f"{self._why_v1()}): the schedule would not run"
+            f"Runner V1 for the '{method}' method ({source}; {self._why_v1()}): the schedule "
+            "would not run"
         )
 
     def _why_v1(self) -> str:
         if self.model_runner is ModelRunner.V1:
             return "the environment selects V1"
-        if self.drafter_method in V1_ONLY_METHODS:
-            return f"V2 does not run '{self.drafter_method}' (vllm/config/vllm.py:3066-3068)"
+        rules = self.schedule_rules
+        if self.drafter_method in rules.v2_unsupported_methods:
+            where = rules.v2_unsupported_rule.source if rules.v2_unsupported_rule else ""
+            return f"V2 does not run '{self.drafter_method}' ({where})"
         return "the CPU build has no Triton, so V1"
 
     def _data_parallel_refusal(self) -> str | None:
         """vLLM drops a per-batch schedule with a warning when data parallel size > 1: where
         the args say so, or where the shell computes the size (it may well be)."""
-        size = self.data_parallel
-        if size == 1:
+        size, rule = self.data_parallel, self.schedule_rules.data_parallel_drops
+        if size == 1 or rule is None:
             return None
         said = f"{size} > 1" if size is not None else "computed by the shell (unknown here)"
         return (
             f"{self.name}: the engine drops num_speculative_tokens_per_batch_size when the data "
-            f"parallel size is above 1 (vllm/config/vllm.py:1110-1127, 0.33.0), and it is "
-            f"{said}: the schedule would not run"
+            f"parallel size is above 1 ({rule.source}), and it is {said}: the schedule would "
+            "not run"
         )
 
     def _replay_refusal(self, setup: Setup) -> str | None:
