@@ -16,6 +16,7 @@ from autotuner.core.predict.hardware import datasheet, load_profile
 from autotuner.fleet.loops import Key
 from autotuner.settings import Settings
 from autotuner.sources.observers import PrometheusObserver, ScrapeObserver
+from autotuner.sources.shared_prometheus import SharedSources
 from autotuner.telling.exporter import TunerMetrics
 from autotuner.wiring import controller_for, quality_guard, served_model, settled_engine
 
@@ -27,6 +28,27 @@ def observer_for(settings: Settings) -> Observer:
     if settings.source.direct:
         return ScrapeObserver(settings)
     return PrometheusObserver(settings)
+
+
+def shared_observer(sources: SharedSources) -> ObserverFor:
+    """As `observer_for`, but every Prometheus target reads through the fleet's shared
+    sources: one batched query per metric and step for all of them (sources/shared_prometheus)."""
+
+    def observe(settings: Settings) -> Observer:
+        source = settings.source
+        if source.direct:
+            return ScrapeObserver(settings)
+        view = sources.view(
+            source.urls[0],
+            source.selector,
+            engine=settings.engine.engine.kind.value,
+            scrape_interval_s=source.scrape_interval_s,
+            timeout_s=source.timeout_s,
+            pod_label=source.pod_label,
+        )
+        return PrometheusObserver(settings, view)
+
+    return observe
 
 
 def loop_builder(

@@ -12,12 +12,13 @@ from pathlib import Path
 from kubernetes import client as k8s
 
 from autotuner.actuators.lease import LeaseElector
-from autotuner.fleet.build import loop_builder
+from autotuner.fleet.build import loop_builder, shared_observer
 from autotuner.fleet.kube import KubeStatusWriter, SpecTunerWatch
 from autotuner.fleet.loops import Fleet
 from autotuner.fleet.shards import Shard
 from autotuner.fleet.spec import SpecTunerSpec, settings_for
 from autotuner.settings import Settings
+from autotuner.sources.shared_prometheus import SharedSources
 from autotuner.telling.exporter import TunerMetrics
 from autotuner.telling.fleet_metrics import FleetMetrics
 
@@ -32,6 +33,7 @@ class FleetProcess:
     fleet: Fleet
     watches: list[SpecTunerWatch]
     elector: LeaseElector | None
+    sources: SharedSources = field(default_factory=SharedSources)  # Prometheus, shared
     stop_event: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
 
@@ -65,6 +67,7 @@ class FleetProcess:
             if thread.name == STEPS_THREAD:
                 thread.join(grace_s)
         self.fleet.close()
+        self.sources.close()
         if self.elector is not None:
             self.elector.release()
 
@@ -110,9 +113,10 @@ def fleet_process(
         return settings_for(spec, namespace, config)
 
     target = base.target
+    sources = SharedSources()
     fleet = Fleet(
         spec_settings,
-        loop_builder(api, logger, identity=identity),
+        loop_builder(api, logger, identity=identity, observe=shared_observer(sources)),
         KubeStatusWriter(api, target.request_timeout_s),
         logger,
         workers=workers,
@@ -135,4 +139,4 @@ def fleet_process(
             identity=identity,
             lease_duration_s=target.lease_duration_s,
         )
-    return FleetProcess(fleet, watches, elector, stop_event=stop)
+    return FleetProcess(fleet, watches, elector, sources, stop_event=stop)

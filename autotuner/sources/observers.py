@@ -7,6 +7,8 @@ so in a note, which the loop puts on the decision."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from autotuner.core.observe.observation import unusable
 from autotuner.core.types import Observation
 from autotuner.errors import SourceError
@@ -14,6 +16,9 @@ from autotuner.settings import Settings
 from autotuner.sources.scope import MetricsScope
 from autotuner.sources.sglang_info import with_live_config
 from autotuner.sources.sglang_metrics import SOURCE as SGLANG
+
+if TYPE_CHECKING:
+    from autotuner.sources.prometheus_api import PrometheusSource
 
 
 class ScrapeObserver:
@@ -63,12 +68,14 @@ class ScrapeObserver:
 
 
 class PrometheusObserver:
-    def __init__(self, settings: Settings) -> None:
+    """Prometheus: its own source, or (the fleet) a view of one shared by many targets."""
+
+    def __init__(self, settings: Settings, source: PrometheusSource | None = None) -> None:
         from autotuner.sources.prometheus_api import PrometheusSource
 
         self.window_s = settings.loop.window_s
         self.limits = settings.limits
-        self.source = PrometheusSource(
+        self.source = source or PrometheusSource(
             settings.source.urls[0],
             settings.source.selector,
             timeout_s=settings.source.timeout_s,

@@ -43,6 +43,11 @@ DEFAULT_MAX_BYTES = 16 * 2**20
 RETRYABLE = frozenset({429, 503})
 
 
+def flat(series: Vector) -> list[float]:
+    """Every value of a range query's series, in one list."""
+    return [float(v) for one in series for _, v in one["values"]]
+
+
 class PrometheusSource:
     """Queries one Prometheus server; `selector` narrows every query (e.g. namespace="llm"),
     and so does `scope` while a canary is held: then only its pods' series are read, by their
@@ -159,12 +164,16 @@ class PrometheusSource:
         return float(result[0]["value"][1]) if result else None
 
     def samples(self, query: str, start: float, end: float) -> list[float]:
+        return flat(self.range_series(query, start, end))
+
+    def range_series(self, query: str, start: float, end: float) -> Vector:
+        """A range query's series (labels and values), one point per scrape interval."""
         step = f"{max(self.scrape_interval_s, 0.001):.3f}"
-        result = self._get(
+        result: Vector = self._get(
             "/api/v1/query_range",
             {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step},
         )
-        return [float(v) for series in result for _, v in series["values"]]
+        return result
 
     def totals(self, window_s: float, now: float) -> WindowTotals:
         w = f"{max(round(window_s * 1000), 1)}ms"
