@@ -12,11 +12,13 @@ is what failed: verification reverts it and refuses K schedules for `quarantine.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from autotuner.core.decide.context import Situation
+from autotuner.core.engine.capabilities import Capability
 from autotuner.core.types import Observation, ScheduleBand, Setup
 
 # Draft tokens per draft farther than this from what the bands give were not the bands' K.
@@ -47,13 +49,8 @@ class Region:
 def regions(target: Setup) -> list[Region]:
     """The schedule's bands, and the batches within EDGE_REACH of each edge where K changes
     (vllm-project/vllm#49548: where it collapsed)."""
-    found = [
-        Region(
-            f"band {b.start_batch}-{b.end_batch} (K={b.spec_tokens})", b.start_batch, b.end_batch
-        )
-        for b in target.schedule
-    ]
-    for before, after in zip(target.schedule, target.schedule[1:], strict=False):
+    found = [Region(_band_label(b), b.start_batch, b.end_batch) for b in target.schedule]
+    for before, after in itertools.pairwise(target.schedule):
         if after.spec_tokens != before.spec_tokens:
             edge = after.start_batch
             label = f"edge at {edge} (K {before.spec_tokens}->{after.spec_tokens})"
@@ -76,9 +73,11 @@ def unverified(sit: Situation, target: Setup, checked: tuple[str, ...]) -> list[
 
 @dataclass(frozen=True)
 class ScheduleFailure:
-    """Why the schedule failed in this window, said for the revert."""
+    """Why the schedule failed in this window, said for the revert, and the capability it
+    shows the engine does not serve well (refused for `quarantine.capability_s`)."""
 
     why: str
+    capability: Capability
 
 
 def judge_schedule(
@@ -92,9 +91,13 @@ def judge_schedule(
     if not run.schedule:
         return None
     observation = sit.observation
+    if target.schedule:
+        capability, what = Capability.SPEC_SCHEDULE, "the schedule"
+    else:
+        capability, what = Capability.ADAPTIVE_VERIFICATION, "the adaptive tiers"
     dropped = _not_run(observation, target) if target.schedule else None
     if dropped is not None:
-        return ScheduleFailure(dropped)
+        return ScheduleFailure(dropped, capability)
     tolerance = sit.settings.verification.regression_tolerance
     size = np.asarray([max(round(demand), 1)])
     predicted = float(sit.predictor.curve(target, size, sit.accept)[0][0])
@@ -103,11 +106,11 @@ def judge_schedule(
         return None
     band = _band_at(run, demand)
     return ScheduleFailure(
-        f"the schedule collapsed: its band {band.start_batch}-{band.end_batch} (K="
-        f"{band.spec_tokens}) measured {measured:,.0f} tokens/s per engine at demand "
-        f"{demand:.0f} where {predicted:,.0f} was predicted ({measured / predicted - 1:.0%})"
-        f"{_k_used(observation)}, as a schedule whose batch moves across a band edge does "
-        "(vllm-project/vllm#49548)"
+        f"{what} collapsed: its {_band_label(band)} measured {measured:,.0f} tokens/s per "
+        f"engine at demand {demand:.0f} where {predicted:,.0f} was predicted "
+        f"({measured / predicted - 1:.0%}){_k_used(observation)}, as a schedule whose batch "
+        "moves across a band edge does (vllm-project/vllm#49548)",
+        capability,
     )
 
 

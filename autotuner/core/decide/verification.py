@@ -46,7 +46,7 @@ def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
     failed = judge_schedule(sit, verification.target, measured, reference, batch)
     if failed is not None:
         gain = measured / reference - 1 if math.isfinite(reference) and reference else 0.0
-        return revert(sit, make, failed.why, gain=gain, refuse=Capability.SPEC_SCHEDULE)
+        return revert(sit, make, failed.why, gain=gain, refuse=failed.capability)
     if sit.ctx.engine.as_run(verification.target).schedule:
         pending = _regions_pending(sit, make, verification, batch)
         if pending is not None:
