@@ -242,3 +242,41 @@ def test_predict_names_the_budget_each_engine_runs_on_the_gpu() -> None:
     assert budget() == (2048, 2048)
     assert budget("--engine-kind", "sglang") == (4096, 4096)
     assert budget("--vllm-args", "--max-num-batched-tokens=3K") == (3072, 3072)
+
+
+def test_sglang_mixes_prefill_into_decode_only_when_told() -> None:
+    plain = sglang_args.parse(["--model-path", "m"])
+    mixed = sglang_args.parse(["--model-path", "m", "--enable-mixed-chunk"])
+    assert (plain.mixed_prefill, mixed.mixed_prefill) == (False, True)
+    assert _resolved(SGLANG, plain)[0].prefill_mixed is False
+    assert "SGLang runs prompt chunks before decoding" in str(_resolved(SGLANG, plain)[1]["note"])
+    assert _resolved(SGLANG, mixed)[0].prefill_mixed is True
+    assert _resolved(VLLM, vllm_args.parse(["serve", "m"]))[0].prefill_mixed is True
+
+
+def test_chunks_run_on_their_own_take_their_prefill_and_at_least_one_pass_each() -> None:
+    predictor = Predictor(
+        load_model(MODEL),
+        datasheet("H200"),
+        Workload(prompt_tokens=20000, generation_tokens=500, tensor_parallel=4),
+        Attribution(),
+        now=0.0,
+        calibration_half_life_s=600.0,
+    )
+    cost = predictor.workload_prefill(PLAIN)
+    assert cost is not None
+    prompt_s = cost.prefilled_tokens * cost.seconds_per_token
+    assert cost.time_to_first_token_s(1.0, 64.0, 8192, mixed=False) == pytest.approx(prompt_s)
+    floored = cost.time_to_first_token_s(1.0, 64.0, 8192, mixed=False, forward_floor_s=10.0)
+    assert floored == pytest.approx(3 * 10.0)  # 20,000 tokens in 8,192-token chunks: 3 passes
+
+
+def test_under_sglang_a_prompt_waits_for_no_decode_step() -> None:
+    """At a large batch vLLM's chunks each wait for a decode step; SGLang (not mixed) runs
+    them first, so the same budget gives it the shorter TTFT, and --enable-mixed-chunk gives
+    vLLM's."""
+    budget = {"prefill_chunk_tokens": 4096}
+    apart = _ttft(SGLANG.model_copy(update={**budget, "prefill_mixed": False}), "H200")
+    mixed = _ttft(SGLANG.model_copy(update=budget), "H200")
+    assert apart < mixed
+    assert mixed == pytest.approx(_ttft(VLLM.model_copy(update=budget), "H200"))

@@ -88,6 +88,7 @@ class EngineArgs(BaseModel):
     chunked_prefill: bool | None = None  # False: prompts are prefilled whole
     performance_mode: str | None = None  # vLLM's; throughput doubles the default budget
     attention_data_parallel: int | None = None  # SGLang's attention DP groups
+    mixed_prefill: bool | None = None  # SGLang --enable-mixed-chunk (vLLM always mixes)
 
     @property
     def data_parallel(self) -> int | None:

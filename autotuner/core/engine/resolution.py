@@ -333,6 +333,9 @@ def _prefill_chunk(
     """The step's prefill budget, which sets the time to first token: the live args' value,
     else the engine's default on the GPU (core/engine/workload.py Workload.chunk_budget)."""
     notes = []
+    if engine == "SGLang" and not live.mixed_prefill:
+        update["prefill_mixed"] = False
+        notes.append("SGLang runs prompt chunks before decoding (no --enable-mixed-chunk)")
     if live.performance_mode == "throughput":
         update["throughput_mode"] = True
         notes.append("--performance-mode throughput doubles the default")

@@ -112,6 +112,14 @@ class Workload(BaseModel):
         description="vLLM's --performance-mode throughput: it doubles the default budget "
         "(vllm/engine/arg_utils.py:3183-3187); a budget given in the args stays as given.",
     )
+    prefill_mixed: bool = Field(
+        True,
+        description="Whether a prompt's chunks ride in the decode steps, sharing the budget "
+        "with the batch's decode tokens (vLLM; SGLang with --enable-mixed-chunk), or run as "
+        "steps of their own while decoding waits: SGLang runs a prefill batch first whenever "
+        "one is ready (srt/managers/scheduler.py:3993-3995) and mixes only with "
+        "--enable-mixed-chunk (:1376-1378).",
+    )
     attention_data_parallel: int = Field(
         1,
         ge=1,

@@ -99,17 +99,24 @@ class Predictor:
     ) -> Array:
         """Predicted TTFT per batch (NaN where the prompt length is unknown): the prompt in
         chunks of what the step budget leaves beside the batch's decode tokens, one chunk per
-        calibrated decode step (core/predict/prefill.py)."""
+        calibrated decode step; where the engine does not mix prefill into decode steps, the
+        chunks as forwards of their own, each at least plain's step at batch 1 (one pass over
+        the weights) (core/predict/prefill.py)."""
         cost = self.workload_prefill(setup)
         if cost is None:
             return np.full(len(batches), np.nan)
         raw = self.model_curve(setup, batches, accept)
         step = self.curve(setup, batches, accept)[1]
         chunk = self.workload.chunk_budget(self.hardware.name, self.hardware.memory_bytes)
+        floor = float(self._plain(np.array([1])).step_time_s[0])
         return np.array(
             [
                 cost.time_to_first_token_s(
-                    float(step[i]), float(raw.effective_batch[i] * (1 + raw.spec_tokens[i])), chunk
+                    float(step[i]),
+                    float(raw.effective_batch[i] * (1 + raw.spec_tokens[i])),
+                    chunk,
+                    mixed=self.workload.prefill_mixed,
+                    forward_floor_s=floor,
                 )
                 for i in range(len(step))
             ]

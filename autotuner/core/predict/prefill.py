@@ -120,17 +120,38 @@ class PrefillCost:
         return measured_step_s - tokens_per_step * self.seconds_per_output_token
 
     def time_to_first_token_s(
-        self, decode_step_s: float, decode_tokens_per_step: float, chunk_tokens: int | None
+        self,
+        decode_step_s: float,
+        decode_tokens_per_step: float,
+        chunk_tokens: int | None,
+        *,
+        mixed: bool = True,
+        forward_floor_s: float = 0.0,
     ) -> float:
-        """A request's prompt, prefilled in chunks of what the step budget leaves beside the
-        `decode_tokens_per_step` (the batch's tokens, drafts included), one chunk per step of
-        `decode_step_s` plus the chunk's own prefill; `chunk_tokens` None: the engine does not
-        chunk prompts, and a prompt takes one step."""
-        if chunk_tokens is None or self.prefilled_tokens <= 0:
-            return decode_step_s + self.prefilled_tokens * self.seconds_per_token
+        """A request's prompt, prefilled in chunks of `chunk_tokens` (None: the engine does
+        not chunk, the prompt is one chunk). Mixed (vLLM): each chunk is what the budget
+        leaves beside the `decode_tokens_per_step` (the batch's tokens, drafts included), one
+        per step of `decode_step_s` plus the chunk's own prefill. Not mixed (SGLang without
+        --enable-mixed-chunk): the chunks run as forwards of their own, back to back while
+        decoding waits, each at least `forward_floor_s` (one pass over the weights)."""
+        prompt = self.prefilled_tokens
+        if not mixed:
+            return self._separate_chunks_s(prompt, chunk_tokens, forward_floor_s)
+        if chunk_tokens is None or prompt <= 0:
+            return decode_step_s + prompt * self.seconds_per_token
         room = max(chunk_tokens - decode_tokens_per_step, 1.0)
-        chunks = math.ceil(self.prefilled_tokens / room)
-        return chunks * decode_step_s + self.prefilled_tokens * self.seconds_per_token
+        return math.ceil(prompt / room) * decode_step_s + prompt * self.seconds_per_token
+
+    def _separate_chunks_s(self, prompt: float, chunk: int | None, floor_s: float) -> float:
+        """Chunks run as forwards of their own: full ones, then the rest."""
+        if prompt <= 0:
+            return floor_s
+        size = float(chunk) if chunk is not None else prompt
+        full = math.floor(prompt / size)
+        rest = prompt - full * size
+        each = max(size * self.seconds_per_token, floor_s)
+        last = max(rest * self.seconds_per_token, floor_s) if rest > 0 else 0.0
+        return full * each + last
 
 
 def prefill_cost(

@@ -16,10 +16,11 @@ from autotuner.core.predict.acceptance import (
     AcceptanceEstimate,
     copy_rule,
     copy_rule_break_even,
+    from_conditional,
     tokens_kept,
 )
 from autotuner.core.predict.comparisons import crossover_batches, winner_changes
-from autotuner.core.predict.costmodel import SetupCurve, predict_all
+from autotuner.core.predict.costmodel import SetupCurve, predict, predict_all
 from autotuner.core.predict.hardware import HardwareProfile
 from autotuner.core.types import PLAIN, Setup
 
@@ -93,6 +94,10 @@ def build_report(
     )
     runnable = [s for s in setups if engine.accepts(s)]
     chunk = workload.chunk_budget(hardware.name, hardware.memory_bytes)
+    # A prompt chunk run as a forward of its own passes over the weights at least once.
+    floor = float(
+        predict(model, hardware, PLAIN, [1], from_conditional([]), workload).step_time_s[0]
+    )
     asked = predict_all(
         model,
         hardware,
@@ -141,7 +146,9 @@ def build_report(
         "predictions": [
             {**_row(p, engine), "time_to_first_token_s": ttft}
             for curve in asked.values()
-            for p, ttft in zip(curve.predictions(), _ttft(curve, chunk), strict=True)
+            for p, ttft in zip(
+                curve.predictions(), _ttft(curve, chunk, workload, floor), strict=True
+            )
         ],
         "best": _best_rows({s.label: asked[s.label] for s in runnable}),
         "crossovers": [
@@ -204,15 +211,24 @@ def _with_budget(inputs: dict[str, Any], chunk: int | None) -> dict[str, Any]:
     return {**inputs, "prefill_chunk_tokens": {**given, "value": chunk}}
 
 
-def _ttft(curve: SetupCurve, chunk: int | None) -> list[float | None]:
+def _ttft(
+    curve: SetupCurve, chunk: int | None, workload: Workload, floor_s: float
+) -> list[float | None]:
     """The model's time to first token per batch (None: prompt length unknown), prompts
-    prefilled in `chunk`-token steps (None: whole)."""
+    prefilled in `chunk`-token steps (None: whole), a chunk run on its own taking at least
+    `floor_s`."""
     cost = curve.prefill
     if cost is None:
         return [None] * len(curve.batch)
     decode_tokens = curve.effective_batch * (1 + curve.spec_tokens)
     return [
-        cost.time_to_first_token_s(float(step), float(tokens), chunk)
+        cost.time_to_first_token_s(
+            float(step),
+            float(tokens),
+            chunk,
+            mixed=workload.prefill_mixed,
+            forward_floor_s=floor_s,
+        )
         for step, tokens in zip(curve.step_time_s, decode_tokens, strict=True)
     ]
 

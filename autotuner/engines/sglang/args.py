@@ -113,6 +113,7 @@ def parse(args: Sequence[str]) -> EngineArgs:
         prefill_chunk_text=text(args, flags.CHUNKED_PREFILL_SIZE),
         chunked_prefill=chunked,
         attention_data_parallel=attention_data_parallel(args),
+        mixed_prefill=switched(args, flags.MIXED_CHUNK),
     )
 
 

@@ -36,6 +36,7 @@ CHUNKED_PREFILL_SIZE = "--chunked-prefill-size"
 ATTN_DP_SIZE = ("--attn-dp-size", "--attention-data-parallel-size")
 DP_SIZE = ("--dp-size", "--data-parallel-size")
 DP_ATTENTION = "--enable-dp-attention"
+MIXED_CHUNK = "--enable-mixed-chunk"  # prefill chunks ride in decode batches (fields/schedule.py)
 MODEL = "--model-path"
 MODEL_ALIAS = "--model"  # arg_groups/fields/model.py:51-57
 
@@ -62,6 +63,7 @@ SWITCHES = frozenset(
         OVERLAP_OFF,
         METRICS,
         DP_ATTENTION,
+        MIXED_CHUNK,
         "--speculative-use-rejection-sampling",
         "--speculative-use-block-verification",
         "--speculative-dspark-align-verify-tokens-to-graph-tier",
