@@ -10,10 +10,12 @@ file. Only `--separate` real `autotuner run` processes are started (200 would no
 machine); their memory and CPU are multiplied by N, which the report says.
 
 Run: python -m benchmarks.fleet [--tuners 200] [--interval 15] [--duration 120] [--separate 3]
-  [--shards 1] [--warmup 0]
+  [--shards 1] [--warmup 0] [--prometheus 0]
 `--shards 2`: two controller processes (benchmarks/fleet_shard.py), each holding its shard, their
 memory and CPU summed. `--warmup S`: measure from S seconds after the loops start (default one
-interval), so that every loop's window is full (the steady state).
+interval), so that every loop's window is full (the steady state). `--prometheus 1`: every
+SpecTuner reads a real Prometheus (scraping the engines, target i as pod t{i}) through the
+fleet's shared source, and the report says the queries per step against one target's own.
 Target (issue 44): the controller's RSS under 10% of N separate processes', every target
 stepping every interval.
 """
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -30,18 +34,93 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 from kubernetes import client as k8s
 
 from autotuner.actuators.kubeapi import api_client
 from autotuner.fleet.shards import shard_of
 from autotuner.fleet.spec import GROUP, PLURAL, VERSION
+from autotuner.sources.prometheus_api import PrometheusSource
 from benchmarks.options import numbers
 from benchmarks.sidecar_overhead import cpu_s, rss_mb
 from tests.support.fleet import spectuner
 
 ENGINES = 8  # simulated /metrics servers the targets share
 SETTLE_S = 10.0  # the separate processes' imports and first steps, before measuring
+PROMETHEUS_SCRAPE_S = 5.0  # --prometheus 1: its scrape interval, and the shared bucket
 STARTUP_S = 30.0  # a controller's imports, first list and 200 loops built, before warm-up
+
+
+class Prometheus:
+    """A real Prometheus scraping the simulated engines, target t{i} as its own pod (the same
+    engine behind several pods): every SpecTuner reads its own pod's series."""
+
+    def __init__(self, engines: list[str], targets: int) -> None:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise SystemExit("--prometheus 1 needs the prometheus binary (scripts/test.sh)")
+        folder = Path(tempfile.mkdtemp())
+        pods = ", ".join(
+            f'{{targets: ["{engines[i % len(engines)].removeprefix("http://")}"], '
+            f"labels: {{namespace: llm, pod: t{i}}}}}"
+            for i in range(targets)
+        )
+        (folder / "prometheus.yml").write_text(
+            f"global: {{scrape_interval: {PROMETHEUS_SCRAPE_S:g}s}}\n"
+            f"scrape_configs: [{{job_name: vllm, static_configs: [{pods}]}}]\n"
+        )
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.process = subprocess.Popen(
+            [
+                binary, f"--config.file={folder / 'prometheus.yml'}",
+                f"--storage.tsdb.path={folder / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self.url = f"http://127.0.0.1:{port}"
+        ends = time.monotonic() + 60
+        while time.monotonic() < ends:
+            try:
+                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise SystemExit("prometheus did not become ready within 60 s")
+
+    def source(self, index: int) -> dict[str, Any]:
+        """A SpecTuner's source: this server, its own pod."""
+        return {
+            "kind": "prometheus",
+            "urls": [self.url],
+            "selector": f'namespace="llm", pod="t{index}"',
+            "scrape_interval_s": PROMETHEUS_SCRAPE_S,
+        }
+
+    def queries_of_one_window(self) -> int:
+        """How many queries one target's own source asks for one window (`autotuner run`)."""
+        sent = [0]
+
+        def count(request: httpx.Request) -> None:
+            sent[0] += 1
+
+        client = httpx.Client(timeout=10, event_hooks={"request": [count]})
+        source = PrometheusSource(
+            self.url, 'namespace="llm", pod="t0"', client=client,
+            scrape_interval_s=PROMETHEUS_SCRAPE_S,
+        )  # fmt: skip
+        observation = source.observe(60.0)
+        if not observation.usable:
+            raise SystemExit(f"prometheus: t0's window is not usable ({observation.detail})")
+        return sent[0]
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
 
 
 class World:
@@ -83,6 +162,7 @@ def main() -> None:
         workers=4,
         shards=1,
         warmup=0.0,
+        prometheus=0,
     )
     config = _settings_file(args.interval)
     world = World(max(args.tuners, args.separate))
@@ -92,8 +172,13 @@ def main() -> None:
     )
     world.close()
     world = World(args.tuners)
-    report = _fleet(args, world, config)
-    world.close()
+    prometheus = Prometheus(world.engines, args.tuners) if args.prometheus else None
+    try:
+        report = _fleet(args, world, config, prometheus)
+    finally:
+        if prometheus is not None:
+            prometheus.close()
+        world.close()
     _report(args, report, rss, cpu)
 
 
@@ -145,14 +230,20 @@ def _separate(count: int, world: World, config: Path, duration: float) -> tuple[
     return rss, cpu
 
 
-def _fleet(args: argparse.Namespace, world: World, config: Path) -> dict[str, Any]:
+def _fleet(
+    args: argparse.Namespace, world: World, config: Path, prometheus: Prometheus | None
+) -> dict[str, Any]:
     """The SpecTuners created, then `args.shards` controller processes (benchmarks/
     fleet_shard.py), each holding its shard, measured over the same span."""
     objects = k8s.CustomObjectsApi(api_client(world.kube, timeout_s=10))
     keys = []
     for i in range(args.tuners):
         obj = spectuner(f"t{i}", f"t{i}")
-        obj["spec"]["source"] = {"urls": [f"{world.engines[i % len(world.engines)]}/metrics"]}
+        obj["spec"]["source"] = (
+            prometheus.source(i)
+            if prometheus is not None
+            else {"urls": [f"{world.engines[i % len(world.engines)]}/metrics"]}
+        )
         objects.create_namespaced_custom_object(GROUP, VERSION, "llm", PLURAL, obj)
         keys.append(("llm", f"t{i}"))
     start_at = time.time() + STARTUP_S + max(args.warmup, args.interval)
@@ -183,7 +274,15 @@ def _fleet(args: argparse.Namespace, world: World, config: Path) -> dict[str, An
     shards = [json.loads(c.communicate(timeout=120)[0]) for c in children]
     if any(c.returncode for c in children):
         raise SystemExit(f"a shard process failed: {[c.returncode for c in children]}")
-    return _combined(args, shards, counts_before, counts_after)
+    report = _combined(args, shards, counts_before, counts_after)
+    if prometheus is not None:
+        report["prometheus_queries_per_window_one_target_alone"] = (
+            prometheus.queries_of_one_window()
+        )
+        # The engines' /metrics were scraped by Prometheus, not by the controller.
+        scraped = report.pop("scrapes_per_step") * report["steps"] / report["elapsed_s"]
+        report["engine scrapes per s (Prometheus's)"] = scraped
+    return report
 
 
 def _combined(
@@ -221,7 +320,7 @@ def _combined(
         "cpu_percent_of_a_core": sum(s["cpu_percent_of_a_core"] for s in shards),
         **per_shard,
         "scrapes_per_step": counts.pop("scrapes", 0) / max(steps, 1),
-        "prometheus_queries_per_step": counts.pop("prometheus queries", 0) / max(steps, 1),
+        "prometheus_queries_per_step": sum(s["prometheus_queries"] for s in shards) / max(steps, 1),
         "api_requests_per_step": sum(counts.values()) / max(steps, 1),
         **{f"requests_per_min {k}": 60 * v / elapsed for k, v in sorted(counts.items()) if v},
     }

@@ -68,13 +68,14 @@ def measure(
     time.sleep(max(start_at - time.time(), 0.0))
     if len(process.fleet.loops) != held:
         raise SystemExit(f"shard {shard}: {len(process.fleet.loops)} loops, not {held}")
-    cpu_before, began = cpu_s(me), time.time()
+    cpu_before, queries_before, began = cpu_s(me), process.sources.queries, time.time()
     peak = 0.0
     while time.time() - began < duration:
         peak = max(peak, rss_mb(me))
         time.sleep(1)
     elapsed = time.time() - began
     cpu = 100 * (cpu_s(me) - cpu_before) / elapsed
+    queries = process.sources.queries - queries_before
     process.stop(10)
     measured = [seconds for at, seconds in timings if began <= at < began + elapsed]
     # The longest wait between two steps of one target, within the measured span (and the
@@ -96,6 +97,7 @@ def measure(
         "peak_rss_mb": peak,
         "rss_before_fleet_mb": before_rss,
         "cpu_percent_of_a_core": cpu,
+        "prometheus_queries": queries,
     }
 
 
