@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotuner.core.decide.context import Context
+from autotuner.core.decide.context import Context, situation
 from autotuner.core.decide.policy import decide
 from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState
+from autotuner.core.decide.valuation import misses_latency_limits
 from autotuner.core.engine.workload import Workload
 from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.predict.acceptance import from_conditional
@@ -149,3 +150,28 @@ def test_without_prompt_lengths_the_limit_rules_out_nothing_and_says_so() -> Non
     assert any(
         "rules out nothing: the prompt length is unknown" in n for d in decisions for n in d.notes
     )
+
+
+def test_the_setups_a_limit_rules_out_are_named_for_verification() -> None:
+    """What verification asks before holding a change to the previous setup's speed."""
+    settings = policy_settings(BASE, objective={"kind": "latency_slo", "ttft_slo_s": LIMIT})
+    for objective, ruled_out in ((settings, True), (BASE, False)):
+        run = Run(objective, TunerState())
+        for _ in range(8):
+            run.step()
+        truth = TruthEngine(MODEL, H200, WORKLOAD)
+        observation = truth.observation(
+            now=run.now,
+            window_s=60.0,
+            setup=run.deployed,
+            batch=BATCH,
+            rates=RATES,
+            limits=ObservationLimits(min_drafts=100),
+            ssm_dtype=MODEL.ssm_state_dtype,
+        )
+        context = Context(
+            now=run.now, model=MODEL, hardware=H200, engine=STATIC_K, workload=WORKLOAD
+        )
+        sit = situation(run.state, observation, context, objective)
+        assert misses_latency_limits(sit, SPECS[-1]) is ruled_out
+        assert misses_latency_limits(sit, PLAIN) is False

@@ -411,6 +411,17 @@ def objective(
     return float(np.dot(weights, tokens))
 
 
+def misses_latency_limits(sit: Situation, setup: Setup) -> bool:
+    """Whether `setup` misses the latency objective's limits (time per output token, time to
+    first token) over the batch history: what a change away from it is made for, so it is
+    not the speed a verification holds the change to. Never under the throughput
+    objective."""
+    if not _latency_limited(sit):
+        return False
+    batches, weights = sit.state.batch.distribution()
+    return not math.isfinite(objective(sit, setup, batches, weights, sit.acceptance))
+
+
 def _latency_limited(sit: Situation) -> bool:
     wanted = sit.settings.objective
     return wanted.kind == ObjectiveKind.LATENCY_SLO and bool(
