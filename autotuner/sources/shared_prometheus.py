@@ -143,9 +143,13 @@ class SharedPrometheus:
     def _split(
         result: Vector, together: list[Labels], names: tuple[str, ...]
     ) -> dict[Labels, Vector]:
+        """Each member's series; a series no member owns (a combination of values the
+        per-label regexes let through) is dropped."""
         split: dict[Labels, Vector] = {m: [] for m in together}
         for series in result:
-            split.setdefault(owner(series, list(names)), []).append(series)
+            mine = split.get(owner(series, list(names)))
+            if mine is not None:
+                mine.append(series)
         return split
 
     def _members(self, names: tuple[str, ...]) -> list[Labels]:

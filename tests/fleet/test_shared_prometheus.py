@@ -181,3 +181,15 @@ def test_the_fleet_reads_every_prometheus_target_through_one_shared_source() -> 
     assert shared[0] is shared[1]  # one server: one source, its queries batched
     assert shared[2] is not shared[0]
     assert views[0].selector == selector("engine-a")
+
+
+def test_a_series_no_target_owns_is_dropped() -> None:
+    """Per-label regexes let through combinations of values no target has."""
+    mine, theirs = (("namespace", "a"), ("pod", "x")), (("namespace", "b"), ("pod", "y"))
+    result = [
+        {"metric": {"namespace": "a", "pod": "x"}, "value": [0, "1"]},
+        {"metric": {"namespace": "a", "pod": "y"}, "value": [0, "2"]},  # nobody's
+        {"metric": {"namespace": "b", "pod": "y"}, "value": [0, "3"]},
+    ]
+    split = SharedPrometheus._split(result, [mine, theirs], ("namespace", "pod"))
+    assert split == {mine: [result[0]], theirs: [result[2]]}
