@@ -89,11 +89,13 @@ class PrometheusSource:
         matchers = self.matchers
         return f"{metric}{{{matchers}}}" if matchers else metric
 
-    def _get(self, path: str, params: dict[str, str]) -> Any:
-        """One query's result, within its deadline (one wait for a Retry-After included)."""
+    def _get(self, path: str, params: dict[str, str], window: Deadline | None = None) -> Any:
+        """One query's result, within its deadline and the window's (`window`, else this
+        source's own), one wait for a Retry-After included."""
         deadline = Deadline(self.timeout_s)
-        if self.window is not None and self.window.remaining() < deadline.remaining():
-            deadline = self.window
+        window = window or self.window
+        if window is not None and window.remaining() < deadline.remaining():
+            deadline = window
         status, body = self._fetch(path, params, deadline)
         if status in RETRYABLE:
             wait = retry_after_s(body) if isinstance(body, httpx.Response) else None
@@ -155,8 +157,9 @@ class PrometheusSource:
                 UnusableReason.QUERY_ERROR, f"{params.get('query')}: no data.result"
             ) from None
 
-    def instant(self, query: str, at: float) -> Vector:
-        result: Vector = self._get("/api/v1/query", {"query": query, "time": f"{at:.3f}"})
+    def instant(self, query: str, at: float, *, window: Deadline | None = None) -> Vector:
+        params = {"query": query, "time": f"{at:.3f}"}
+        result: Vector = self._get("/api/v1/query", params, window)
         return result
 
     def scalar(self, query: str, at: float) -> float | None:
@@ -166,12 +169,15 @@ class PrometheusSource:
     def samples(self, query: str, start: float, end: float) -> list[float]:
         return flat(self.range_series(query, start, end))
 
-    def range_series(self, query: str, start: float, end: float) -> Vector:
+    def range_series(
+        self, query: str, start: float, end: float, *, window: Deadline | None = None
+    ) -> Vector:
         """A range query's series (labels and values), one point per scrape interval."""
         step = f"{max(self.scrape_interval_s, 0.001):.3f}"
         result: Vector = self._get(
             "/api/v1/query_range",
             {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step},
+            window,
         )
         return result
 

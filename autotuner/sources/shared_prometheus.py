@@ -9,6 +9,9 @@ whose selector has the same label names: `sum(increase(m{namespace="a"}[60s]))` 
 series from the answer; the others in that bucket are answered from it. A window is then read
 as of the start of the bucket, at most one scrape interval before its step.
 
+A batched query is bounded as the asking target's own would be: its query timeout and what is
+left of that target's window deadline; a failure is every waiting target's failure.
+
 Only selectors made of `label="value"` matchers are merged (a value a Kubernetes name can be);
 anything else (a regex, a negation), and any target while a canary narrows its pods, queries
 on its own as `PrometheusSource` does."""
@@ -24,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotuner.deadline import Deadline
 from autotuner.errors import SourceError
 from autotuner.sources.prometheus_api import PrometheusSource, Vector, flat
 from autotuner.sources.scope import literal
@@ -105,8 +109,16 @@ class SharedPrometheus:
     def view(self, selector: str) -> SharedView:
         return SharedView(self, selector)
 
-    def answer(self, member: Labels, kind: str, query: str, times: tuple[float, ...]) -> Vector:
-        """`member`'s series of `query` (a batched answer, asked now or earlier in the bucket)."""
+    def answer(
+        self,
+        member: Labels,
+        kind: str,
+        query: str,
+        times: tuple[float, ...],
+        window: Deadline | None = None,
+    ) -> Vector:
+        """`member`'s series of `query` (a batched answer, asked now or earlier in the bucket);
+        a query asked now is bounded by the asking target's `window` deadline too."""
         names = tuple(name for name, _ in member)
         key: Key = (kind, query, times, names)
         with self.lock:
@@ -116,21 +128,26 @@ class SharedPrometheus:
             with self.lock:
                 found = self.answers.get(key)
             if found is None or (isinstance(found, dict) and member not in found):
-                found = self._ask(kind, query, times, names)
+                found = self._ask(kind, query, times, names, window)
         if isinstance(found, SourceError):
             raise found
         return found.get(member, [])
 
     def _ask(
-        self, kind: str, query: str, times: tuple[float, ...], names: tuple[str, ...]
+        self,
+        kind: str,
+        query: str,
+        times: tuple[float, ...],
+        names: tuple[str, ...],
+        window: Deadline | None,
     ) -> dict[Labels, Vector] | SourceError:
         together = self._members(names)
         text = query.replace(MARK, merged(together))
         try:
             if kind == "range":
-                result = self.base.range_series(text, *times)
+                result = self.base.range_series(text, *times, window=window)
             else:
-                result = self.base.instant(grouped(text, list(names)), times[0])
+                result = self.base.instant(grouped(text, list(names)), times[0], window=window)
             split: dict[Labels, Vector] | SourceError = self._split(result, together, names)
         except SourceError as exc:  # the same failure for every target in the batch
             split = exc
@@ -197,24 +214,26 @@ class SharedView(PrometheusSource):
     def matchers(self) -> str:
         return MARK if self.member is not None else super().matchers
 
-    def instant(self, query: str, at: float) -> Vector:
+    def instant(self, query: str, at: float, *, window: Deadline | None = None) -> Vector:
         member = self.member
         if member is None:
-            return super().instant(query, at)
-        return self.shared.answer(member, "instant", query, (at,))
+            return super().instant(query, at, window=window)
+        return self.shared.answer(member, "instant", query, (at,), window or self.window)
 
     def scalar(self, query: str, at: float) -> float | None:
         member = self.member
         if member is None:
             return super().scalar(query, at)
-        result = self.shared.answer(member, "instant", f"sum({query})", (at,))
+        result = self.shared.answer(member, "instant", f"sum({query})", (at,), self.window)
         return float(result[0]["value"][1]) if result else None
 
-    def range_series(self, query: str, start: float, end: float) -> Vector:
+    def range_series(
+        self, query: str, start: float, end: float, *, window: Deadline | None = None
+    ) -> Vector:
         member = self.member
         if member is None:
-            return super().range_series(query, start, end)
-        return self.shared.answer(member, "range", query, (start, end))
+            return super().range_series(query, start, end, window=window)
+        return self.shared.answer(member, "range", query, (start, end), window or self.window)
 
     def samples(self, query: str, start: float, end: float) -> list[float]:
         return flat(self.range_series(query, start, end))

@@ -4,6 +4,7 @@ simulated engines that serve different batches (scope labels `pod`)."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
@@ -193,3 +194,16 @@ def test_a_series_no_target_owns_is_dropped() -> None:
     ]
     split = SharedPrometheus._split(result, [mine, theirs], ("namespace", "pod"))
     assert split == {mine: [result[0]], theirs: [result[2]]}
+
+
+def test_a_batched_query_keeps_the_asking_targets_window_deadline() -> None:
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        shared = SharedPrometheus(PrometheusSource(url, timeout_s=30), bucket_s=15.0)
+        view = shared.view(selector("engine-a"))
+        view.deadline_s = 0.3  # all of this target's queries for one window
+        seen = view.observe(WINDOW_S)
+    assert seen.reason is UnusableReason.TIMEOUT
+    assert "within 0.3s" in (seen.detail or "")
