@@ -182,6 +182,10 @@ def main() -> None:
     _report(args, report, rss, cpu)
 
 
+def load_average() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
 def _settings_file(interval: float) -> Path:
     path = Path(tempfile.mkdtemp()) / "autotuner.yaml"
     path.write_text(
@@ -268,13 +272,16 @@ def _fleet(
             )
         )
     time.sleep(max(start_at - time.time(), 0.0))
-    counts_before = world.counts()
+    counts_before, load_before = world.counts(), load_average()
     time.sleep(args.duration)
-    counts_after = world.counts()
+    counts_after, load_after = world.counts(), load_average()
     shards = [json.loads(c.communicate(timeout=120)[0]) for c in children]
     if any(c.returncode for c in children):
         raise SystemExit(f"a shard process failed: {[c.returncode for c in children]}")
     report = _combined(args, shards, counts_before, counts_after)
+    # Other work on the machine takes the CPU the controllers need: say how busy it was.
+    report["machine load average (1 min), start"] = load_before
+    report["machine load average (1 min), end"] = load_after
     if prometheus is not None:
         report["prometheus_queries_per_window_one_target_alone"] = (
             prometheus.queries_of_one_window()
@@ -318,6 +325,10 @@ def _combined(
         "peak_rss_mb": sum(s["peak_rss_mb"] for s in shards),
         "rss_before_fleet_mb": sum(s["rss_before_fleet_mb"] for s in shards),
         "cpu_percent_of_a_core": sum(s["cpu_percent_of_a_core"] for s in shards),
+        "cpu_ms_per_step": 10
+        * sum(s["cpu_percent_of_a_core"] for s in shards)
+        * elapsed
+        / max(steps, 1),
         **per_shard,
         "scrapes_per_step": counts.pop("scrapes", 0) / max(steps, 1),
         "prometheus_queries_per_step": sum(s["prometheus_queries"] for s in shards) / max(steps, 1),
