@@ -175,3 +175,15 @@ def test_the_setups_a_limit_rules_out_are_named_for_verification() -> None:
         sit = situation(run.state, observation, context, objective)
         assert misses_latency_limits(sit, SPECS[-1]) is ruled_out
         assert misses_latency_limits(sit, PLAIN) is False
+
+
+def test_a_move_made_for_the_ttft_limit_is_kept_at_verification() -> None:
+    """The move serves fewer tokens/s than the setup it left, which missed the limit: its
+    verification judges it by the limit, so it is kept, not reverted."""
+    settings = policy_settings(BASE, objective={"kind": "latency_slo", "ttft_slo_s": LIMIT})
+    run, decisions = _run(settings, minutes=40)
+    moved = next(d for d in decisions if d.action is Action.SWITCH)
+    judged = [d for d in decisions if d.id > moved.id and d.action in (Action.KEEP, Action.REVERT)]
+    assert judged
+    assert judged[0].action is Action.KEEP, judged[0].sentence
+    assert run.deployed == moved.target

@@ -11,6 +11,7 @@ from autotuner.core.decide.context import Situation, whole_window
 from autotuner.core.decide.decisions import Make
 from autotuner.core.decide.schedule_check import MAX_WINDOWS, judge_schedule, regions, unverified
 from autotuner.core.decide.state import QualityStatus, Refusal, TunerState, Verification
+from autotuner.core.decide.valuation import misses_latency_limits
 from autotuner.core.engine.capabilities import Capability
 from autotuner.core.types import Action, BlockReason, Decision
 from autotuner.errors import UnusableReason
@@ -55,7 +56,12 @@ def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
     tolerance = (
         settings.exploration.tolerance if explored else settings.verification.regression_tolerance
     )
-    if math.isfinite(reference) and measured < reference * (1 - tolerance):
+    # A move off a setup that misses the latency limits is judged by them, not by tokens/s.
+    if (
+        math.isfinite(reference)
+        and measured < reference * (1 - tolerance)
+        and not misses_latency_limits(sit, verification.previous)
+    ):
         return revert(
             sit,
             make,
