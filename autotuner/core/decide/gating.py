@@ -3,10 +3,16 @@ change budget, cooldown, data, rollout, pause, leadership, in that order), and t
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from autotuner.core.decide.context import Situation
 from autotuner.core.decide.decisions import why_unusable
+from autotuner.core.decide.reach import beyond_observed
 from autotuner.core.decide.state import TunerState
-from autotuner.core.decide.valuation import Evaluation
+from autotuner.core.decide.valuation import EXTRA_POSITIONS, Evaluation
+from autotuner.core.decide.verification import SIMILAR_DEMAND_OCTAVES
 from autotuner.core.types import BlockReason, Observation, Setup
 from autotuner.durations import format_duration
 
@@ -37,6 +43,7 @@ def _worth(sit: Situation, evaluation: Evaluation, dwell: bool) -> list[Check]:
     pending = sit.state.pending
     dwelt = (sit.now - pending.since) if pending is not None else 0.0
     pays, why = _pays(sit, evaluation)
+    judged, short = _holds_where_judged(sit, evaluation)
     return [
         (
             evaluation.gain < switch.min_gain,
@@ -57,7 +64,50 @@ def _worth(sit: Situation, evaluation: Evaluation, dwell: bool) -> list[Check]:
             f"{switch.dwell_s:.0f}s dwell (sooner as its gain is larger)",
         ),
         (not pays, BlockReason.RESTART_COST, why),
+        (not judged, BlockReason.RESTART_COST, short),
     ]
+
+
+def _holds_where_judged(sit: Situation, evaluation: Evaluation) -> tuple[bool, str]:
+    """Whether the move's own verification is predicted to keep it: verification judges it at
+    the load now against the rate the running setup measured there, and reverts it more than
+    `verification.regression_tolerance` below. A plan move predicted to fall that far short
+    here waits for the load it is for, however the hours ahead value it (made now, it is
+    predicted to cost two restarts and a quarantine). Without a measurement at this load, for
+    a move that serves at least what holding serves at every batch, or for a question outside
+    the plan (an exploration asks because the prediction may be wrong), nothing holds it."""
+    state, demand = sit.state, sit.demand_mean
+    rate, batch, target = state.last_rate, state.last_batch, evaluation.best
+    if evaluation.plan is None or evaluation.dominates:
+        return True, ""
+    if rate is None or batch is None or not math.isfinite(demand):
+        return True, ""
+    if abs(math.log2(max(demand, 1.0) / max(batch, 1.0))) >= SIMILAR_DEMAND_OCTAVES:
+        return True, ""
+    predicted = _predicted_here(sit, target, demand)
+    if predicted is None:
+        return True, ""
+    floor = rate * (1 - sit.settings.verification.regression_tolerance)
+    return predicted >= floor, (
+        f"at demand {demand:.0f} now, where its verification judges it, {target.label} is "
+        f"predicted to serve {predicted:,.0f} tokens/s, {1 - predicted / rate:.0%} under the "
+        f"{rate:,.0f} measured for {state.current.label if state.current else 'it'} here: "
+        "it would be reverted"
+    )
+
+
+def _predicted_here(sit: Situation, target: Setup, demand: float) -> float | None:
+    """The target's calibrated tokens/s at `demand`, on the acceptance the candidates are
+    valued on (None: it drafts deeper than that reaches)."""
+    limit = min(
+        sit.ctx.engine.serving(sit.ctx.model).max_spec_tokens,
+        max(sit.settings.candidates.spec_tokens, default=0),
+    )
+    accept = beyond_observed(sit.accept, limit, EXTRA_POSITIONS)
+    if target.spec_tokens > accept.max_spec_tokens:
+        return None
+    here = np.asarray([max(round(demand), 1)])
+    return float(sit.predictor.curve(target, here, accept)[0][0])
 
 
 def _dwelt(sit: Situation, evaluation: Evaluation, dwelt: float) -> bool:
