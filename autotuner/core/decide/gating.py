@@ -11,7 +11,7 @@ from autotuner.core.decide.context import Situation
 from autotuner.core.decide.decisions import why_unusable
 from autotuner.core.decide.reach import beyond_observed
 from autotuner.core.decide.state import TunerState
-from autotuner.core.decide.valuation import EXTRA_POSITIONS, Evaluation
+from autotuner.core.decide.valuation import EXTRA_POSITIONS, Evaluation, misses_latency_limits
 from autotuner.core.decide.verification import SIMILAR_DEMAND_OCTAVES
 from autotuner.core.types import BlockReason, Observation, Setup
 from autotuner.durations import format_duration
@@ -74,12 +74,15 @@ def _holds_where_judged(sit: Situation, evaluation: Evaluation) -> tuple[bool, s
     `verification.regression_tolerance` below. A plan move predicted to fall that far short
     here waits for the load it is for, however the hours ahead value it (made now, it is
     predicted to cost two restarts and a quarantine). Without a measurement at this load, for
-    a move that serves at least what holding serves at every batch, or for a question outside
-    the plan (an exploration asks because the prediction may be wrong), nothing holds it."""
+    a move that serves at least what holding serves at every batch, a move off a setup that
+    misses the latency limits, or for a question outside the plan (an exploration asks because
+    the prediction may be wrong), nothing holds it."""
     state, demand = sit.state, sit.demand_mean
     rate, batch, target = state.last_rate, state.last_batch, evaluation.best
     if evaluation.plan is None or evaluation.dominates:
         return True, ""
+    if state.current is not None and misses_latency_limits(sit, state.current):
+        return True, ""  # verification judges a move off it by the limits, not by tokens/s
     if rate is None or batch is None or not math.isfinite(demand):
         return True, ""
     if abs(math.log2(max(demand, 1.0) / max(batch, 1.0))) >= SIMILAR_DEMAND_OCTAVES:
