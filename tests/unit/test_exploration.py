@@ -196,26 +196,3 @@ def test_each_decision_carries_intervals(error: StepError) -> None:
     assert low < last.predicted_tokens_per_s[REPLAY.label] < high
     spec_low, spec_high = last.predicted_interval[SPEC3.label]
     assert (spec_high - spec_low) < (high - low)  # measured vs never measured here
-
-
-def rising_to(world: World, factor: float) -> None:
-    """The last hour rose `factor`-fold to the world's load: the forecast goes on up."""
-    load, settings = world.state.load, world.settings.forecast
-    for minute in range(60, 0, -1):
-        demand = world.batch / factor ** (minute / 60)
-        load = load.add(demand, world.now - 60 * minute, settings)
-    world.state = world.state.updated(load=load)
-
-
-def test_a_question_on_the_way_up_where_the_family_gains_more_ahead() -> None:
-    # The load rose 1.6x in the last hour and the forecast goes on up, where the model values
-    # replay higher against spec:3 than at the load now (not by the minimum gain): a win
-    # measured now is a win ahead, so the question is asked on the way (the load does not
-    # stay here), and kept. Before, it waited for a load that stays.
-    world = World(replay_faster)
-    rising_to(world, 1.6)
-    made = world.run(20)
-    tried = explorations(made)
-    assert len(tried) == 1, [d.sentence for d in made]
-    assert tried[0].target == REPLAY
-    assert world.deployed == REPLAY

@@ -9,12 +9,21 @@ from __future__ import annotations
 from autotuner.core.decide.state import TunerState
 from autotuner.core.types import Action, BlockReason, Decision, Setup
 from tests.support.policy import policy_settings
-from tests.unit.test_exploration import SETTINGS, SPEC3, World, rising_to
+from tests.unit.test_exploration import SETTINGS, SPEC3, World
 
 # The model pinned (no calibration), so what spec:3 measures stays above what the model says.
 PINNED = policy_settings(
     SETTINGS, calibration={"bounds": (1.0, 1.0)}, exploration={"enabled": False}
 )
+
+
+def rising_to(world: World, factor: float) -> None:
+    """The last hour rose `factor`-fold to the world's load: the forecast goes on up."""
+    load, settings = world.state.load, world.settings.forecast
+    for minute in range(60, 0, -1):
+        demand = world.batch / factor ** (minute / 60)
+        load = load.add(demand, world.now - 60 * minute, settings)
+    world.state = world.state.updated(load=load)
 
 
 def spec_faster(setup: Setup, batch: float) -> float:

@@ -35,8 +35,8 @@ def explore(
         return None
     if sit.observation.batch is None or calibration_band(sit.demand_mean) != band:
         return None
-    if sit.unwatched > 0:
-        return None  # before the load has been watched nobody knows where it is going
+    if not _load_stays(sit):
+        return None  # asked on the way through, the answer is stale before it pays
     restarts = len(state.recent_changes(sit.now))
     if restarts + 2 + settings.exploration.reserve > settings.restart.max_per_day:
         return None  # a question must not spend the restarts a predicted change needs
@@ -44,8 +44,6 @@ def explore(
     if chosen is None:
         return None
     target, high = chosen
-    if not (_load_stays(sit) or _answer_holds_ahead(sit, evaluation, target, current)):
-        return None  # asked on the way through, the answer is stale before it pays
     trial = replace(
         evaluation, best=target, best_value=high, gain=high / evaluation.current_value - 1
     )
@@ -79,41 +77,17 @@ def explore(
 def _load_stays(sit: Situation) -> bool:
     """Whether the load now is the load of the hours ahead: the demand within
     SIMILAR_DEMAND_OCTAVES of the forecast's mean level over the horizon (the neighbourhood
-    verification compares in). Without a forecast the load now is all there is."""
-    rise = _rise_octaves(sit)
-    return rise is None or abs(rise) < SIMILAR_DEMAND_OCTAVES
-
-
-def _rise_octaves(sit: Situation) -> float | None:
-    """How far (octaves) the forecast's mean level over the horizon lies above the demand now
-    (None without a forecast or a demand)."""
+    verification compares in). On a rising morning a family that loses at 80 may win at the
+    300 the forecast is going to, so the question waits for the load it is about. Before the
+    load has been watched for a dwell nobody knows where it is going: the question waits."""
+    if sit.unwatched > 0:
+        return False
     ahead = sit.forecast
     if ahead is None or not math.isfinite(sit.demand_mean):
-        return None
+        return True
     levels = np.log2(np.maximum(np.asarray(ahead.level), 1.0))
     mean = float(np.average(levels, weights=np.asarray(ahead.durations)))
-    return mean - math.log2(max(sit.demand_mean, 1.0))
-
-
-def _answer_holds_ahead(
-    sit: Situation, evaluation: Evaluation, target: Setup, current: Setup
-) -> bool:
-    """Whether a question asked on the way up keeps its answer where the load is going: the
-    load rises (the horizon's mean level half an octave or more above now) and the target is
-    predicted to gain more over the horizon than at the load now (its family is valued higher
-    where the load goes). Verification judges at the load now, so a win measured there is a
-    win ahead; on a rising load waiting for the load to arrive costs the gain at the higher
-    rates to come, while the restart is paid at today's. A falling load is not asked on the
-    way: there the gain ahead shrinks with the load."""
-    rise = _rise_octaves(sit)
-    if rise is None or rise < SIMILAR_DEMAND_OCTAVES:
-        return False
-    here = np.asarray([max(round(sit.demand_mean), 1)])
-    mine = float(sit.predictor.curve(target, here, sit.accept)[0][0])
-    theirs = float(sit.predictor.curve(current, here, sit.accept)[0][0])
-    if mine <= 0 or theirs <= 0:
-        return False
-    return evaluation.values[target] / evaluation.values[current] > mine / theirs
+    return abs(math.log2(max(sit.demand_mean, 1.0)) - mean) < SIMILAR_DEMAND_OCTAVES
 
 
 def _widest_chance(
