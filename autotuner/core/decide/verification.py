@@ -48,10 +48,6 @@ def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
     if failed is not None:
         gain = measured / reference - 1 if math.isfinite(reference) and reference else 0.0
         return revert(sit, make, failed.why, gain=gain, refuse=failed.capability)
-    if sit.ctx.engine.as_run(verification.target).schedule:
-        pending = _regions_pending(sit, make, verification, batch)
-        if pending is not None:
-            return pending
     explored = verification.exploration
     tolerance = (
         settings.exploration.tolerance if explored else settings.verification.regression_tolerance
@@ -71,6 +67,10 @@ def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
             gain=measured / reference - 1,
             quarantine=not explored,
         )
+    if sit.ctx.engine.as_run(verification.target).schedule:
+        pending = _regions_pending(sit, make, verification, batch)
+        if pending is not None:
+            return pending
     if quality is not None and quality.status is QualityStatus.PENDING:
         # Speed alone may revert; only the canary may declare the change good.
         why = (
