@@ -53,8 +53,11 @@ def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
         settings.exploration.tolerance if explored else settings.verification.regression_tolerance
     )
     # A move off a setup that misses the latency limits is judged by them, not by tokens/s.
+    # The windows a schedule waits for past the first are asked only whether it collapsed or
+    # was not run: held to the tolerance each, more windows would only revert more noise.
     if (
-        math.isfinite(reference)
+        verification.windows_judged == 0
+        and math.isfinite(reference)
         and measured < reference * (1 - tolerance)
         and not misses_latency_limits(sit, verification.previous)
     ):
