@@ -105,9 +105,17 @@ def test_it_verifies_the_count_that_serves_most_below_its_ceiling() -> None:
 
 
 def test_a_schedule_band_is_the_ceiling_of_its_steps() -> None:
+    # Four GPUs, so batch 256 runs (the band is the running batch's, not the demand's).
     setup = Setup.parse("spec:4@1-64:4,65-4096:1@adaptive")
-    curve = predict(SUPER_FP4, H200, setup, [8, 256], geometric(0.7, 4), Workload())
+    curve = predict(
+        SUPER_FP4, H200, setup, [8, 256], geometric(0.7, 4), Workload(tensor_parallel=4)
+    )
+    assert curve.effective_batch[1] == 256
     assert curve.spec_tokens[1] <= 1
+    # On one GPU at most 60 run: that is the batch whose band sets the ceiling.
+    one = predict(SUPER_FP4, H200, setup, [256], geometric(0.7, 4), Workload())
+    assert one.effective_batch[0] < 65
+    assert one.spec_tokens[0] > 1
 
 
 def _context(engine: EngineCapabilities = ADAPTIVE, workload: Workload | None = None) -> Context:

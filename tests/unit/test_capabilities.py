@@ -129,14 +129,16 @@ def test_sglang_prices_a_setup_as_it_runs_it() -> None:
     mamba = SGLANG.serving(load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"))
     assert mamba.as_run(Setup.parse("replay+spec:3:16")).replay_window == 16
 
+    # Four GPUs, so batch 512 runs (a tier is the running batch's, not the demand's).
     gpu, accept = datasheet("B300"), from_conditional([0.8, 0.7, 0.6])
+    four = Workload(tensor_parallel=4)
     sglang = Predictor(
-        qwen, gpu, Workload(), Attribution(), 0.0, 3600.0, as_run=SGLANG.serving(qwen).as_run
+        qwen, gpu, four, Attribution(), 0.0, 3600.0, as_run=SGLANG.serving(qwen).as_run
     )
     curve = sglang.model_curve(Setup.parse("spec:3@adaptive"), [4, 512], accept)
     assert curve.setup == Setup.parse("spec:3@adaptive")
     assert [int(k) for k in curve.spec_tokens] == [3, 0]
-    vllm = Predictor(qwen, gpu, Workload(), Attribution(), 0.0, 3600.0)
+    vllm = Predictor(qwen, gpu, four, Attribution(), 0.0, 3600.0)
     assert int(vllm.model_curve(Setup.parse("spec:3@adaptive"), [512], accept).spec_tokens[0]) > 0
 
 

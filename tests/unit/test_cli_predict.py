@@ -109,8 +109,10 @@ def test_qwen3_5_on_vllm_0_33_gets_no_replay_and_says_why() -> None:
 
 def test_sglang_adaptive_is_predicted_as_its_batch_tiers() -> None:
     """On SGLang, --speculative-adaptive drafts nothing from batch 64: `predict` prices it so
-    (K = 0 there), where vLLM's adaptive verification keeps verifying drafts."""
+    (K = 0 there), where vLLM's adaptive verification keeps verifying drafts. Four GPUs, so
+    512 requests run (the tier is the running batch's)."""
     args = ["predict", "--model", "Qwen/Qwen3.5-122B-A10B", "--gpu", "B300", "--batch", "4,512"]
+    args += ["--tp", "4"]
     report = printed_json(*args, "--engine-kind", "sglang", "--json")
     adaptive = {
         row["batch"]: row["spec_tokens"]

@@ -149,16 +149,19 @@ def predict(
     sizes = np.asarray(batch, dtype=np.int64).ravel()
     if sizes.size == 0 or sizes.min() < 1:
         raise InputError("batch sizes must be integers >= 1")
-    k = setup.spec_tokens_at(sizes)
+    capacity = max_batch(model, hardware, setup, workload)
+    reason = _capped(model, hardware, setup, workload, capacity, int(sizes.max()))
+    effective = np.minimum(sizes, max(capacity, 1))
+    # A schedule's K is looked up from the requests the engine runs (vLLM: the scheduled ones,
+    # v1/core/sched/scheduler.py), not from the demand queued beyond capacity.
+    drafted = setup.spec_tokens_at(effective)
+    k = drafted
     if int(k.max()) > acceptance.max_spec_tokens:
         raise InputError(
             f"setup {setup.label} drafts up to K={int(k.max())} but acceptance is known only up "
             f"to K={acceptance.max_spec_tokens}: no prediction beyond what was observed"
         )
     taus = tau_curve(acceptance.conditional)[k]
-    capacity = max_batch(model, hardware, setup, workload)
-    reason = _capped(model, hardware, setup, workload, capacity, int(sizes.max()))
-    effective = np.minimum(sizes, max(capacity, 1))
     if setup.adaptive:
         k, taus = _adaptive_verified(
             model, hardware, setup, effective, k, acceptance, workload, piecewise
@@ -171,7 +174,7 @@ def predict(
         k,
         taus,
         workload,
-        drafted=setup.spec_tokens_at(sizes),
+        drafted=drafted,
         piecewise=piecewise,
     )
     step = sum(parts["time"].values(), np.zeros(len(sizes)))
