@@ -187,3 +187,14 @@ def test_a_move_made_for_the_ttft_limit_is_kept_at_verification() -> None:
     assert judged
     assert judged[0].action is Action.KEEP, judged[0].sentence
     assert run.deployed == moved.target
+
+
+def test_the_move_says_the_running_setup_misses_the_latency_objective() -> None:
+    """The running setup serves nothing under the objective (it misses the limit), so the
+    sentence says that rather than an unknown gain."""
+    settings = policy_settings(BASE, objective={"kind": "latency_slo", "ttft_slo_s": LIMIT})
+    _, decisions = _run(settings)
+    moved = next(d for d in decisions if d.action is Action.SWITCH)
+    assert moved.current is not None
+    assert f"meets the latency objective {moved.current.label} misses" in moved.sentence
+    assert "unknown amount" not in moved.sentence

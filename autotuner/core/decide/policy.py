@@ -9,6 +9,7 @@ verification); actuators only carry out the Decision.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from autotuner.core.decide.context import Context, Situation, situation
@@ -18,7 +19,7 @@ from autotuner.core.decide.gating import UNSURE, first_block, track_dwell
 from autotuner.core.decide.learning import absorb
 from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState, Verification
-from autotuner.core.decide.valuation import Evaluation, evaluate
+from autotuner.core.decide.valuation import Evaluation, evaluate, misses_latency_limits
 from autotuner.core.decide.verification import verify
 from autotuner.core.types import PLAIN, Action, BlockReason, Decision, Observation, Setup
 from autotuner.durations import format_duration
@@ -84,8 +85,8 @@ def _choose(sit: Situation, evaluation: Evaluation, make: Make) -> tuple[Decisio
         reason, why = blocked
         return make(
             Action.HOLD,
-            f"hold {current.label}: {evaluation.best.label} would gain "
-            f"{percent(evaluation.gain)} but {why}",
+            f"hold {current.label}: {evaluation.best.label} would "
+            f"{_gain(sit, evaluation, current, 'meet', 'gain')} but {why}",
             blocked_by=reason,
             **numbers(evaluation),
         ), state
@@ -120,9 +121,18 @@ def _switch(sit: Situation, evaluation: Evaluation, make: Make) -> tuple[Decisio
         )
     return make(
         Action.SWITCH,
-        f"switch {current.label} -> {best.label}: {percent(evaluation.gain)} over the "
+        f"switch {current.label} -> {best.label}: {_gain(sit, evaluation, current, 'meets', '')} "
+        "over the "
         f"{format_duration(restart.horizon_s)} horizon ({evaluation.best_value:,.0f} vs "
         f"{evaluation.current_value:,.0f} tokens/s expected{ahead}); the {seconds:.0f}s "
         f"restart pays back in {payback / 60:.0f} min; confidence {evaluation.confidence:.2f}",
         **numbers(evaluation),
     ), state
+
+
+def _gain(sit: Situation, evaluation: Evaluation, current: Setup, meet: str, gain: str) -> str:
+    """The move's gain for the sentence; where the running setup misses the latency limits
+    (it serves nothing under the objective, so the gain is not a number), that."""
+    if not math.isfinite(evaluation.gain) and misses_latency_limits(sit, current):
+        return f"{meet} the latency objective {current.label} misses (see the notes)"
+    return f"{gain} {percent(evaluation.gain)}".strip()
