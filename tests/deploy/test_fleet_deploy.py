@@ -103,18 +103,23 @@ def test_the_chart_installs_the_same_crd() -> None:
     assert crds == [crd()]
 
 
-def test_the_chart_in_fleet_mode_runs_the_controller_with_the_same_cluster_role() -> None:
-    with helm.Chart.load(DEPLOY / "chart" / "spec-autotuner") as chart:
-        values = {"fleet": {"enabled": True, "namespaces": ["llm", "llm-b"]}}
-        rendered = chart.render(values, name="spec-autotuner", namespace="llm", is_install=True)
-        plain = chart.render({}, name="spec-autotuner", namespace="llm", is_install=True)
-    objects = [
+def documents(rendered: dict[str, str]) -> list[dict[str, Any]]:
+    """The objects of a rendered chart's YAML files."""
+    return [
         doc
         for path, text in rendered.items()
         if path.endswith(".yaml")
         for doc in yaml.safe_load_all(text)
         if doc
     ]
+
+
+def test_the_chart_in_fleet_mode_runs_the_controller_with_the_same_cluster_role() -> None:
+    with helm.Chart.load(DEPLOY / "chart" / "spec-autotuner") as chart:
+        values = {"fleet": {"enabled": True, "namespaces": ["llm", "llm-b"]}}
+        rendered = chart.render(values, name="spec-autotuner", namespace="llm", is_install=True)
+        plain = chart.render({}, name="spec-autotuner", namespace="llm", is_install=True)
+    objects = documents(rendered)
     for obj in objects:
         if obj["kind"] in {"ClusterRole", "ClusterRoleBinding", "Deployment"}:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -127,13 +132,7 @@ def test_the_chart_in_fleet_mode_runs_the_controller_with_the_same_cluster_role(
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:3] == ["controller", "--config", "/etc/spec-autotuner/autotuner.yaml"]
     assert args[3:] == ["--namespace", "llm", "--namespace", "llm-b"]
-    plain_kinds = {
-        d["kind"]
-        for path, text in plain.items()
-        if path.endswith(".yaml")
-        for d in yaml.safe_load_all(text)
-        if d
-    }
+    plain_kinds = {d["kind"] for d in documents(plain)}
     assert not plain_kinds & {"ClusterRole", "ClusterRoleBinding"}
 
 
@@ -162,13 +161,7 @@ def test_the_chart_with_shards_renders_a_statefulset_of_that_many_controllers() 
     with helm.Chart.load(DEPLOY / "chart" / "spec-autotuner") as chart:
         values = {"fleet": {"enabled": True, "shards": 3}}
         rendered = chart.render(values, name="spec-autotuner", namespace="llm", is_install=True)
-    objects = [
-        doc
-        for path, text in rendered.items()
-        if path.endswith(".yaml")
-        for doc in yaml.safe_load_all(text)
-        if doc
-    ]
+    objects = documents(rendered)
     assert not [o for o in objects if o["kind"] == "Deployment"]
     sets = [o for o in objects if o["kind"] == "StatefulSet"]
     assert len(sets) == 1

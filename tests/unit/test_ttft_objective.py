@@ -8,7 +8,7 @@ serves the most tokens/s is also the one that answers last."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autotuner.core.decide.context import Context, situation
 from autotuner.core.decide.policy import decide
@@ -20,7 +20,7 @@ from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.predict.acceptance import from_conditional
 from autotuner.core.predict.attribution import Attribution
 from autotuner.core.predict.predictor import Predictor
-from autotuner.core.types import Action, Decision, Setup
+from autotuner.core.types import Action, Decision, Observation, Setup
 from autotuner.sim.truth import TruthEngine
 from tests.support.policy import H200, MODEL, STATIC_K, policy_settings
 
@@ -55,11 +55,11 @@ class Run:
     state: TunerState
     deployed: Setup = SPECS[-1]  # acceptance is observed only while drafting
     now: float = 0.0
+    workload: Workload = WORKLOAD
 
-    def step(self) -> Decision:
-        self.now += 60.0
-        truth = TruthEngine(MODEL, H200, WORKLOAD)
-        observation = truth.observation(
+    def observation(self) -> Observation:
+        """The window just ended, on the deployed setup (the truth is the cost model)."""
+        return TruthEngine(MODEL, H200, self.workload).observation(
             now=self.now,
             window_s=60.0,
             setup=self.deployed,
@@ -68,15 +68,22 @@ class Run:
             limits=ObservationLimits(min_drafts=100),
             ssm_dtype=MODEL.ssm_state_dtype,
         )
-        context = Context(
+
+    def context(self) -> Context:
+        return Context(
             now=self.now,
             model=MODEL,
             hardware=H200,
             engine=STATIC_K,
-            workload=WORKLOAD,
+            workload=self.workload,
             deployed=self.deployed,
         )
-        decision, self.state, _ = decide(self.state, observation, context, self.settings)
+
+    def step(self) -> Decision:
+        self.now += 60.0
+        decision, self.state, _ = decide(
+            self.state, self.observation(), self.context(), self.settings
+        )
         if decision.action in (Action.SWITCH, Action.REVERT) and decision.target is not None:
             self.deployed = decision.target
         return decision
@@ -119,33 +126,8 @@ def test_a_ttft_limit_rules_out_the_faster_setup_and_says_which() -> None:
 
 def test_without_prompt_lengths_the_limit_rules_out_nothing_and_says_so() -> None:
     settings = policy_settings(BASE, objective={"kind": "latency_slo", "ttft_slo_s": LIMIT})
-    run = Run(settings, TunerState())
-    unknown = Workload()
-    truth = TruthEngine(MODEL, H200, unknown)
-    decisions = []
-    for _ in range(20):
-        run.now += 60.0
-        observation = truth.observation(
-            now=run.now,
-            window_s=60.0,
-            setup=run.deployed,
-            batch=BATCH,
-            rates=RATES,
-            limits=ObservationLimits(min_drafts=100),
-            ssm_dtype=MODEL.ssm_state_dtype,
-        )
-        context = Context(
-            now=run.now,
-            model=MODEL,
-            hardware=H200,
-            engine=STATIC_K,
-            workload=unknown,
-            deployed=run.deployed,
-        )
-        decision, run.state, _ = decide(run.state, observation, context, settings)
-        if decision.action is Action.SWITCH and decision.target is not None:
-            run.deployed = decision.target
-        decisions.append(decision)
+    run = Run(settings, TunerState(), workload=Workload())
+    decisions = [run.step() for _ in range(20)]
     assert run.deployed in SPECS
     assert any(
         "rules out nothing: the prompt length is unknown" in n for d in decisions for n in d.notes
@@ -159,19 +141,7 @@ def test_the_setups_a_limit_rules_out_are_named_for_verification() -> None:
         run = Run(objective, TunerState())
         for _ in range(8):
             run.step()
-        truth = TruthEngine(MODEL, H200, WORKLOAD)
-        observation = truth.observation(
-            now=run.now,
-            window_s=60.0,
-            setup=run.deployed,
-            batch=BATCH,
-            rates=RATES,
-            limits=ObservationLimits(min_drafts=100),
-            ssm_dtype=MODEL.ssm_state_dtype,
-        )
-        context = Context(
-            now=run.now, model=MODEL, hardware=H200, engine=STATIC_K, workload=WORKLOAD
-        )
+        observation, context = run.observation(), replace(run.context(), deployed=None)
         sit = situation(run.state, observation, context, objective)
         assert misses_latency_limits(sit, SPECS[-1]) is ruled_out
         assert misses_latency_limits(sit, PLAIN) is False
