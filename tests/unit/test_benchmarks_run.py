@@ -14,6 +14,7 @@ from tests.support.run import python_module
             "ratio ours / prometheus_client parser",
         ),
         ("fidelity", ["--context", "1024"], "worst |error|"),
+        ("schedule_cost", [], "Model Runner V1: "),
         (
             "decision_quality",
             [
