@@ -261,9 +261,9 @@ class EngineCapabilities(BaseModel):
         """The model runner the engine picks for these args (vllm/config/vllm.py:731-767)."""
         if self.model_runner is not None:
             return self.model_runner
-        row = self.row
-        if row is not None and row.platform == "cpu":
-            return ModelRunner.V1  # no Triton: V1 (vllm/config/vllm.py:752)
+        rows = self.build.rows if self.build is not None else ()
+        if any(row.platform == "cpu" for row in rows):
+            return ModelRunner.V1  # no Triton: V1 (vllm/config/vllm.py:752), whatever the model
         unsupported = self.schedule_rules.v2_unsupported_methods
         return ModelRunner.V1 if self.drafter_method in unsupported else ModelRunner.V2
 
