@@ -20,6 +20,11 @@ HOUR = 3600.0
 # Holds that mean "the prediction is not sure enough": where an exploration may ask instead.
 UNSURE = (BlockReason.BELOW_MIN_GAIN, BlockReason.LOW_CONFIDENCE)
 
+# How far the calibrated model may be off the running setup's measurement for its tokens/s to
+# be compared with that measurement (the calibration's default bound: beyond it the model's
+# scale is not the machine's).
+TRUSTED_SCALE = 2.0
+
 # The least gain the dwell's evidence is counted against (a min_gain of 0 keeps a dwell).
 EVIDENCE_FLOOR = 0.01
 
@@ -88,7 +93,7 @@ def _holds_where_judged(sit: Situation, evaluation: Evaluation) -> tuple[bool, s
     if abs(math.log2(max(demand, 1.0) / max(batch, 1.0))) >= SIMILAR_DEMAND_OCTAVES:
         return True, ""
     predicted = _predicted_here(sit, target, demand)
-    if predicted is None:
+    if predicted is None or not _scale_trusted(sit, rate, batch):
         return True, ""
     floor = rate * (1 - sit.settings.verification.regression_tolerance)
     return predicted >= floor, (
@@ -97,6 +102,21 @@ def _holds_where_judged(sit: Situation, evaluation: Evaluation) -> tuple[bool, s
         f"{rate:,.0f} measured for {state.current.label if state.current else 'it'} here: "
         "it would be reverted"
     )
+
+
+def _scale_trusted(sit: Situation, rate: float, batch: float) -> bool:
+    """Whether the calibrated model's tokens/s for the running setup at the measured batch are
+    within TRUSTED_SCALE of what it measured there. Further off, the model's absolute scale is
+    not this machine's (an unprofiled machine, a calibration at its bounds: the real-vLLM
+    tier's CPU measures ~24x the H100 profile's plain): its ratios still rank setups, but its
+    tokens/s cannot be set against a measurement."""
+    current = sit.state.current
+    if current is None:
+        return False
+    modelled = _predicted_here(sit, current, batch)
+    if modelled is None or modelled <= 0:
+        return False
+    return abs(math.log(rate / modelled)) <= math.log(TRUSTED_SCALE)
 
 
 def _predicted_here(sit: Situation, target: Setup, demand: float) -> float | None:
