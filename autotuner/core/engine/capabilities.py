@@ -261,8 +261,7 @@ class EngineCapabilities(BaseModel):
         """The model runner the engine picks for these args (vllm/config/vllm.py:731-767)."""
         if self.model_runner is not None:
             return self.model_runner
-        rows = self.build.rows if self.build is not None else ()
-        if any(row.platform == "cpu" for row in rows):
+        if self._cpu_build():
             return ModelRunner.V1  # no Triton: V1 (vllm/config/vllm.py:752), whatever the model
         unsupported = self.schedule_rules.v2_unsupported_methods
         return ModelRunner.V1 if self.drafter_method in unsupported else ModelRunner.V2
@@ -270,13 +269,19 @@ class EngineCapabilities(BaseModel):
     def piecewise_graphs(self, setup: Setup) -> bool:
         """Whether the engine runs `setup` (as run) with piecewise CUDA graphs where it would
         capture full ones: a K schedule on Model Runner V1, where the build forces them down
-        (so every attention and SSM mixer runs outside the captured graphs)."""
+        (so every attention and SSM mixer runs outside the captured graphs). The CPU build
+        captures no CUDA graphs at all, so nothing is forced down there."""
         return (
             bool(setup.schedule)
             and self.schedule_runner_rules
             and self.schedule_rules.v1_piecewise is not None
             and self.runner() is ModelRunner.V1
+            and not self._cpu_build()
         )
+
+    def _cpu_build(self) -> bool:
+        rows = self.build.rows if self.build is not None else ()
+        return any(row.platform == "cpu" for row in rows)
 
     def _runner_refusal(self) -> str | None:
         """The build drops a schedule with a warning on Model Runner V1 for a method other
