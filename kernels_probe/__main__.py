@@ -8,7 +8,8 @@ import time
 
 import numpy as np
 
-USAGE = """python -m kernels_probe [--backend auto|torch|numpy] [--model ID] [--out FILE] [--quick]
+USAGE = """python -m kernels_probe [--backend auto|torch|torch-cpu|numpy] [--threads N]
+    [--model ID] [--out FILE] [--quick]
 python -m kernels_probe exactness"""
 
 
@@ -16,14 +17,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kernels_probe", description=USAGE)
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("exactness", help="Prove the replay forms exact (float64); bf16 drift.")
-    parser.add_argument("--backend", choices=("auto", "torch", "numpy"), default="auto")
+    parser.add_argument(
+        "--backend", choices=("auto", "torch", "torch-cpu", "numpy"), default="auto"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch-cpu: threads to compute on."
+    )
     parser.add_argument("--model", default="nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4")
     parser.add_argument("--out", default="hardware-profile.json")
     parser.add_argument("--quick", action="store_true", help="Small sizes, few repetitions.")
     args = parser.parse_args(argv)
     if args.command == "exactness":
         return exactness()
-    return probe(args.backend, args.model, args.out, args.quick)
+    if args.threads is not None and (args.backend != "torch-cpu" or args.threads < 1):
+        parser.error("--threads takes a count of 1 or more, with --backend torch-cpu")
+    return probe(args.backend, args.model, args.out, args.quick, args.threads)
 
 
 def exactness() -> int:
@@ -44,7 +52,9 @@ def exactness() -> int:
     return 1 if failed else 0
 
 
-def probe(backend_name: str, model_id: str, out: str, quick: bool) -> int:
+def probe(
+    backend_name: str, model_id: str, out: str, quick: bool, threads: int | None = None
+) -> int:
     from rich.progress import Progress
 
     from autotuner.core.model.registry import load_model
@@ -54,7 +64,7 @@ def probe(backend_name: str, model_id: str, out: str, quick: bool) -> int:
 
     try:
         model = load_model(model_id)
-        backend = choose_backend(backend_name)
+        backend = choose_backend(backend_name, threads)
     except (AutotunerError, RuntimeError) as exc:
         print(f"kernels_probe: error: {exc}", file=sys.stderr)
         return 2

@@ -4,7 +4,11 @@ model's own shapes, and a fixed per-kernel overhead. The result is the HardwareP
 sidecar loads (`autotuner predict --profile`).
 
 Backends: torch + CUDA when a GPU is present (events and synchronisation), else numpy on the
-CPU with small sizes, so tests, CI and the demo exercise the same code.
+CPU with small sizes, so tests, CI and the demo exercise the same code. `torch-cpu` (asked for
+by name) measures the CPU itself with torch in float32, the arithmetic vLLM's CPU build runs:
+the profile the real-vLLM tier's CPU is predicted with. It adds the rate a one-row matmul
+streams weights larger than the last-level cache (a decode step's GEMMs), which sets the
+`gemm` efficiency, and GEMMs with a prefill chunk's rows, which set the FLOP/s.
 """
 
 from __future__ import annotations
@@ -97,7 +101,39 @@ def torch_backend() -> Backend | None:
     )
 
 
-def choose_backend(wanted: str) -> Backend:
+def torch_cpu_backend(threads: int | None = None) -> Backend:
+    """torch on the CPU in float32 (vLLM's CPU build runs its float32 models this way), on
+    `threads` threads (None: torch's default). vLLM's CPU worker computes on the cores its
+    OpenMP binding gives it (all but one by default), so a profile for it is measured on as
+    many."""
+    try:
+        import torch
+    except ImportError:
+        raise RuntimeError(
+            "torch is not installed in this Python; run the probe with a venv that has it "
+            "(the real-vLLM tier's: ~/.cache/spec-autotuner/vllm-venv/bin/python)"
+        ) from None
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return Backend(
+        "torch",
+        "cpu",
+        torch,
+        lambda: None,
+        torch.float32,
+        {
+            "backend": "torch-cpu",
+            "device": _cpu_model(),
+            "torch": torch.__version__,
+            "threads": str(torch.get_num_threads()),
+            "memory_bytes": str(int(_memory_bytes())),
+        },
+    )
+
+
+def choose_backend(wanted: str, threads: int | None = None) -> Backend:
+    if wanted == "torch-cpu":
+        return torch_cpu_backend(threads)
     if wanted in ("auto", "torch"):
         found = torch_backend()
         if found is not None:
@@ -115,9 +151,16 @@ class Sizes:
     gemm_hidden: int
     ssm_heads: int  # heads probed (the model's, or fewer on a CPU)
     repeats: int
+    # Weights a one-row matmul streams, in all (0: not measured): beyond the last-level cache.
+    weight_stream_bytes: int = 0
+    gemm_width: int = 0  # the GEMM weight's output width (0: square)
 
 
 def sizes_for(backend: Backend, quick: bool) -> Sizes:
+    if backend.name == "torch" and backend.device == "cpu":
+        # Batches up to 128 x (1 + 3): GEMMs of up to 512 rows, a prefill chunk's.
+        batches = (1, 4, 16, 64, 128)
+        return Sizes(64 << 20, 4, batches, 1024, 8, 5 if quick else 9, 256 << 20, 4096)
     if backend.name == "torch":
         return Sizes(1 << 30, 4, (1, 8, 64, 256, 512), 8192, 0, 20 if quick else 50)
     if quick:
@@ -154,6 +197,7 @@ class Rates:
     copy_bw: Measurement
     read_bw: Measurement
     gemm_rates: list[float]
+    weight_stream: Measurement | None
     state_rates: list[float]  # the plain state update's B/s per batch; empty without SSM
     replay_overhead: float  # replay's extra seconds per SSM layer per step
 
@@ -169,12 +213,13 @@ def run_probe(
     recorder = Recorder(backend, sizes_for(backend, quick), progress)
     copy_bw, read_bw = _bandwidth(recorder)
     gemm_rates = _gemms(recorder)
+    weight_stream = _weight_stream(recorder) if recorder.sizes.weight_stream_bytes else None
     state_rates: list[float] = []
     replay_overhead = 0.0
     if model.ssm is not None:
         state_rates, replay_overhead = _ssm_traffic(recorder, model.ssm)
     _launch(recorder)
-    rates = Rates(copy_bw, read_bw, gemm_rates, state_rates, replay_overhead)
+    rates = Rates(copy_bw, read_bw, gemm_rates, weight_stream, state_rates, replay_overhead)
     return build_profile(backend, recorder.found, rates, model.ssm.kind if model.ssm else None)
 
 
@@ -200,19 +245,35 @@ def _bandwidth(recorder: Recorder) -> tuple[Measurement, Measurement]:
 
 
 def _gemms(recorder: Recorder) -> list[float]:
-    """GEMM FLOP/s at decode and verify shapes: rows = batch x (1 + K)."""
+    """GEMM FLOP/s at decode and verify shapes: rows = batch x (1 + K). On the CPU the weight
+    is as wide as an MLP's up projection (4 x hidden): square 1024 ones run at about half the
+    rate there, which is not what a model's GEMMs see."""
     backend, sizes = recorder.backend, recorder.sizes
     hidden = sizes.gemm_hidden
-    weight = backend.random((hidden, hidden), backend.gemm_dtype)
+    width = sizes.gemm_width or hidden
+    weight = backend.random((hidden, width), backend.gemm_dtype)
     rates = []
     for rows in sorted({b * n for b in sizes.batches for n in (1, 4)}):
         activations = backend.random((rows, hidden), backend.gemm_dtype)
-        work = 2 * rows * hidden * hidden
+        work = 2 * rows * hidden * width
         result = recorder.measure(
             f"gemm_flops_rows_{rows}", _gemm(activations, weight), work, "FLOP/s"
         )
         rates.append(result.median)
     return rates
+
+
+def _weight_stream(recorder: Recorder) -> Measurement:
+    """B/s of a decode step's GEMMs: one row times square weights that together exceed the
+    last-level cache, rotated so each call reads its weight from memory."""
+    backend, sizes = recorder.backend, recorder.sizes
+    hidden = 4096
+    count = max(sizes.weight_stream_bytes // (4 * hidden * hidden), 2)
+    weights = [backend.random((hidden, hidden)) for _ in range(count)]
+    row = backend.random((1, hidden))
+    return recorder.measure(
+        "weight_stream_bytes_per_s", lambda i: row @ weights[i % count], 4 * hidden**2, "B/s"
+    )
 
 
 @dataclass(frozen=True)
@@ -354,8 +415,9 @@ def build_profile(
     def share(value: float) -> float:
         return float(min(max(value / peak_bw, 0.01), 1.0))
 
+    streamed = rates.weight_stream.median if rates.weight_stream else read_bw.median
     efficiency = KernelEfficiency(
-        gemm=share(read_bw.median),
+        gemm=share(streamed),
         attention=share(read_bw.median * 0.9),
         ssm=share(float(np.median(state_rates))) if state_rates else 0.75,
         copies=share(copy_bw.median),
@@ -392,6 +454,18 @@ def _datasheet_for(device: str) -> HardwareProfile | None:
         if key and key in wanted.replace("-", ""):
             return sheet
     return None
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else the machine type."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _memory_bytes() -> float:
