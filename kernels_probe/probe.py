@@ -264,15 +264,16 @@ def _gemms(recorder: Recorder) -> list[float]:
 
 
 def _weight_stream(recorder: Recorder) -> Measurement:
-    """B/s of a decode step's GEMMs: one row times square weights that together exceed the
-    last-level cache, rotated so each call reads its weight from memory."""
+    """B/s of a decode step's GEMMs: one row times weights of the GEMMs' shape that together
+    exceed the last-level cache, rotated so each call reads its weight from memory."""
     backend, sizes = recorder.backend, recorder.sizes
-    hidden = 4096
-    count = max(sizes.weight_stream_bytes // (4 * hidden * hidden), 2)
-    weights = [backend.random((hidden, hidden)) for _ in range(count)]
-    row = backend.random((1, hidden))
+    shape = (sizes.gemm_hidden, sizes.gemm_width or sizes.gemm_hidden)
+    each = 4 * shape[0] * shape[1]
+    count = max(sizes.weight_stream_bytes // each, 2)
+    weights = [backend.random(shape) for _ in range(count)]
+    row = backend.random((1, shape[0]))
     return recorder.measure(
-        "weight_stream_bytes_per_s", lambda i: row @ weights[i % count], 4 * hidden**2, "B/s"
+        "weight_stream_bytes_per_s", lambda i: row @ weights[i % count], each, "B/s"
     )
 
 
@@ -406,8 +407,8 @@ def build_profile(
             sheet.fp32_flops,
             sheet.memory_bytes,
         )
-    else:  # a CPU or an unknown GPU: the measured copy bandwidth is the ceiling
-        peak_bw = copy_bw.median
+    else:  # a CPU or an unknown GPU: the fastest measured traffic is the ceiling
+        peak_bw = max(copy_bw.median, rates.weight_stream.median if rates.weight_stream else 0)
         peak_flops = max(gemm_rates) if gemm_rates else 1e12
         fp32 = peak_flops
         memory = float(backend.details.get("memory_bytes", 0) or _memory_bytes())
