@@ -42,8 +42,8 @@ OUTPUT = 5  # tokens: 4 decode steps after the first (short: fewer chances of a 
 # second, at most the third (a machine that busy cannot measure this).
 REQUESTS, AGREE, MOST_REQUESTS = 4, 0.10, 16
 PROBES, PROBE_SPREAD = 4, 0.20  # probes at most; the rates' spread that ends the probing
-# The model's own error here, as measured on a quiet core (docs/costmodel.md): its ratio +21% to
-# +34% (prefill per token +10..+13%, decode step -9..-16%: the probe times torch's matmuls, vLLM
+# The model's own error here, as measured on a quiet core (docs/costmodel.md): its ratio +20% to
+# +34% (prefill per token +10..+13%, decode step -6..-16%: the probe times torch's matmuls, vLLM
 # runs oneDNN's prepacked ones). Allowed beyond the probe's and vLLM's spreads; a split wrong by
 # more (the weights read at 2 bytes each: about 2x) fails.
 MODEL_ERROR = 1.5
