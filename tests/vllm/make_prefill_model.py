@@ -5,13 +5,14 @@ about 60M parameters (240 MB in float32). A prompt token then costs about 120 MF
 and a decode step streams 240 MB of weights, so prefill is compute-bound and decode
 bandwidth-bound, as on a GPU; the tiny models' 100K parameters make both pure overhead.
 
-Usage: make_prefill_model.py OUT"""
+Usage (from the repository root): python -m tests.vllm.make_prefill_model OUT"""
 
 import sys
 
 import torch
-from make_tiny_model import save, tokenizer
 from transformers import LlamaConfig, LlamaForCausalLM
+
+from tests.vllm.make_tiny_model import save, tokenizer
 
 SHAPE = {
     "hidden_size": 1024,

@@ -60,7 +60,8 @@ SERIES = (
 def prefill_model(vllm_python: str) -> Path:
     if not (PREFILL_MODEL / "config.json").exists():
         subprocess.run(
-            [vllm_python, str(HERE / "make_prefill_model.py"), str(PREFILL_MODEL)],
+            [vllm_python, "-m", "tests.vllm.make_prefill_model", str(PREFILL_MODEL)],
+            cwd=REPO,
             check=True,
             capture_output=True,
             timeout=300,
