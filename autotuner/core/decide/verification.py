@@ -206,23 +206,44 @@ def _measured_against_previous(
     Compare engines' throughput at the same demand: per-request rates would mislead when the
     two setups fit different numbers of requests. The reference is the rate measured before
     the change when demand is similar, else the previous setup's calibrated prediction (nan
-    when it cannot be predicted)."""
+    when it cannot be predicted), carried from the demand it was measured at along the
+    calibrated model's curve (`_carried`)."""
     observation = sit.observation
     assert observation.generation_tokens_per_s is not None
-    previous, batch = verification.previous, sit.demand_mean
+    batch, before = sit.demand_mean, verification.baseline_batch
     measured = observation.generation_tokens_per_s / max(observation.series, 1)
-    expected_previous = float("nan")
-    if previous.spec_tokens <= sit.accept.max_spec_tokens:
-        sizes = np.asarray([max(round(batch), 1)])
-        expected_previous = float(sit.predictor.curve(previous, sizes, sit.accept)[0][0])
     baseline = verification.baseline_rate
-    similar = (
-        verification.baseline_batch is not None
-        and abs(math.log2(max(batch, 1) / max(verification.baseline_batch, 1)))
-        < SIMILAR_DEMAND_OCTAVES
-    )
-    reference = baseline if similar and baseline else expected_previous
-    return measured, reference, batch
+    if not baseline or before is None:
+        return measured, _previous_at(sit, verification, batch), batch
+    if abs(math.log2(max(batch, 1) / max(before, 1))) < SIMILAR_DEMAND_OCTAVES:
+        return measured, baseline, batch
+    return measured, _carried(sit, verification, baseline, before, batch), batch
+
+
+def _carried(
+    sit: Situation, verification: Verification, baseline: float, before: float, batch: float
+) -> float:
+    """The previous setup's rate at `batch`, from what it measured at `before`: the model's
+    ratio between the two demands times the measurement. The ratio, not the model's own
+    tokens/s: on a machine whose speed the profile misses by more than calibration's bounds
+    (a MIG slice under a whole GPU's profile; the CPU tier under an H100's) the model's
+    tokens/s are off by that factor, and a change judged at a moved load was reverted on a
+    machine 5x slower than its profile, its gain tripled on one 5x faster."""
+    there = _previous_at(sit, verification, before)
+    here = _previous_at(sit, verification, batch)
+    if not (math.isfinite(there) and math.isfinite(here)) or there <= 0:
+        return here
+    return baseline * here / there
+
+
+def _previous_at(sit: Situation, verification: Verification, batch: float) -> float:
+    """The previous setup's calibrated tokens/s at `batch` (nan: it drafts deeper than the
+    acceptance reaches)."""
+    previous = verification.previous
+    if previous.spec_tokens > sit.accept.max_spec_tokens:
+        return float("nan")
+    sizes = np.asarray([max(round(batch), 1)])
+    return float(sit.predictor.curve(previous, sizes, sit.accept)[0][0])
 
 
 def revert(
