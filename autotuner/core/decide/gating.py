@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from autotuner.core.decide.context import Situation
 from autotuner.core.decide.decisions import why_unusable
 from autotuner.core.decide.reach import beyond_observed
@@ -129,8 +127,7 @@ def _predicted_here(sit: Situation, target: Setup, demand: float) -> float | Non
     accept = beyond_observed(sit.accept, limit, EXTRA_POSITIONS)
     if target.spec_tokens > accept.max_spec_tokens:
         return None
-    here = np.asarray([max(round(demand), 1)])
-    return float(sit.predictor.curve(target, here, accept)[0][0])
+    return sit.predictor.tokens_per_s_at(target, demand, accept)
 
 
 def _dwelt(sit: Situation, evaluation: Evaluation, dwelt: float) -> bool:

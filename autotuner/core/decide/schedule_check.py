@@ -105,8 +105,7 @@ def judge_schedule(
         return ScheduleFailure(dropped, capability)
     if not (np.isfinite(reference) and measured < reference * COLLAPSED):
         return None  # a smaller shortfall is the prediction's error: reverted as any change's
-    size = np.asarray([max(round(demand), 1)])
-    predicted = float(sit.predictor.curve(target, size, sit.accept)[0][0])
+    predicted = sit.predictor.tokens_per_s_at(target, demand, sit.accept)
     band = _band_at(run, demand)
     return ScheduleFailure(
         f"{what} collapsed: its {_band_label(band)} measured {measured:,.0f} tokens/s per "

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from autotuner.core.decide.context import Situation, whole_window
 from autotuner.core.decide.decisions import Make
 from autotuner.core.decide.schedule_check import MAX_WINDOWS, judge_schedule, regions, unverified
@@ -242,8 +240,7 @@ def _previous_at(sit: Situation, verification: Verification, batch: float) -> fl
     previous = verification.previous
     if previous.spec_tokens > sit.accept.max_spec_tokens:
         return float("nan")
-    sizes = np.asarray([max(round(batch), 1)])
-    return float(sit.predictor.curve(previous, sizes, sit.accept)[0][0])
+    return sit.predictor.tokens_per_s_at(previous, batch, sit.accept)
 
 
 def revert(

@@ -175,10 +175,15 @@ class Predictor:
             self.model, self.hardware, PLAIN, batches, from_conditional([]), self.workload
         )
 
+    def tokens_per_s_at(self, setup: Setup, demand: float, accept: AcceptanceEstimate) -> float:
+        """Calibrated tokens/s of one engine at one demand (requests per engine, rounded; at
+        least one)."""
+        return float(self.curve(setup, [max(round(demand), 1)], accept)[0][0])
+
     def peak_tokens_per_s(self, setup: Setup, accept: AcceptanceEstimate) -> float:
         """Calibrated tokens/s of one engine at the largest batch the setup fits."""
         batch = max(capacity(self.model, self.hardware, setup, self.workload), 1)
-        return float(self.curve(setup, [batch], accept)[0][0])
+        return self.tokens_per_s_at(setup, batch, accept)
 
     def crossover(
         self, current: Setup, rivals: Iterable[Setup], accept: AcceptanceEstimate
