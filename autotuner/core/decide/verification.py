@@ -203,9 +203,9 @@ def _measured_against_previous(
 
     Compare engines' throughput at the same demand: per-request rates would mislead when the
     two setups fit different numbers of requests. The reference is the rate measured before
-    the change when demand is similar, else the previous setup's calibrated prediction (nan
-    when it cannot be predicted), carried from the demand it was measured at along the
-    calibrated model's curve (`_carried`)."""
+    the change: as measured when demand is similar, else carried to this demand along the
+    calibrated model's curve (`_carried`); the previous setup's calibrated prediction only when
+    nothing was measured before the change (nan when it cannot be predicted)."""
     observation = sit.observation
     assert observation.generation_tokens_per_s is not None
     batch, before = sit.demand_mean, verification.baseline_batch
@@ -224,9 +224,9 @@ def _carried(
     """The previous setup's rate at `batch`, from what it measured at `before`: the model's
     ratio between the two demands times the measurement. The ratio, not the model's own
     tokens/s: on a machine whose speed the profile misses by more than calibration's bounds
-    (a MIG slice under a whole GPU's profile; the CPU tier under an H100's) the model's
-    tokens/s are off by that factor, and a change judged at a moved load was reverted on a
-    machine 5x slower than its profile, its gain tripled on one 5x faster."""
+    (a MIG slice under a whole GPU's profile; the CPU tier under an H100's) those are off by
+    that factor, which would revert a good change on a slower machine and inflate its gain on
+    a faster one."""
     there = _previous_at(sit, verification, before)
     here = _previous_at(sit, verification, batch)
     if not (math.isfinite(there) and math.isfinite(here)) or there <= 0:
