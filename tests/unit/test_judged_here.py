@@ -62,9 +62,9 @@ def test_a_move_within_the_tolerance_here_goes_ahead_of_the_load() -> None:
 
 def test_a_model_off_the_machines_scale_holds_nothing_here() -> None:
     # Every setup steps 20x faster than the model says (an unprofiled machine, as the real-vLLM
-    # tier's CPU is to the H100 profile) and the calibration is pinned: the model's tokens/s
-    # cannot be set against what spec:3 measures, so its ranking decides, as in the world
-    # above that runs as modelled (before: every move held as "would be reverted").
+    # tier's CPU is to the GPU profile it is given) and the calibration is pinned: the model's
+    # tokens/s cannot be set against what spec:3 measures, so its ranking decides, as in the
+    # world above that runs as modelled (before: every move held as "would be reverted").
     world = World(lambda setup, batch: 0.05, settings=PINNED, state=TunerState(current=SPEC3))
     rising_to(world, 3.0)
     made = world.run(20)

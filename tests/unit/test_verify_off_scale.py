@@ -39,7 +39,9 @@ def verdict_on(scale: float) -> tuple[Decision, Decision]:
     run = Restarting(falling_after_the_switch(switched_at), truth=truth)
     switch = run.until(switched)
     switched_at["at"] = switch.at
-    return switch, run.until(judged)
+    verdict = run.until(judged)
+    print(f"machine step {scale}x the profile's: {verdict.sentence}")  # pytest -s shows them
+    return switch, verdict
 
 
 def measured_gain(verdict: Decision) -> float:

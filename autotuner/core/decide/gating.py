@@ -106,8 +106,8 @@ def _scale_trusted(sit: Situation, rate: float, batch: float) -> bool:
     """Whether the calibrated model's tokens/s for the running setup at the measured batch are
     within TRUSTED_SCALE of what it measured there. Further off, the model's absolute scale is
     not this machine's (an unprofiled machine, a calibration at its bounds: the real-vLLM
-    tier's CPU measures ~24x the H100 profile's plain): its ratios still rank setups, but its
-    tokens/s cannot be set against a measurement."""
+    tier, a CPU serving a tiny model under a GPU's profile): its ratios still rank setups,
+    but its tokens/s cannot be set against a measurement."""
     current = sit.state.current
     if current is None:
         return False

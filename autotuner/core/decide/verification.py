@@ -224,7 +224,7 @@ def _carried(
     """The previous setup's rate at `batch`, from what it measured at `before`: the model's
     ratio between the two demands times the measurement. The ratio, not the model's own
     tokens/s: on a machine whose speed the profile misses by more than calibration's bounds
-    (a MIG slice under a whole GPU's profile; the CPU tier under an H100's) those are off by
+    (a MIG slice under a whole GPU's profile; the CPU tier under a GPU's) those are off by
     that factor, which would revert a good change on a slower machine and inflate its gain on
     a faster one."""
     there = _previous_at(sit, verification, before)
