@@ -11,9 +11,12 @@ from autotuner.core.types import Action, BlockReason, Decision, Setup
 from tests.support.policy import policy_settings
 from tests.unit.test_exploration import SETTINGS, SPEC3, World
 
-# The model pinned (no calibration), so what spec:3 measures stays above what the model says.
+# The model pinned (no calibration, nothing anchored to the running setup's measurement), so
+# what spec:3 measures stays above what the model says and only this rule weighs it.
 PINNED = policy_settings(
-    SETTINGS, calibration={"bounds": (1.0, 1.0)}, exploration={"enabled": False}
+    SETTINGS,
+    calibration={"bounds": (1.0, 1.0), "anchor_octaves": 0.0},
+    exploration={"enabled": False},
 )
 
 

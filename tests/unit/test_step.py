@@ -79,9 +79,11 @@ def test_the_open_table_row_switches() -> None:
     assert made.state.changes[-1] == NOW
 
 
-def _high_scenario_gain(state: TunerState, ctx: Context) -> tuple[float, float]:
+def _high_scenario_gain(
+    state: TunerState, ctx: Context, settings: PolicySettings
+) -> tuple[float, float]:
     """(point gain, gain with the optimistic acceptance) of the best candidate over spec:3."""
-    sit = situation(state, window(SPEC3), ctx, OPEN)
+    sit = situation(state, window(SPEC3), ctx, settings)
     evaluation = evaluate(sit, SPEC3)
     assert evaluation is not None
     point = state.acceptance.estimate(ctx.now, OPEN.estimates.acceptance_memory_half_life_s)
@@ -100,10 +102,13 @@ def _row(reason: BlockReason) -> tuple[TunerState, Observation, Context, PolicyS
     if reason is BlockReason.BELOW_MIN_GAIN:
         settings = policy_settings(OPEN, switch={"min_gain": 50.0})
     elif reason is BlockReason.LOW_CONFIDENCE:
-        point, high = _high_scenario_gain(state, ctx)
+        # Valued on the model alone: anchored to what spec:3 measures, spec:3's rate would not
+        # move with the acceptance scenario (objective() below does not anchor).
+        settings = policy_settings(OPEN, calibration={"anchor_octaves": 0.0})
+        point, high = _high_scenario_gain(state, ctx, settings)
         assert high < point
         switch = {"min_gain": (point + high) / 2, "min_confidence": 1.0}
-        settings = policy_settings(OPEN, switch=switch)
+        settings = policy_settings(settings, switch=switch)
     elif reason is BlockReason.DWELL:
         settings = policy_settings(OPEN, switch={"dwell_s": 3600})
     elif reason is BlockReason.RESTART_COST:

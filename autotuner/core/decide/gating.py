@@ -5,23 +5,20 @@ from __future__ import annotations
 
 import math
 
+from autotuner.core.decide.anchor import running_miss
 from autotuner.core.decide.context import Situation
 from autotuner.core.decide.decisions import why_unusable
 from autotuner.core.decide.reach import beyond_observed
 from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.valuation import EXTRA_POSITIONS, Evaluation, misses_latency_limits
 from autotuner.core.decide.verification import SIMILAR_DEMAND_OCTAVES
+from autotuner.core.predict.acceptance import AcceptanceEstimate
 from autotuner.core.types import BlockReason, Observation, Setup
 from autotuner.durations import format_duration
 
 HOUR = 3600.0
 # Holds that mean "the prediction is not sure enough": where an exploration may ask instead.
 UNSURE = (BlockReason.BELOW_MIN_GAIN, BlockReason.LOW_CONFIDENCE)
-
-# How far the calibrated model may be off the running setup's measurement for its tokens/s to
-# be compared with that measurement (the calibration's default bound: beyond it the model's
-# scale is not the machine's).
-TRUSTED_SCALE = 2.0
 
 # The least gain the dwell's evidence is counted against (a min_gain of 0 keeps a dwell).
 EVIDENCE_FLOOR = 0.01
@@ -91,7 +88,7 @@ def _holds_where_judged(sit: Situation, evaluation: Evaluation) -> tuple[bool, s
     if abs(math.log2(max(demand, 1.0) / max(batch, 1.0))) >= SIMILAR_DEMAND_OCTAVES:
         return True, ""
     predicted = _predicted_here(sit, target, demand)
-    if predicted is None or not _scale_trusted(sit, rate, batch):
+    if predicted is None or not _scale_trusted(sit):
         return True, ""
     floor = rate * (1 - sit.settings.verification.regression_tolerance)
     return predicted >= floor, (
@@ -102,32 +99,32 @@ def _holds_where_judged(sit: Situation, evaluation: Evaluation) -> tuple[bool, s
     )
 
 
-def _scale_trusted(sit: Situation, rate: float, batch: float) -> bool:
+def _scale_trusted(sit: Situation) -> bool:
     """Whether the calibrated model's tokens/s for the running setup at the measured batch are
     within TRUSTED_SCALE of what it measured there. Further off, the model's absolute scale is
     not this machine's (an unprofiled machine, a calibration at its bounds: the real-vLLM
     tier, a CPU serving a tiny model under a GPU's profile): its ratios still rank setups,
     but its tokens/s cannot be set against a measurement."""
-    current = sit.state.current
-    if current is None:
-        return False
-    modelled = _predicted_here(sit, current, batch)
-    if modelled is None or modelled <= 0:
-        return False
-    return abs(math.log(rate / modelled)) <= math.log(TRUSTED_SCALE)
+    return running_miss(sit, _valued_acceptance(sit)) is not None
 
 
 def _predicted_here(sit: Situation, target: Setup, demand: float) -> float | None:
     """The target's calibrated tokens/s at `demand`, on the acceptance the candidates are
     valued on (None: it drafts deeper than that reaches)."""
+    accept = _valued_acceptance(sit)
+    if target.spec_tokens > accept.max_spec_tokens:
+        return None
+    return sit.predictor.tokens_per_s_at(target, demand, accept)
+
+
+def _valued_acceptance(sit: Situation) -> AcceptanceEstimate:
+    """The acceptance the candidates are valued on: the estimate continued one position past
+    what was observed, up to the engine's and the settings' largest K."""
     limit = min(
         sit.ctx.engine.serving(sit.ctx.model).max_spec_tokens,
         max(sit.settings.candidates.spec_tokens, default=0),
     )
-    accept = beyond_observed(sit.accept, limit, EXTRA_POSITIONS)
-    if target.spec_tokens > accept.max_spec_tokens:
-        return None
-    return sit.predictor.tokens_per_s_at(target, demand, accept)
+    return beyond_observed(sit.accept, limit, EXTRA_POSITIONS)
 
 
 def _dwelt(sit: Situation, evaluation: Evaluation, dwelt: float) -> bool:

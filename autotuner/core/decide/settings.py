@@ -146,6 +146,13 @@ class CalibrationSettings(Group):
     bounds: tuple[float, float] = Field(
         (0.5, 2.0), description="Smallest and largest correction factor ([1, 1] pins the model)."
     )
+    anchor_octaves: float = Field(
+        0.5,
+        ge=0,
+        description="How far, in octaves of batch, what the running setup measures now moves "
+        "its family's calibrated rates (a Gaussian of this width around the measured demand; "
+        "0: not at all).",
+    )
 
 
 class VerificationSettings(Group):

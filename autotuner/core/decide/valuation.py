@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from autotuner.core.decide.anchor import anchor_factors
 from autotuner.core.decide.context import Situation
 from autotuner.core.decide.estimates import BATCH_BINS, BIN_MIDDLES
 from autotuner.core.decide.forecast import Forecast, day_forecast
@@ -282,7 +283,8 @@ def _per_bin(
         batches, weights = sit.state.batch.distribution()
         if not math.isfinite(objective(sit, setup, batches, weights, accept)):
             return None
-    return binned(sit.predictor, setup, accept or from_conditional([]), active)
+    accept = accept or from_conditional([])
+    return binned(sit.predictor, setup, accept, active) * anchor_factors(sit, setup, accept)
 
 
 def binned(
