@@ -13,7 +13,6 @@ from autotuner.core.decide.decisions import Make, numbers, percent
 from autotuner.core.decide.gating import first_block
 from autotuner.core.decide.state import Exploration, TunerState, Verification
 from autotuner.core.decide.valuation import Evaluation
-from autotuner.core.decide.verification import SIMILAR_DEMAND_OCTAVES
 from autotuner.core.predict.attribution import calibration_band
 from autotuner.core.types import Action, Decision, Setup
 
@@ -35,8 +34,8 @@ def explore(
         return None
     if sit.observation.batch is None or calibration_band(sit.demand_mean) != band:
         return None
-    if not _load_stays(sit):
-        return None  # asked on the way through, the answer is stale before it pays
+    if sit.unwatched > 0 or not _load_stays(sit):
+        return None  # before a dwell's watch nobody knows where the load is going
     restarts = len(state.recent_changes(sit.now))
     if restarts + 2 + settings.exploration.reserve > settings.restart.max_per_day:
         return None  # a question must not spend the restarts a predicted change needs
@@ -75,19 +74,19 @@ def explore(
 
 
 def _load_stays(sit: Situation) -> bool:
-    """Whether the load now is the load of the hours ahead: the demand within
-    SIMILAR_DEMAND_OCTAVES of the forecast's mean level over the horizon (the neighbourhood
-    verification compares in). On a rising morning a family that loses at 80 may win at the
-    300 the forecast is going to, so the question waits for the load it is about. Before the
-    load has been watched for a dwell nobody knows where it is going: the question waits."""
-    if sit.unwatched > 0:
-        return False
+    """Whether the load now is in the calibration band the hours ahead are priced in: the
+    band of the forecast's mean level over the horizon. Calibration learns per band, so what
+    a question measures now answers for the hours ahead only there: asked at batch 25 on a
+    morning rising to 200, replay measured slower, was reverted, and the plan moved to it for
+    the peak anyway, three restarts for one; asked at 78 on a morning rising to 260 it measures
+    the band the morning is priced in, and a slower answer is still kept while the plan,
+    valued with it, holds it (verification)."""
     ahead = sit.forecast
     if ahead is None or not math.isfinite(sit.demand_mean):
         return True
-    levels = np.log2(np.maximum(np.asarray(ahead.level), 1.0))
-    mean = float(np.average(levels, weights=np.asarray(ahead.durations)))
-    return abs(math.log2(max(sit.demand_mean, 1.0)) - mean) < SIMILAR_DEMAND_OCTAVES
+    levels = np.log(np.maximum(np.asarray(ahead.level), 1.0))
+    mean = math.exp(float(np.average(levels, weights=np.asarray(ahead.durations))))
+    return calibration_band(sit.demand_mean) == calibration_band(mean)
 
 
 def _widest_chance(

@@ -4,12 +4,13 @@ when it measures worse or its quality canary failed), and the revert itself."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from autotuner.core.decide.context import Situation, whole_window
 from autotuner.core.decide.decisions import Make
 from autotuner.core.decide.schedule_check import MAX_WINDOWS, judge_schedule, regions, unverified
 from autotuner.core.decide.state import QualityStatus, Refusal, TunerState, Verification
-from autotuner.core.decide.valuation import misses_latency_limits
+from autotuner.core.decide.valuation import evaluate, misses_latency_limits
 from autotuner.core.engine.capabilities import Capability
 from autotuner.core.types import Action, BlockReason, Decision
 from autotuner.errors import UnusableReason
@@ -19,6 +20,8 @@ from autotuner.errors import UnusableReason
 SIMILAR_DEMAND_OCTAVES = 0.5
 # How many windows past the settle a demand far below the one before the switch is waited out.
 RECONNECT_WINDOWS = 3
+# An anchor this wide moves the running family's rates alike at every batch.
+EVERY_BATCH = 64.0
 # What a window says when the engine itself is not answering (not a bad scrape of a live one).
 NOT_SERVING = (UnusableReason.SERVER_DOWN, UnusableReason.HTTP_ERROR)
 
@@ -53,12 +56,14 @@ def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
     # A move off a setup that misses the latency limits is judged by them, not by tokens/s.
     # The windows a schedule waits for past the first are asked only whether it collapsed or
     # was not run: held to the tolerance each, more windows would only revert more noise.
-    if (
+    slower = (
         verification.windows_judged == 0
         and math.isfinite(reference)
         and measured < reference * (1 - tolerance)
         and not misses_latency_limits(sit, verification.previous)
-    ):
+    )
+    held_by_plan = slower and explored and _plan_holds(sit, verification)
+    if slower and not held_by_plan:
         return revert(
             sit,
             make,
@@ -79,7 +84,24 @@ def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
             "the quality canary on the new setup"
         )
         return _waiting(make, verification, why), state
-    return _verified(state, make, measured, reference, batch)
+    return _verified(state, make, measured, reference, batch, held_by_plan)
+
+
+def _plan_holds(sit: Situation, verification: Verification) -> bool:
+    """Whether the plan, valued with what the exploration measured, holds the explored setup
+    over the horizon: on a rising morning replay may measure under speculation at 80 and win
+    at the 300 the forecast goes to, and going back costs a restart now and another when the
+    plan moves to it for the peak. The miss measured here is taken to hold at every batch of
+    the family (calibration learns it for this band only): an answer slower than modelled is
+    not kept on the model's hopes for the bands it has not run in."""
+    calibration = sit.settings.calibration.model_copy(update={"anchor_octaves": EVERY_BATCH})
+    settings = sit.settings.model_copy(update={"calibration": calibration})
+    evaluation = evaluate(replace(sit, settings=settings), verification.target)
+    if evaluation is None:
+        return False
+    return evaluation.best == verification.target or (
+        evaluation.gain < sit.settings.switch.min_gain
+    )
 
 
 def _regions_pending(
@@ -112,17 +134,28 @@ def _waiting(make: Make, verification: Verification, why: str) -> Decision:
 
 
 def _verified(
-    state: TunerState, make: Make, measured: float, reference: float, batch: float
+    state: TunerState,
+    make: Make,
+    measured: float,
+    reference: float,
+    batch: float,
+    held_by_plan: bool = False,
 ) -> tuple[Decision, TunerState]:
-    """The change held up (and its quality check passed or was skipped): it is the known good."""
+    """The change held up (and its quality check passed or was skipped): it is the known good.
+    `held_by_plan`: an exploration that measured slower here, kept for the hours ahead."""
     verification = state.verification
     assert verification is not None
     target, quality = verification.target, verification.quality
+    why = (
+        f"; the plan, valued with that measurement, holds {target.label} for the hours ahead"
+        if held_by_plan
+        else ""
+    )
     decision = make(
         Action.KEEP,
         f"verified {target.label}: {measured:,.0f} tokens/s per engine at demand "
         f"{batch:.0f} vs {reference:,.0f} for {verification.previous.label} "
-        f"({measured / reference - 1:+.1%}; predicted {verification.predicted_gain:+.1%})",
+        f"({measured / reference - 1:+.1%}; predicted {verification.predicted_gain:+.1%}){why}",
         target=target,
         gain=measured / reference - 1 if reference else 0.0,
         notes=(f"quality: {quality.status}: {quality.summary}",) if quality else (),
