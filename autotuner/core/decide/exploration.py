@@ -35,7 +35,7 @@ def explore(
     if sit.observation.batch is None or calibration_band(sit.demand_mean) != band:
         return None
     if sit.unwatched > 0 or not _load_stays(sit):
-        return None  # before a dwell's watch nobody knows where the load is going
+        return None  # unwatched: where the load goes is unknown; out of the band ahead: moot
     restarts = len(state.recent_changes(sit.now))
     if restarts + 2 + settings.exploration.reserve > settings.restart.max_per_day:
         return None  # a question must not spend the restarts a predicted change needs
