@@ -2,11 +2,10 @@
 
 Calibration corrects the model with one factor per family and batch band, and a band is two
 octaves wide (core/predict/attribution.py). Where the model's error changes across a band, the
-band's factor is right on average and wrong at its ends: on the published held-out days the
-model's replay:16 tokens/s are 0.57x the published at batch 64 and 0.75x at 192, so with replay
-running at 90 on a falling evening its own calibrated rate there came out 12% under what it was
-serving, and the plan moved off it an hour early into a setup that measured 13% worse and was
-reverted. What the running setup serves at the load now is not a prediction: its family's
+band's factor is right on average and wrong at its ends: on the published held-out days, with
+replay running on a falling evening, its calibrated rate at the load then came out under what
+it was serving, and the plan moved off it an hour early into a setup that measured 13% worse and
+was reverted. What the running setup serves at the load now is not a prediction: its family's
 rates are moved to pass through it, fully at the measured demand and fading either way over
 `policy.calibration.anchor_octaves` (half an octave, the neighbourhood verification judges a
 change in; a Gaussian in log2 batch), so the plan values holding it by the measurement and the
@@ -32,6 +31,8 @@ from autotuner.core.types import Setup
 # Beyond this factor between the running setup's measurement and the calibrated model, the
 # model's tokens/s are not set against measurements (its ranking still decides).
 TRUSTED_SCALE = 2.0
+# An anchor this wide moves the running family's rates alike at every batch.
+EVERY_BATCH = 64.0
 
 
 def running_miss(sit: Situation, accept: AcceptanceEstimate) -> float | None:

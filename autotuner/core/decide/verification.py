@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from autotuner.core.decide.anchor import EVERY_BATCH
 from autotuner.core.decide.context import Situation, whole_window
 from autotuner.core.decide.decisions import Make
 from autotuner.core.decide.schedule_check import MAX_WINDOWS, judge_schedule, regions, unverified
@@ -20,8 +21,6 @@ from autotuner.errors import UnusableReason
 SIMILAR_DEMAND_OCTAVES = 0.5
 # How many windows past the settle a demand far below the one before the switch is waited out.
 RECONNECT_WINDOWS = 3
-# An anchor this wide moves the running family's rates alike at every batch.
-EVERY_BATCH = 64.0
 # What a window says when the engine itself is not answering (not a bad scrape of a live one).
 NOT_SERVING = (UnusableReason.SERVER_DOWN, UnusableReason.HTTP_ERROR)
 
