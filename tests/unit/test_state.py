@@ -237,6 +237,18 @@ def test_a_schema_4_state_keeps_its_restart_durations_and_drops_its_compile_keys
     assert read.state.restart_costs.cached["spec:3"].seconds == 42.0
 
 
+def test_a_schema_5_state_reads_with_no_acceptance_drift_yet() -> None:
+    record = json.loads(switched().model_dump_json())
+    record["schema_version"] = 5
+    del record["acceptance_drift"]
+    read = read_state(json.dumps(record))
+    assert read.state is not None
+    assert read.written_as == 5
+    assert read.dropped == ()
+    assert read.state.acceptance_drift.per_s() == 0.0
+    assert read.state.current == switched().current
+
+
 def test_the_demand_memory_and_the_restart_costs_persist() -> None:
     settings = ForecastSettings()
     load = LoadMemory().add(40.0, NOW, settings).add(60.0, NOW + 300, settings)

@@ -62,11 +62,14 @@ class Context:
 
     def acceptance(self, state: TunerState, settings: PolicySettings) -> AcceptanceEstimate | None:
         """The acceptance decided on now: the pinned rates where settings pin them, else the
-        remembered measurements (None: never observed)."""
+        remembered measurements, their interval widened by how far acceptance may have moved
+        since its last window (None: never observed)."""
         pinned = settings.estimates.acceptance_pinned
         if pinned:
             return from_conditional(pinned)
-        return state.acceptance.estimate(self.now, settings.estimates.acceptance_memory_half_life_s)
+        half_life = settings.estimates.acceptance_memory_half_life_s
+        remembered = state.acceptance.estimate(self.now, half_life)
+        return remembered and remembered.widened(state.acceptance_moved(self.now))
 
 
 @dataclass(frozen=True)

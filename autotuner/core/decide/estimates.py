@@ -1,5 +1,5 @@
-"""Estimates carried across windows: acceptance memory and the batch distribution (the
-calibration is core/predict/attribution.py).
+"""Estimates carried across windows: acceptance memory, how fast acceptance moves, and the batch
+distribution (the calibration is core/predict/attribution.py).
 
 All decay exponentially with a half-life and take time as an input; all are plain pydantic
 values, so they persist in the TunerState annotation unchanged.
@@ -7,6 +7,7 @@ values, so they persist in the TunerState annotation unchanged.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -130,6 +131,77 @@ class AcceptanceMemory(BaseModel):
             [t * weight for t in tried],
             [t > 0 and low > 0.01 * t for low, t in zip(lower, tried, strict=True)],
         )
+
+
+# Acceptance moved less than this (a share of drafts) has not moved: the rounding of a fit.
+NOTICEABLE_MOVE = 0.01
+
+
+class AcceptanceDrift(BaseModel):
+    """How fast acceptance moved while it was measured: a line through each window's first
+    position rate against time, least squares with every window weighted by decay. The sums
+    are kept about `updated_at` (times in seconds before it), so they stay small.
+
+    Remembered acceptance is as old as the last window that drafted; a workload whose
+    acceptance moved while it was watched may have moved as far again since (a chat morning
+    and a code evening draft differently), and the interval of the memory widens by that
+    (`moved`). The slope counts only beyond two standard errors of its fit, so a steady
+    acceptance measured noisily moves nothing."""
+
+    model_config = ConfigDict(frozen=True)
+
+    weight: float = 0.0
+    time: float = 0.0  # sum of w t
+    rate: float = 0.0  # sum of w a
+    time_time: float = 0.0  # sum of w t^2
+    time_rate: float = 0.0  # sum of w t a
+    rate_rate: float = 0.0  # sum of w a^2
+    updated_at: float | None = None
+
+    def add(self, rate: float, now: float, half_life_s: float) -> AcceptanceDrift:
+        if self.updated_at is None:
+            return AcceptanceDrift(weight=1.0, rate=rate, rate_rate=rate * rate, updated_at=now)
+        shift = now - self.updated_at  # every old time moves this far into the past
+        keep = decay(shift, half_life_s)
+        w, t, a = self.weight, self.time, self.rate
+        return AcceptanceDrift(
+            weight=w * keep + 1.0,
+            time=(t - shift * w) * keep,
+            rate=a * keep + rate,
+            time_time=(self.time_time - 2 * shift * t + shift * shift * w) * keep,
+            time_rate=(self.time_rate - shift * a) * keep,
+            rate_rate=self.rate_rate * keep + rate * rate,
+            updated_at=now,
+        )
+
+    def per_s(self) -> float:
+        """How far acceptance moved per second, beyond the fit's noise (0 with fewer than
+        three windows' weight or none of their spread in time)."""
+        if self.weight < 3:
+            return 0.0
+        mean_t, mean_a = self.time / self.weight, self.rate / self.weight
+        spread = self.time_time / self.weight - mean_t * mean_t
+        if spread <= 0:
+            return 0.0
+        slope = (self.time_rate / self.weight - mean_t * mean_a) / spread
+        scatter = self.rate_rate / self.weight - mean_a * mean_a - slope * slope * spread
+        error = math.sqrt(max(scatter, 0.0) / ((self.weight - 2) * spread))
+        return max(abs(slope) - 2 * error, 0.0)
+
+    def moved(self, age_s: float | None) -> float:
+        """How far acceptance may have moved in `age_s` at the rate it moved while measured
+        (0 under NOTICEABLE_MOVE)."""
+        moved = self.per_s() * max(age_s or 0.0, 0.0)
+        return moved if moved >= NOTICEABLE_MOVE else 0.0
+
+
+def first_position_rate(stats: AcceptanceStats) -> float | None:
+    """The window's acceptance at the first position (every draft proposes it), or None
+    where nothing was drafted."""
+    trials = _window_trials(stats)
+    if not trials or trials[0] <= 0:
+        return None
+    return min(max(stats.accepted_per_position[0] / trials[0], 0.0), 1.0)
 
 
 def _window_trials(stats: AcceptanceStats) -> list[float]:

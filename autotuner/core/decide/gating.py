@@ -44,6 +44,7 @@ def _worth(sit: Situation, evaluation: Evaluation, dwell: bool) -> list[Check]:
     dwelt = (sit.now - pending.since) if pending is not None else 0.0
     pays, why = _pays(sit, evaluation)
     judged, short = _holds_where_judged(sit, evaluation)
+    needed, every = _needed_confidence(sit, evaluation.best)
     return [
         (
             evaluation.gain < switch.min_gain,
@@ -51,9 +52,9 @@ def _worth(sit: Situation, evaluation: Evaluation, dwell: bool) -> list[Check]:
             f"that is below the {switch.min_gain:.0%} minimum",
         ),
         (
-            evaluation.confidence < switch.min_confidence,
+            evaluation.confidence < needed,
             BlockReason.LOW_CONFIDENCE,
-            f"only {evaluation.confidence:.0%} of acceptance scenarios agree",
+            f"only {evaluation.confidence:.0%} of acceptance scenarios agree{every}",
         ),
         (
             # Without a pending change the plan holds: the dwell never starts, and the
@@ -66,6 +67,24 @@ def _worth(sit: Situation, evaluation: Evaluation, dwell: bool) -> list[Check]:
         (not pays, BlockReason.RESTART_COST, why),
         (not judged, BlockReason.RESTART_COST, short),
     ]
+
+
+def _needed_confidence(sit: Situation, target: Setup) -> tuple[float, str]:
+    """The share of acceptance scenarios a move to `target` needs, and why when it is all:
+    a move into drafting on acceptance remembered from before speculation was turned off,
+    which moved while it was measured, must hold at its interval's low end. No window measures
+    acceptance before that restart, and the low end is where the workload may have gone."""
+    moved = sit.state.acceptance_moved(sit.now)
+    pinned = sit.settings.estimates.acceptance_pinned
+    if not target.spec_tokens or moved <= 0 or pinned:
+        return sit.settings.switch.min_confidence, ""
+    age = sit.state.acceptance.age_s(sit.now) or 0.0
+    per_hour = sit.state.acceptance_drift.per_s() * HOUR
+    return 1.0, (
+        f"; it drafts on acceptance remembered from {format_duration(age)} ago, which moved "
+        f"{per_hour:.3f} an hour while measured (its interval is {moved:.2f} wider each side), "
+        "so every scenario must"
+    )
 
 
 def _holds_where_judged(sit: Situation, evaluation: Evaluation) -> tuple[bool, str]:

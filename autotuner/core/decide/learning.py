@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from autotuner.core.decide.context import Context, demand, whole_window
+from autotuner.core.decide.estimates import first_position_rate
 from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState
 from autotuner.core.observe.observation import read_acceptance
@@ -41,6 +42,11 @@ def absorb(
         update["acceptance"] = state.acceptance.add(
             stats, ctx.now, settings.estimates.acceptance_half_life_s
         )
+        first = first_position_rate(stats)
+        if first is not None:
+            update["acceptance_drift"] = state.acceptance_drift.add(
+                first, ctx.now, settings.estimates.acceptance_drift_half_life_s
+            )
     state = state.updated(**update)
     if known is not None and (live is None or live.spec_tokens == known.spec_tokens):
         state = _calibrate(state, observation, ctx, settings, known)

@@ -121,6 +121,12 @@ class EstimateSettings(Group):
     acceptance_memory_half_life_s: float = Field(
         6 * HOUR, gt=0, description="How fast remembered acceptance loses confidence when off."
     )
+    acceptance_drift_half_life_s: float = Field(
+        2 * HOUR,
+        gt=0,
+        description="Half-life of the windows the acceptance's drift per hour is fitted on; "
+        "remembered acceptance's interval widens by that drift times its age.",
+    )
     batch_half_life_s: float = Field(
         900, gt=0, description="Half-life of the batch history the expected gain is taken over."
     )

@@ -15,7 +15,7 @@ from typing import Annotated, Any, NamedTuple
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, ValidationError
 
-from autotuner.core.decide.estimates import AcceptanceMemory, BatchHistogram
+from autotuner.core.decide.estimates import AcceptanceDrift, AcceptanceMemory, BatchHistogram
 from autotuner.core.decide.forecast import LoadMemory
 from autotuner.core.decide.restarts import RestartCosts
 from autotuner.core.predict.attribution import Attribution
@@ -26,7 +26,7 @@ DAY = 86400.0
 # 1: unversioned; 2: calibration per setup and band; 3: per kernel class; 4: the demand memory
 # (trend and profile by time of day) and the restart costs learned per setup; 5: compile keys
 # carry prefix caching
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SET_ASIDE_CHARS = 65536  # an unreadable state is kept (this much of it) for the operator
 
 
@@ -152,6 +152,7 @@ class TunerState(BaseModel):
     current: Setup | None = None
     last_known_good: Setup | None = None
     acceptance: AcceptanceMemory = AcceptanceMemory()
+    acceptance_drift: AcceptanceDrift = AcceptanceDrift()  # how fast it moved while measured
     batch: BatchHistogram = BatchHistogram()
     calibration: Attribution = Attribution()  # where the cost model is wrong, by kernel class
     pending: Pending | None = None
@@ -293,6 +294,11 @@ class TunerState(BaseModel):
     def recent_changes(self, now: float) -> tuple[float, ...]:
         return tuple(t for t in self.changes if t > now - DAY)
 
+    def acceptance_moved(self, now: float) -> float:
+        """How far remembered acceptance may have moved since its last window, at the rate it
+        moved while measured (0 while speculation measures it)."""
+        return self.acceptance_drift.moved(self.acceptance.age_s(now))
+
     def _changed(self, now: float) -> TunerState:
         return self.updated(changes=(*self.recent_changes(now), now))
 
@@ -365,4 +371,9 @@ def _from_v4(record: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     return {**record, "schema_version": SCHEMA_VERSION, "restart_costs": costs}, dropped
 
 
-_MIGRATIONS = {1: _from_v1, 2: _from_v2, 3: _from_v3, 4: _from_v4}
+def _from_v5(record: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Schema 6 adds the acceptance's drift: it starts empty (no drift until measured)."""
+    return {**record, "schema_version": SCHEMA_VERSION}, ()
+
+
+_MIGRATIONS = {1: _from_v1, 2: _from_v2, 3: _from_v3, 4: _from_v4, 5: _from_v5}

@@ -383,9 +383,15 @@ def _remembered(sit: Situation) -> list[str]:
     age = sit.state.acceptance.age_s(sit.now) if sit.acceptance is not None else None
     if age is None or age <= sit.settings.estimates.acceptance_half_life_s:
         return []
+    moved = sit.state.acceptance_moved(sit.now)
+    drift = (
+        f" and by the {moved:.2f} it may have moved since, at the rate it moved while measured"
+        if moved > 0
+        else ""
+    )
     return [
         f"acceptance is remembered from {age / 60:.0f} min ago (speculation "
-        "off since); its interval widens with age"
+        f"off since); its interval widens with age{drift}"
     ]
 
 

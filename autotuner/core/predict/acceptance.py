@@ -83,6 +83,18 @@ class AcceptanceEstimate(BaseModel):
         k = self._checked(spec_tokens)
         return tau(self.conditional_low, k), tau(self.conditional_high, k)
 
+    def widened(self, by: float) -> AcceptanceEstimate:
+        """The same rates with every position's interval `by` wider on each side (within
+        0-1): what the counts do not know, such as how far the workload moved since."""
+        if by <= 0:
+            return self
+        return self.model_copy(
+            update={
+                "conditional_low": tuple(max(low - by, 0.0) for low in self.conditional_low),
+                "conditional_high": tuple(min(high + by, 1.0) for high in self.conditional_high),
+            }
+        )
+
     def _checked(self, spec_tokens: int) -> int:
         if not 0 <= spec_tokens <= self.max_spec_tokens:
             raise InputError(
