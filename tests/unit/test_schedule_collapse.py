@@ -7,18 +7,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotuner.core.decide.context import Context, situation
+from autotuner.core.decide.estimates import AcceptanceMemory
+from autotuner.core.decide.schedule_check import judge_schedule
+from autotuner.core.decide.state import TunerState
 from autotuner.core.engine.capabilities import Capability
+from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.engine.workload import Workload
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, Decision, Observation, Setup
 from autotuner.engines.vllm.capabilities import UPSTREAM
 from autotuner.sim.schedule_worlds import collapsing_schedules, k_edges, near_an_edge
 from autotuner.sim.truth import StepError, TruthEngine, no_error
-from tests.support.policy import MODEL, policy_settings
+from tests.support.policy import H200, MODEL, policy_settings
 from tests.unit.test_policy import NO_DWELL, Run, _k1_crosses_plain
 
 B200, TP2 = datasheet("B200"), Workload(tensor_parallel=2)
 MIXED = [32, 64, 128, 300, 320, 300]
+LIMITS = ObservationLimits(min_drafts=10)
+SETTINGS = policy_settings()
 
 
 def scheduled_run(error: StepError) -> Run:
@@ -110,3 +117,38 @@ def test_a_schedule_the_engine_did_not_run_is_reverted_naming_that() -> None:
     assert judged[0].action is Action.REVERT, judged[0].sentence
     assert "the engine did not run the schedule" in judged[0].sentence
     assert Capability.SPEC_SCHEDULE.value in dropping.state.refused
+
+
+def judged_at(previous: Setup, target: Setup, share_of_expected: float) -> str | None:
+    """The collapse judge's reason for `target` (replacing `previous`) at batch 300 when it
+    serves `share_of_expected` of what the cost model expects of it beside `previous`'s
+    measured rate (None: no collapse)."""
+    memory = AcceptanceMemory(
+        drafts=1e5, accepted_per_position=(3e4, 9e3), trials_per_position=(1e5, 3e4), updated_at=0
+    )
+    state = TunerState(current=target, acceptance=memory)
+    truth = TruthEngine(MODEL, H200)
+    window = truth.observation(
+        now=60.0, window_s=60.0, setup=previous, batch=300, rates=(0.3, 0.3), limits=LIMITS
+    )
+    ctx = Context(now=60.0, model=MODEL, hardware=H200, engine=UPSTREAM, deployed=target)
+    sit = situation(state, window.model_copy(update={"acceptance": None}), ctx, SETTINGS)
+    ratio = sit.predictor.model_tokens_per_s_at(
+        target, 300, sit.accept
+    ) / sit.predictor.model_tokens_per_s_at(previous, 300, sit.accept)
+    reference = 10_000.0
+    measured = reference * ratio * share_of_expected
+    failed = judge_schedule(sit, (previous, target), measured, reference, 300.0)
+    return failed.why if failed is not None else None
+
+
+def test_a_schedule_serving_what_the_model_expected_did_not_collapse() -> None:
+    """At acceptance 0.3 and batch 300 the model expects the schedule well under replay:
+    serving that (under 0.6 of replay's rate) is the prediction's to judge, not a collapse;
+    serving a third of it is one."""
+    previous, target = Setup(replay_window=16), Setup.parse("spec:2@1-191:2,192-8191:1")
+    assert judged_at(previous, target, 0.9) is None
+    why = judged_at(previous, target, 0.3)
+    assert why is not None
+    assert "collapsed" in why
+    assert "where the model expected" in why

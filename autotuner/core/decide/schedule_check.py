@@ -21,10 +21,12 @@ from autotuner.core.decide.context import Situation
 from autotuner.core.engine.capabilities import Capability
 from autotuner.core.types import Observation, ScheduleBand, Setup
 
-# A band that serves less than this share of what the setup it replaced serves there collapsed
+# A band collapsed when it serves less than this share of what the setup it replaced serves
+# there, and less than this share of what the model expected of it beside that setup
 # (vllm#49548: 24-157 of ~232 tokens/s, 0.10-0.68 of the static K's rate); a smaller shortfall
-# is the prediction's error, judged as any change's. Against the previous setup's rate, not the
-# prediction: calibration has already learned from this window.
+# is the prediction's error, judged as any change's. The expectation is the cost model's ratio
+# of the two setups before calibration: calibration has already learned from this window, and a
+# setup the model expected to serve half as much and serving half as much ran as written.
 COLLAPSED = 0.6
 # Draft tokens per draft farther than this from what the bands give were not the bands' K.
 K_USED_TOLERANCE = 0.5
@@ -86,12 +88,18 @@ class ScheduleFailure:
 
 
 def judge_schedule(
-    sit: Situation, target: Setup, measured: float, reference: float, demand: float
+    sit: Situation,
+    switch: tuple[Setup, Setup],
+    measured: float,
+    reference: float,
+    demand: float,
 ) -> ScheduleFailure | None:
     """The schedule's failure in this window, if it failed: not run as written (a schedule
-    the engine takes per batch), or its band (of `target` as the engine runs it: SGLang's
-    adaptive tiers too) collapsed, measuring under COLLAPSED of what the previous setup
-    gives at this demand."""
+    the engine takes per batch), or its band (of the target, as the engine runs it: SGLang's
+    adaptive tiers too) collapsed, measuring under COLLAPSED of what the previous setup gives
+    at this demand and of what the model expected of it there. `switch` is (previous,
+    target)."""
+    previous, target = switch
     run = sit.ctx.engine.as_run(target)
     if not run.schedule:
         return None
@@ -105,15 +113,29 @@ def judge_schedule(
         return ScheduleFailure(dropped, capability)
     if not (np.isfinite(reference) and measured < reference * COLLAPSED):
         return None  # a smaller shortfall is the prediction's error: reverted as any change's
-    predicted = sit.predictor.tokens_per_s_at(target, demand, sit.accept)
+    expected = reference * _model_ratio(sit, previous, target, demand)
+    if np.isfinite(expected) and measured >= expected * COLLAPSED:
+        return None  # it served about what the model expected of it: it ran as written
     band = _band_at(run, demand)
     return ScheduleFailure(
         f"{what} collapsed: its {_band_label(band)} measured {measured:,.0f} tokens/s per "
-        f"engine at demand {demand:.0f} where {predicted:,.0f} was predicted "
-        f"({measured / predicted - 1:.0%}){_k_used(observation)}, as a schedule whose batch "
+        f"engine at demand {demand:.0f}, {measured / reference - 1:.0%} against "
+        f"{previous.label}'s {reference:,.0f} where the model expected "
+        f"{expected / reference - 1:+.0%}{_k_used(observation)}, as a schedule whose batch "
         "moves across a band edge does (vllm-project/vllm#49548)",
         capability,
     )
+
+
+def _model_ratio(sit: Situation, previous: Setup, target: Setup, demand: float) -> float:
+    """The cost model's tokens/s of `target` over `previous`'s at `demand`, uncalibrated (nan
+    where either drafts deeper than the acceptance reaches or serves nothing)."""
+    accept = sit.accept
+    if max(previous.spec_tokens, target.spec_tokens) > accept.max_spec_tokens:
+        return float("nan")
+    before = sit.predictor.model_tokens_per_s_at(previous, demand, accept)
+    after = sit.predictor.model_tokens_per_s_at(target, demand, accept)
+    return after / before if before > 0 else float("nan")
 
 
 def _not_run(observation: Observation, target: Setup) -> str | None:

@@ -44,7 +44,8 @@ def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
     if unsettled is not None:
         return _waiting(make, verification, unsettled), state
     measured, reference, batch = _measured_against_previous(sit, verification)
-    failed = judge_schedule(sit, verification.target, measured, reference, batch)
+    switch = (verification.previous, verification.target)
+    failed = judge_schedule(sit, switch, measured, reference, batch)
     if failed is not None:
         gain = measured / reference - 1 if math.isfinite(reference) and reference else 0.0
         return revert(sit, make, failed.why, gain=gain, refuse=failed.capability)

@@ -180,6 +180,12 @@ class Predictor:
         least one)."""
         return float(self.curve(setup, [max(round(demand), 1)], accept)[0][0])
 
+    def model_tokens_per_s_at(
+        self, setup: Setup, demand: float, accept: AcceptanceEstimate
+    ) -> float:
+        """The cost model's tokens/s of one engine at one demand, before any calibration."""
+        return float(self.model_curve(setup, [max(round(demand), 1)], accept).tokens_per_s[0])
+
     def peak_tokens_per_s(self, setup: Setup, accept: AcceptanceEstimate) -> float:
         """Calibrated tokens/s of one engine at the largest batch the setup fits."""
         batch = max(capacity(self.model, self.hardware, setup, self.workload), 1)
