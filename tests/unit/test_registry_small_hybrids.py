@@ -1,17 +1,23 @@
 """The small hybrid sizes in the registry (Qwen3.5 0.8B-9B, Granite-4.0-H Micro/Tiny/1B/350M)
-hold the parameters and layer kinds their sources state.
+hold the configs and parameters their sources state.
 
-The Qwen3.5 figures are the element counts of each checkpoint's text tensors as its GGUF
-listing gives them (Thireus/GGUF-Tool-Suite@384c1f85, models/Qwen3.5-*/group0/tensors.bf16.map,
-summed); the reader leaves out only the norms, well under 0.1%. The Granite figures are IBM's
-model-card table ("# Parameters", "# Active parameters"), each read as the interval that
-rounds to the printed figure.
+Seven entries carry their model's published config.json as a public repository copied it
+verbatim; PUBLISHED below transcribes, from those copies, every field the cost model reads, so
+an entry that drifts from its published file fails here. Granite-4.0-H-Micro has no such copy
+yet: it stays derived from IBM's model-card table.
+
+The Qwen3.5 parameter figures are the element counts of each checkpoint's text tensors as its
+GGUF listing gives them (Thireus/GGUF-Tool-Suite@384c1f85, models/Qwen3.5-*/group0/
+tensors.bf16.map, summed); the reader leaves out only the norms, well under 0.1%. The Granite
+figures are IBM's model-card table ("# Parameters", "# Active parameters"), each read as the
+interval that rounds to the printed figure.
 """
 
 from __future__ import annotations
 
 import copy
 import re
+from typing import Any
 
 import pytest
 
@@ -49,6 +55,120 @@ LAYER_KINDS = {
     "ibm-granite/granite-4.0-h-350m": (28, 4),
 }
 
+# Where each published config.json was read: "owner/name@full-commit path".
+_VIEWER = "KinChow/model-structure-viewer@728e0b0834a8b0fd382d312c27ed755ffe29b8c3"
+_DINOML = (
+    "hlky/dinoml_v2@6b8c0acb3a19f77188401b57db6e403aa92534f3 "
+    "agents/plans/transformers/granitemoehybrid/_sources/"
+)
+SOURCES = {
+    "Qwen/Qwen3.5-0.8B": f"{_VIEWER} models/Qwen/Qwen3.5-0.8B/config.json",
+    "Qwen/Qwen3.5-2B": f"{_VIEWER} models/Qwen/Qwen3.5-2B/config.json",
+    "Qwen/Qwen3.5-4B": f"{_VIEWER} models/Qwen/Qwen3.5-4B/config.json",
+    "Qwen/Qwen3.5-9B": f"{_VIEWER} models/Qwen/Qwen3.5-9B/config.json",
+    "ibm-granite/granite-4.0-h-tiny": (
+        "SujeethJinesh/LatentWire@45631fb35941fbe7a7227bd62468349847b598e2 "
+        "experimental/hybridkernel/phase0/configs/ibm-granite-4.0-h-tiny.config.json"
+    ),
+    "ibm-granite/granite-4.0-h-1b": f"{_DINOML}ibm-granite__granite-4.0-h-1b.config.json",
+    "ibm-granite/granite-4.0-h-350m": f"{_DINOML}ibm-granite__granite-4.0-h-350m.config.json",
+}
+VERBATIM_SOURCE = re.compile(r"\b[\w.-]+/[\w.-]+@[0-9a-f]{40} \S+config\.json\b")
+
+
+def _qwen(
+    hidden: int, ffn: int, layers: int, heads: tuple[int, int], linear: tuple[int, int], tied: bool
+) -> dict[str, Any]:
+    """A Qwen3.5 text config's cost-model fields (the family shares the rest)."""
+    return {
+        "hidden_size": hidden,
+        "intermediate_size": ffn,
+        "num_hidden_layers": layers,
+        "attention_at": tuple(range(3, layers, 4)),
+        "num_attention_heads": heads[0],
+        "num_key_value_heads": heads[1],
+        "head_dim": 256,
+        "linear_num_key_heads": linear[0],
+        "linear_num_value_heads": linear[1],
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "attn_output_gate": True,
+        "mamba_ssm_dtype": "float32",
+        "mtp_num_hidden_layers": 1,
+        "vocab_size": 248320,
+        "tie_word_embeddings": tied,
+    }
+
+
+def _granite(
+    hidden: int,
+    ffn: tuple[int, int],
+    layers: int,
+    attention_at: tuple[int, ...],
+    heads: tuple[int, int],
+    mamba: tuple[int, int],
+    experts: tuple[int, int] = (0, 0),
+) -> dict[str, Any]:
+    """A Granite-4.0-H config's cost-model fields (the family shares the rest)."""
+    return {
+        "hidden_size": hidden,
+        "intermediate_size": ffn[0],
+        "shared_intermediate_size": ffn[1],
+        "num_hidden_layers": layers,
+        "attention_at": attention_at,
+        "num_attention_heads": heads[0],
+        "num_key_value_heads": heads[1],
+        "mamba_n_heads": mamba[0],
+        "mamba_d_head": mamba[1],
+        "mamba_d_state": 128,
+        "mamba_n_groups": 1,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "num_local_experts": experts[0],
+        "num_experts_per_tok": experts[1],
+        "vocab_size": 100352,
+        "tie_word_embeddings": True,
+    }
+
+
+# Transcribed from the files SOURCES names, not from the registry entries.
+PUBLISHED = {
+    "Qwen/Qwen3.5-0.8B": _qwen(1024, 3584, 24, (8, 2), (16, 16), tied=True),
+    "Qwen/Qwen3.5-2B": _qwen(2048, 6144, 24, (8, 2), (16, 16), tied=True),
+    "Qwen/Qwen3.5-4B": _qwen(2560, 9216, 32, (16, 4), (16, 32), tied=True),
+    "Qwen/Qwen3.5-9B": _qwen(4096, 12288, 32, (16, 4), (16, 32), tied=False),
+    "ibm-granite/granite-4.0-h-tiny": _granite(
+        1536, (512, 1024), 40, (5, 15, 25, 35), (12, 4), (48, 64), experts=(64, 6)
+    ),
+    "ibm-granite/granite-4.0-h-1b": _granite(
+        1536, (4096, 4096), 40, (5, 15, 25, 35), (12, 4), (48, 64)
+    ),
+    "ibm-granite/granite-4.0-h-350m": _granite(
+        768, (2048, 2048), 32, (10, 13, 17, 27), (12, 4), (48, 32)
+    ),
+}
+
+
+def _cost_model_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """The fields PUBLISHED names, read as the readers do: text_config first, then the top."""
+    text = config.get("text_config", config)
+    fields = {**config, **text}
+    kinds = fields["layer_types"]
+    fields["attention_at"] = tuple(
+        i for i, kind in enumerate(kinds) if kind in ("attention", "full_attention")
+    )
+    return fields
+
+
+def _differences(config: dict[str, Any], published: dict[str, Any]) -> list[str]:
+    fields = _cost_model_fields(config)
+    return [
+        f"{name}: entry {fields.get(name)!r}, published {value!r}"
+        for name, value in published.items()
+        if fields.get(name) != value
+    ]
+
 
 def _with_hidden_size(model_id: str, factor: float) -> ModelSpec:
     """The entry's spec with its hidden size scaled: what a wrong transcription would give."""
@@ -56,6 +176,29 @@ def _with_hidden_size(model_id: str, factor: float) -> ModelSpec:
     text = config.get("text_config", config)
     text["hidden_size"] = int(text["hidden_size"] * factor)
     return from_hf_config(config, name=model_id, built_in="bfloat16")
+
+
+@pytest.mark.parametrize(("model_id", "published"), PUBLISHED.items())
+def test_an_entry_holds_its_published_config(model_id: str, published: dict[str, Any]) -> None:
+    config = registry()[model_id].config
+    assert _differences(config, published) == []
+    drifted = copy.deepcopy(config)
+    drifted.get("text_config", drifted)["num_key_value_heads"] += 1
+    assert _differences(drifted, published) == [
+        f"num_key_value_heads: entry {published['num_key_value_heads'] + 1}, "
+        f"published {published['num_key_value_heads']}"
+    ]
+
+
+@pytest.mark.parametrize(("model_id", "source"), SOURCES.items())
+def test_a_published_config_cites_the_verbatim_copy_it_was_read_from(
+    model_id: str, source: str
+) -> None:
+    first = registry()[model_id].notes[0]
+    assert "published config.json" in first
+    assert "verbatim" in first
+    assert source in first
+    assert VERBATIM_SOURCE.search(first)
 
 
 @pytest.mark.parametrize(("model_id", "elements"), QWEN_TEXT_ELEMENTS.items())
