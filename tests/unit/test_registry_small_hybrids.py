@@ -1,10 +1,10 @@
 """The small hybrid sizes in the registry (Qwen3.5 0.8B-9B, Granite-4.0-H Micro/Tiny/1B/350M)
 hold the configs and parameters their sources state.
 
-Seven entries carry their model's published config.json as a public repository copied it
-verbatim; PUBLISHED below transcribes, from those copies, every field the cost model reads, so
-an entry that drifts from its published file fails here. Granite-4.0-H-Micro has no such copy
-yet: it stays derived from IBM's model-card table.
+Every entry carries a published config.json as a public repository copied it verbatim (for
+Granite-4.0-H-Micro, its base checkpoint's: no copy of the instruct checkpoint's own was found);
+PUBLISHED below transcribes, from those copies, every field the cost model reads, so an entry
+that drifts from its published file fails here.
 
 The Qwen3.5 parameter figures are the element counts of each checkpoint's text tensors as its
 GGUF listing gives them (Thireus/GGUF-Tool-Suite@384c1f85, models/Qwen3.5-*/group0/
@@ -69,6 +69,10 @@ SOURCES = {
     "ibm-granite/granite-4.0-h-tiny": (
         "SujeethJinesh/LatentWire@45631fb35941fbe7a7227bd62468349847b598e2 "
         "experimental/hybridkernel/phase0/configs/ibm-granite-4.0-h-tiny.config.json"
+    ),
+    # No copy of the instruct checkpoint's own was found: its base's, the same architecture.
+    "ibm-granite/granite-4.0-h-micro": (
+        f"{_DINOML}ibm-granite__granite-4.0-h-micro-base.config.json"
     ),
     "ibm-granite/granite-4.0-h-1b": f"{_DINOML}ibm-granite__granite-4.0-h-1b.config.json",
     "ibm-granite/granite-4.0-h-350m": f"{_DINOML}ibm-granite__granite-4.0-h-350m.config.json",
@@ -140,6 +144,9 @@ PUBLISHED = {
     "Qwen/Qwen3.5-9B": _qwen(4096, 12288, 32, (16, 4), (16, 32), tied=False),
     "ibm-granite/granite-4.0-h-tiny": _granite(
         1536, (512, 1024), 40, (5, 15, 25, 35), (12, 4), (48, 64), experts=(64, 6)
+    ),
+    "ibm-granite/granite-4.0-h-micro": _granite(
+        2048, (8192, 8192), 40, (5, 15, 25, 35), (32, 8), (64, 64)
     ),
     "ibm-granite/granite-4.0-h-1b": _granite(
         1536, (4096, 4096), 40, (5, 15, 25, 35), (12, 4), (48, 64)
