@@ -1,12 +1,13 @@
 """The larger hybrid entries first written out by hand (Nemotron-3 Nano and Super, Qwen3-Next)
 hold the published config.json they cite.
 
-Each entry carries a published config.json as ai-dynamo/aiconfigurator copied it verbatim into
-its model database (for Super the FP8 checkpoint's, for Qwen3-Next the Thinking checkpoint's:
-no copy of the BF16 or Instruct checkpoint's own was found). PUBLISHED below transcribes, from
-those copies, every field the cost model reads, so an entry that drifts from its published file
-fails here; the shared fixtures are byte-for-byte copies of the same files, and where they are
-mounted the whole entry config is held to them, the declared additions aside.
+Each entry carries a published config.json as a public repository copied it verbatim (the
+Nemotrons' from ai-dynamo/aiconfigurator's model database, for Super the FP8 checkpoint's: no
+copy of the BF16 checkpoint's own was found). PUBLISHED below transcribes, from those copies,
+every field the cost model reads, so an entry that drifts from its published file fails here.
+The shared fixtures hold the same files (for Qwen3-Next the Thinking checkpoint's, field for
+field the Instruct's): where they are mounted the whole entry config is held to them, the
+declared additions aside.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ SOURCES = {
     NANO: f"{_AIC}nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16_config.json",
     SUPER: f"{_AIC}nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8_config.json",
     NEXT: (
-        "ai-dynamo/aiconfigurator@1b7cfb10a6fa06880ad7911db5ddb949882ff76a "
-        "src/aiconfigurator/model_configs/Qwen--Qwen3-Next-80B-A3B-Thinking_config.json"
+        "SujeethJinesh/LatentWire@45631fb35941fbe7a7227bd62468349847b598e2 "
+        "experimental/hybridkernel/phase0/configs/qwen3-next-80b-a3b-instruct.config.json"
     ),
 }
 VERBATIM_SOURCE = re.compile(r"\b[\w.-]+/[\w.-]+@[0-9a-f]{40} \S+config\.json\b")
