@@ -12,8 +12,8 @@ from autotuner.core.decide.estimates import AcceptanceMemory
 from autotuner.core.decide.schedule_check import judge_schedule
 from autotuner.core.decide.state import TunerState
 from autotuner.core.engine.capabilities import Capability
-from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.engine.workload import Workload
+from autotuner.core.observe.limits import ObservationLimits
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, Decision, Observation, Setup
 from autotuner.engines.vllm.capabilities import UPSTREAM
