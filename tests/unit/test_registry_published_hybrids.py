@@ -49,9 +49,9 @@ FIXTURES = {
     SUPER: "nemotron-3-super-120b-a12b-fp8.config.json",
     NEXT: "qwen3-next-80b-a3b-thinking.config.json",
 }
-# Fields an entry adds to its published file, each said in its notes: Qwen3-Next's file does
-# not state its one MTP layer, which vLLM assumes (qwen3_next_mtp.py:63) and the reader does not.
-ADDED = {NEXT: {"num_nextn_predict_layers": 1}}
+# Fields an entry adds to its published file, each said in its notes (none today: Qwen3-Next's
+# file does not state its one MTP layer, which vLLM and the reader both assume).
+ADDED: dict[str, dict[str, object]] = {}
 
 
 def _nemotron(

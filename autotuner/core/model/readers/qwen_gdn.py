@@ -70,7 +70,10 @@ def read_qwen_gdn(raw: Config, name: str) -> Read:
     if experts:
         moe, blocks["E"] = _moe(f, hidden, (experts, top_k, moe_inter))
     tied = bool(f.opt("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
-    mtp = int(f.opt("mtp_num_hidden_layers", f.opt("num_nextn_predict_layers", 0)) or 0)
+    # Qwen3-Next's published configs do not state their one MTP layer: vLLM takes the count
+    # as 1 when absent (model_executor/models/qwen3_next_mtp.py:63), and so does this reader.
+    unstated = 1 if text.get("model_type") == "qwen3_next" else 0
+    mtp = int(f.opt("mtp_num_hidden_layers", f.opt("num_nextn_predict_layers", unstated)) or 0)
     return build(
         name,
         first_architecture(raw),
