@@ -12,9 +12,7 @@ declared additions aside.
 
 from __future__ import annotations
 
-import copy
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ import pytest
 from autotuner.core.model.hf_config import from_hf_config
 from autotuner.core.model.registry import registry
 from autotuner.core.model.spec import DrafterKind
+from tests.support.published_configs import assert_cites_verbatim_copy, assert_holds_published
 
 NANO = "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B"
 SUPER = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B"
@@ -41,7 +40,6 @@ SOURCES = {
         "experimental/hybridkernel/phase0/configs/qwen3-next-80b-a3b-instruct.config.json"
     ),
 }
-VERBATIM_SOURCE = re.compile(r"\b[\w.-]+/[\w.-]+@[0-9a-f]{40} \S+config\.json\b")
 
 CONFIGS = Path("/work/shared/fixtures/configs")
 FIXTURES = {
@@ -140,35 +138,16 @@ PUBLISHED = {
 }
 
 
-def _differences(config: dict[str, Any], published: dict[str, Any]) -> list[str]:
-    return [
-        f"{name}: entry {config.get(name)!r}, published {value!r}"
-        for name, value in published.items()
-        if config.get(name) != value
-    ]
-
-
 @pytest.mark.parametrize(("model_id", "published"), PUBLISHED.items())
 def test_an_entry_holds_its_published_config(model_id: str, published: dict[str, Any]) -> None:
-    config = registry()[model_id].config
-    assert _differences(config, published) == []
-    drifted = copy.deepcopy(config)
-    drifted["num_key_value_heads"] += 1
-    assert _differences(drifted, published) == [
-        f"num_key_value_heads: entry {published['num_key_value_heads'] + 1}, "
-        f"published {published['num_key_value_heads']}"
-    ]
+    assert_holds_published(model_id, published)
 
 
 @pytest.mark.parametrize(("model_id", "source"), SOURCES.items())
 def test_a_published_config_cites_the_verbatim_copy_it_was_read_from(
     model_id: str, source: str
 ) -> None:
-    first = registry()[model_id].notes[0]
-    assert "published config.json" in first
-    assert "verbatim" in first
-    assert source in first
-    assert VERBATIM_SOURCE.search(first)
+    assert_cites_verbatim_copy(model_id, source)
 
 
 @pytest.mark.parametrize(("model_id", "fixture"), FIXTURES.items())

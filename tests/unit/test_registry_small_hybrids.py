@@ -24,6 +24,7 @@ import pytest
 from autotuner.core.model.hf_config import from_hf_config
 from autotuner.core.model.registry import load_model, registry
 from autotuner.core.model.spec import ModelSpec
+from tests.support.published_configs import assert_cites_verbatim_copy, assert_holds_published
 
 CITATION = re.compile(r"\b[\w.-]+/[\w.-]+@[0-9a-f]{8,40}\b")
 QWEN_TEXT_ELEMENTS = {
@@ -77,7 +78,6 @@ SOURCES = {
     "ibm-granite/granite-4.0-h-1b": f"{_DINOML}ibm-granite__granite-4.0-h-1b.config.json",
     "ibm-granite/granite-4.0-h-350m": f"{_DINOML}ibm-granite__granite-4.0-h-350m.config.json",
 }
-VERBATIM_SOURCE = re.compile(r"\b[\w.-]+/[\w.-]+@[0-9a-f]{40} \S+config\.json\b")
 
 
 def _qwen(
@@ -168,15 +168,6 @@ def _cost_model_fields(config: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def _differences(config: dict[str, Any], published: dict[str, Any]) -> list[str]:
-    fields = _cost_model_fields(config)
-    return [
-        f"{name}: entry {fields.get(name)!r}, published {value!r}"
-        for name, value in published.items()
-        if fields.get(name) != value
-    ]
-
-
 def _with_hidden_size(model_id: str, factor: float) -> ModelSpec:
     """The entry's spec with its hidden size scaled: what a wrong transcription would give."""
     config = copy.deepcopy(registry()[model_id].config)
@@ -187,25 +178,14 @@ def _with_hidden_size(model_id: str, factor: float) -> ModelSpec:
 
 @pytest.mark.parametrize(("model_id", "published"), PUBLISHED.items())
 def test_an_entry_holds_its_published_config(model_id: str, published: dict[str, Any]) -> None:
-    config = registry()[model_id].config
-    assert _differences(config, published) == []
-    drifted = copy.deepcopy(config)
-    drifted.get("text_config", drifted)["num_key_value_heads"] += 1
-    assert _differences(drifted, published) == [
-        f"num_key_value_heads: entry {published['num_key_value_heads'] + 1}, "
-        f"published {published['num_key_value_heads']}"
-    ]
+    assert_holds_published(model_id, published, _cost_model_fields)
 
 
 @pytest.mark.parametrize(("model_id", "source"), SOURCES.items())
 def test_a_published_config_cites_the_verbatim_copy_it_was_read_from(
     model_id: str, source: str
 ) -> None:
-    first = registry()[model_id].notes[0]
-    assert "published config.json" in first
-    assert "verbatim" in first
-    assert source in first
-    assert VERBATIM_SOURCE.search(first)
+    assert_cites_verbatim_copy(model_id, source)
 
 
 @pytest.mark.parametrize(("model_id", "elements"), QWEN_TEXT_ELEMENTS.items())
