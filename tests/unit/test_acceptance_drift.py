@@ -1,7 +1,7 @@
 """Remembered acceptance widens by how fast it moved while measured (core/decide/estimates.py
 AcceptanceDrift): on the published drifting day the tuner left speculation at 3.3 h, and at
-21.25 h moved back to a K=4 schedule on the morning's acceptance (0.80 remembered, 0.50 by
-then) and was reverted. A move into drafting on acceptance that moved while it was watched
+21.25 h moved back to a K=4 schedule on the morning's acceptance (the day's falls from 0.85 to
+0.45) and was reverted. A move into drafting on acceptance that moved while it was watched
 must now hold at the widened interval's low end; a steady acceptance moves nothing."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Any
 
 from autotuner.core.decide.context import Context, situation
 from autotuner.core.decide.estimates import AcceptanceMemory
-from autotuner.core.decide.schedule_check import judge_schedule
+from autotuner.core.decide.schedule_check import COLLAPSED, judge_schedule
 from autotuner.core.decide.state import TunerState
 from autotuner.core.engine.capabilities import Capability
 from autotuner.core.engine.workload import Workload
@@ -136,6 +136,9 @@ def judged_at(previous: Setup, target: Setup, share_of_expected: float) -> str |
     ratio = sit.predictor.model_tokens_per_s_at(
         target, 300, sit.accept
     ) / sit.predictor.model_tokens_per_s_at(previous, 300, sit.accept)
+    # Under COLLAPSED of the previous setup's rate either way, so only the model's expectation
+    # tells a schedule that ran as written from one that collapsed.
+    assert ratio * share_of_expected < COLLAPSED
     reference = 10_000.0
     measured = reference * ratio * share_of_expected
     failed = judge_schedule(sit, (previous, target), measured, reference, 300.0)
