@@ -130,6 +130,16 @@ def test_uncertainty_is_wide_where_a_family_was_never_measured() -> None:
     assert not p.checked(SPEC3, 2)  # measured at 400, not at 2
 
 
+def test_one_family_measured_checks_half_of_plains_terms_for_another() -> None:
+    # spec:3's windows measure plain's terms plus what speculation adds and cannot say which of
+    # the two a miss is in: for replay, priced on plain's terms, they remove half the prior's
+    # doubt on those; plain's own windows remove all of it.
+    only_spec = predictor(learn([SPEC3], extra_costs(1.05))).sigma(REPLAY, BATCH, SPEC3)
+    with_plain = predictor(learn([SPEC3, PLAIN], extra_costs(1.05))).sigma(REPLAY, BATCH, SPEC3)
+    assert only_spec == pytest.approx(UNCHECKED_SIGMA * math.sqrt(0.75), rel=0.05)
+    assert with_plain == pytest.approx(UNCHECKED_SIGMA * math.sqrt(0.5), rel=0.05)
+
+
 def test_a_large_error_on_the_running_setup_widens_the_unchecked() -> None:
     small = predictor(learn([SPEC3], extra_costs(1.05))).sigma(REPLAY, BATCH, SPEC3)
     large = predictor(learn([SPEC3], extra_costs(3.0))).sigma(REPLAY, BATCH, SPEC3)
