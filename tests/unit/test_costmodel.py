@@ -145,6 +145,19 @@ def test_capacity_counts_state_slots() -> None:
     assert "queue" in str(curve.at(1).reason)
 
 
+@pytest.mark.parametrize(
+    ("engine", "cap_flag"), [("vLLM", "--max-num-seqs"), ("SGLang", "--max-running-requests")]
+)
+def test_the_queueing_reason_names_the_engine_serving(engine: str, cap_flag: str) -> None:
+    spec = Setup(spec_tokens=3)
+    full = max_batch(SUPER_FP4, H200, spec, Workload(engine_name=engine))
+    memory = predict(SUPER_FP4, H200, spec, [full + 1], ACCEPT, Workload(engine_name=engine))
+    assert str(memory.at(0).reason).startswith(f"{engine} admits {full} requests with spec:3")
+    capped = Workload(engine_name=engine, max_num_seqs=8)
+    flag = predict(SUPER_FP4, H200, spec, [9], ACCEPT, capped)
+    assert str(flag.at(0).reason).startswith(f"{engine} runs at most 8 requests ({cap_flag})")
+
+
 def test_weights_that_do_not_fit_make_every_batch_infeasible() -> None:
     bf16 = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16")
     curve = predict(bf16, H200, PLAIN, [1, 8], ACCEPT)

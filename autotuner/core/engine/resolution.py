@@ -153,7 +153,7 @@ def resolve(
         DEFAULT,
     )
     _mamba_cache_mode(live, workload, inputs, update)
-    _max_num_seqs(live, inputs, update)
+    _max_num_seqs(live, workload.engine_name, inputs, update)
     _context(live, fallback, observed_context, inputs, update)
     _eager(live, workload, inputs, update)
     _prefill_chunk(live, workload.engine_name, inputs, update)
@@ -265,13 +265,15 @@ def _prefix_cache(
     inputs["generation_tokens"] = Input(value=round(reading.generation_tokens, 1), source=OBSERVED)
 
 
-def _max_num_seqs(live: EngineArgs, inputs: dict[str, Input], update: dict[str, Any]) -> None:
+def _max_num_seqs(
+    live: EngineArgs, engine: str, inputs: dict[str, Input], update: dict[str, Any]
+) -> None:
     if live.max_num_seqs is None:
         inputs["max_num_seqs"] = Input(
             value=None,
             source=DEFAULT,
-            note="not given: vLLM's default (it depends on the build and GPU) is not taken as "
-            "a ceiling; memory bounds the batch",
+            note=f"not given: {engine}'s default (it depends on the build and GPU) is not taken "
+            "as a ceiling; memory bounds the batch",
         )
         return
     update["max_num_seqs"] = live.max_num_seqs
@@ -407,7 +409,7 @@ def _ssm_dtype(model: ModelSpec, live: EngineArgs, inputs: dict[str, Input]) -> 
 
 def args_table(args: EngineArgs) -> dict[str, Input]:
     """What the args alone say (status reads no settings and no model): each flag the cost model
-    reads, from the live args or left to vLLM's default."""
+    reads, from the live args or left to the engine's default."""
     modelled = {
         "tensor_parallel_size": "",
         "gpu_memory_utilization": "",
@@ -429,7 +431,7 @@ def args_table(args: EngineArgs) -> dict[str, Input]:
         table[name] = Input(
             value=value,
             source=LIVE if value is not None else DEFAULT,
-            note=note if value is not None else "not in the args: vLLM's default",
+            note=note if value is not None else "not in the args: the engine's default",
             modelled=name != "enable_prefix_caching",
         )
     return table

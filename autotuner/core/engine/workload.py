@@ -13,6 +13,8 @@ from autotuner.core.vocabulary import Word
 GIB = float(2**30)
 # How the reasons written for people name each engine kind (engines/kinds.py EngineKind values).
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+# The flag that caps the requests each engine runs at once (Workload.max_num_seqs).
+REQUEST_CAP_FLAGS = {"vLLM": "--max-num-seqs", "SGLang": "--max-running-requests"}
 
 
 class MambaCacheMode(Word):
@@ -143,6 +145,11 @@ class Workload(BaseModel):
                 "saves per request, and how many output tokens a request lasts)"
             )
         return self
+
+    @property
+    def request_cap_flag(self) -> str:
+        """The engine's flag for `max_num_seqs`, as the reasons written for people name it."""
+        return REQUEST_CAP_FLAGS.get(self.engine_name, "--max-num-seqs")
 
     def chunk_budget(self, gpu_name: str, gpu_memory_bytes: float) -> int | None:
         """The tokens a step prefills a prompt in on this GPU: the live budget, else the

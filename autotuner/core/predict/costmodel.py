@@ -218,13 +218,15 @@ def _capped(
         )
     if largest > capacity and capacity == workload.max_num_seqs:
         return (
-            f"vLLM runs at most {capacity} requests (--max-num-seqs) and queues the rest: the "
-            f"throughput is that of batch {capacity}"
+            f"{workload.engine_name} runs at most {capacity} requests "
+            f"({workload.request_cap_flag}) and queues the rest: the throughput is that of "
+            f"batch {capacity}"
         )
     if largest > capacity:
         return (
-            f"vLLM admits {capacity} requests with {setup.label} (state slots, ring and KV per "
-            f"request) and queues the rest: the throughput is that of batch {capacity}"
+            f"{workload.engine_name} admits {capacity} requests with {setup.label} (state "
+            f"slots, ring and KV per request) and queues the rest: the throughput is that of "
+            f"batch {capacity}"
         )
     return None
 
