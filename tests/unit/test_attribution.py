@@ -22,6 +22,7 @@ H200 = datasheet("H200")
 ACCEPT = from_conditional([0.8, 0.7, 0.6])
 SPEC1, SPEC3 = Setup(spec_tokens=1), Setup(spec_tokens=3)
 PLAIN, REPLAY = Setup(), Setup(replay_window=16)
+REPLAY_SPEC = Setup(spec_tokens=3, replay_window=16)
 HALF_LIFE = 6 * 3600.0
 BATCH = 400
 
@@ -130,14 +131,19 @@ def test_uncertainty_is_wide_where_a_family_was_never_measured() -> None:
     assert not p.checked(SPEC3, 2)  # measured at 400, not at 2
 
 
-def test_one_family_measured_checks_half_of_plains_terms_for_another() -> None:
+def test_other_families_check_plains_terms_only_as_far_as_their_number() -> None:
     # spec:3's windows measure plain's terms plus what speculation adds and cannot say which of
-    # the two a miss is in: for replay, priced on plain's terms, they remove half the prior's
-    # doubt on those; plain's own windows remove all of it.
-    only_spec = predictor(learn([SPEC3], extra_costs(1.05))).sigma(REPLAY, BATCH, SPEC3)
-    with_plain = predictor(learn([SPEC3, PLAIN], extra_costs(1.05))).sigma(REPLAY, BATCH, SPEC3)
-    assert only_spec == pytest.approx(UNCHECKED_SIGMA * math.sqrt(0.75), rel=0.05)
-    assert with_plain == pytest.approx(UNCHECKED_SIGMA * math.sqrt(0.5), rel=0.05)
+    # the two a miss is in: for replay, priced on plain's terms, they leave half the prior's
+    # doubt on those, a second family's windows a third; plain's own windows leave little.
+    def replay_variance(measured: list[Setup]) -> float:
+        sigma = predictor(learn(measured, extra_costs(1.05))).sigma(REPLAY, BATCH, SPEC3)
+        return sigma**2
+
+    unchecked = UNCHECKED_SIGMA**2  # half of it on plain's terms, half on what replay adds
+    assert replay_variance([SPEC3]) == pytest.approx(unchecked * (0.5 + 0.5 / 2), rel=0.06)
+    two = replay_variance([SPEC3, REPLAY_SPEC])
+    assert two == pytest.approx(unchecked * (0.5 + 0.5 / 3), rel=0.06)
+    assert replay_variance([SPEC3, PLAIN]) < unchecked * (0.5 + 0.5 / 5)
 
 
 def test_a_large_error_on_the_running_setup_widens_the_unchecked() -> None:

@@ -268,7 +268,7 @@ class BandFit:
     def sigma(self, family: str, running: str | None = None) -> float:
         """Log-space uncertainty of a prediction for `family` in this band: what the fit leaves,
         plus the prior's doubt on plain's terms and on what the family adds, each shrinking
-        with the windows that checked it (`_plain_doubt`; only the family's own windows check
+        with the windows that checked it (`_plain_left`; only the family's own windows check
         what it adds). The prior's doubt is what the raw model missed on the family where it
         ran (it is one model across bands: seen within 5% at batch 4-110, it is not given 20%
         at 313); for a family never measured it is UNCHECKED_SIGMA, and on plain's terms wider
@@ -279,7 +279,7 @@ class BandFit:
         else:
             on_own = UNCHECKED_SIGMA
             on_plain = max(UNCHECKED_SIGMA, self.doubt.get(running or family, 0.0))
-        plain = on_plain**2 * self._plain_doubt(family)
+        plain = on_plain**2 * self._plain_left(family)
         if family == PLAIN_FAMILY:
             prior = plain
         else:
@@ -287,21 +287,21 @@ class BandFit:
         left = self.misfit.get(family, 0.0)
         return math.sqrt(FLOOR_SIGMA**2 + left**2 + prior)
 
-    def _plain_doubt(self, family: str) -> float:
-        """What is left of the prior's doubt on plain's terms as a prediction for `family` uses
-        them. The family's own windows (they measured the sum it predicts), plain's and those of
-        every other family beyond the most measured one check them; the most measured other
-        family's windows alone check only half: they measure plain's terms plus what that family
-        adds, and two equally doubted terms under one measured sum keep half their doubt each.
-        Counted whole, they hid the published days' error: there the model's plain is far
-        slower than the published one and what speculation adds far cheaper, spec:3 runs near
-        its prediction, and replay, priced on plain's terms, was asked about well after it
-        had overtaken spec:3."""
-        others = [w for f, w in self.evidence.items() if f not in (PLAIN_FAMILY, family)]
+    def _plain_left(self, family: str) -> float:
+        """The share of the prior's doubt on plain's terms left for a prediction of `family`:
+        one over one plus the windows that checked them. Plain's windows and the family's own
+        (they measured the sum it predicts) count whole. Another family's w windows count
+        w / (1 + w), never a whole one: they measure plain's terms plus what that family adds,
+        two terms doubted alike, so however many there are they leave half the doubt, and N
+        such families leave 1 / (1 + N). Counted whole, spec:3's windows hid the published
+        days' error: spec:3 runs near its prediction there while the model's plain is far off,
+        and replay, priced on plain's terms, was asked about well after it had overtaken
+        spec:3."""
         own = self.evidence.get(family, 0.0) if family != PLAIN_FAMILY else 0.0
-        ambiguous = max(others, default=0.0)
-        checks = self.evidence.get(PLAIN_FAMILY, 0.0) + own + sum(others) - ambiguous
-        return 0.5 / (1.0 + checks) + 0.5 / (1.0 + checks + ambiguous)
+        others = sum(
+            w / (1.0 + w) for f, w in self.evidence.items() if f not in (PLAIN_FAMILY, family)
+        )
+        return 1.0 / (1.0 + self.evidence.get(PLAIN_FAMILY, 0.0) + own + others)
 
     def checked(self, family: str) -> bool:
         """At least one (decayed) window checked this family's terms in or next to the band
