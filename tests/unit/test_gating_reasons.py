@@ -34,15 +34,22 @@ def _holds(
     steps: int = 8,
     watched_s: float = 0.0,
     engine: EngineCapabilities = ENGINE,
+    load_gone_at: float | None = None,
 ) -> list[BlockReason | str | None]:
     """Why each step at batch 480 held (SWITCHED where it switched), the engine left on
-    spec:3; with `watched_s`, the demand of that long before is remembered (as if watched)."""
-    decisions = _decide(first_compile_s, dwell_s, steps, watched_s, engine)
+    spec:3; with `watched_s`, the demand of that long before is remembered (as if watched);
+    with `load_gone_at`, a change was reverted then because the load it was made for had gone."""
+    decisions = _decide(first_compile_s, dwell_s, steps, watched_s, engine, load_gone_at)
     return [SWITCHED if d.action is Action.SWITCH else d.blocked_by for d in decisions]
 
 
 def _decide(
-    first_compile_s: float, dwell_s: float, steps: int, watched_s: float, engine: EngineCapabilities
+    first_compile_s: float,
+    dwell_s: float,
+    steps: int,
+    watched_s: float,
+    engine: EngineCapabilities,
+    load_gone_at: float | None = None,
 ) -> list[Decision]:
     """The decisions of `steps` steps at batch 480, the engine left on spec:3."""
     settings = policy_settings(
@@ -55,7 +62,7 @@ def _decide(
     load = state.load
     for back in np.arange(watched_s, 0.0, -0.25):
         load = load.add(480.0, now - float(back), settings.forecast)
-    state = state.updated(load=load)
+    state = state.updated(load=load, load_gone_at=load_gone_at)
     decisions = []
     for _ in range(steps):
         now += 0.25
@@ -91,6 +98,20 @@ def test_a_large_gain_ends_the_dwell_early_and_still_waits_one_step() -> None:
     waited = reasons[: reasons.index(SWITCHED)]
     assert waited[-1] is BlockReason.DWELL  # one step of evidence at least
     assert waited.count(BlockReason.DWELL) * 0.25 < 10.0 / 2
+
+
+def test_after_a_load_went_before_a_change_settled_a_large_gain_waits_the_whole_dwell() -> None:
+    # The same gain as above, but a change was lately reverted at a load that had gone before
+    # it settled (a burst the trend read as a rise): a large gain no longer says the load holds.
+    early = _holds(0.0, dwell_s=10.0, steps=60, watched_s=10.0, engine=NO_REPLAY_SPEC)
+    whole = _holds(
+        0.0, dwell_s=10.0, steps=60, watched_s=10.0, engine=NO_REPLAY_SPEC, load_gone_at=990.0
+    )
+    assert early.index(SWITCHED) * 0.25 < 10.0 / 2
+    assert whole.index(SWITCHED) * 0.25 >= 10.0
+    assert set(whole[1 : whole.index(SWITCHED)]) == {BlockReason.DWELL}
+    held = _decide(0.0, 10.0, 8, 10.0, NO_REPLAY_SPEC, load_gone_at=990.0)
+    assert any("a load went before a change settled lately" in d.sentence for d in held)
 
 
 def test_the_first_minutes_of_a_run_wait_the_whole_dwell() -> None:

@@ -175,3 +175,27 @@ def test_a_load_still_coming_back_is_waited_for_before_judging() -> None:
     waits = [d.sentence for d, _ in run.seen if "waiting for the load to come back" in d.sentence]
     assert waits
     assert "at demand 512" in verdict.sentence
+
+
+def burst(start_minute: float, minutes: float) -> Callable[[float], float]:
+    """Demand 32 per engine, 512 for `minutes` from `start_minute`, then 32 again."""
+    return lambda t: 512.0 if start_minute * 60 <= t < (start_minute + minutes) * 60 else 32.0
+
+
+def test_a_change_reverted_at_a_load_that_had_gone_is_remembered() -> None:
+    """The tuner moves for a burst that is over before the change is judged: the revert says
+    the load it was made for had gone, and for a day no change passes its dwell early. A load
+    that stays leaves no such memory."""
+    gone = Restarting(burst(10, 2))
+    gone.until(switched)
+    verdict = gone.until(judged)
+    assert verdict.action is Action.REVERT, verdict.sentence
+    assert "at demand 32" in verdict.sentence
+    assert "(demand 512) had gone before it settled" in verdict.sentence
+    memory = SETTINGS.switch.load_gone_memory_s
+    assert gone.state.load_went_within(gone.now + memory - 1, memory)
+    assert not gone.state.load_went_within(gone.now + memory + 1, memory)
+    stayed = Restarting(busy_from(10))
+    stayed.until(switched)
+    stayed.until(judged)
+    assert not stayed.state.load_went_within(stayed.now, memory)

@@ -249,6 +249,18 @@ def test_a_schema_5_state_reads_with_no_acceptance_drift_yet() -> None:
     assert read.state.current == switched().current
 
 
+def test_a_schema_6_state_reads_with_no_load_seen_to_go_yet() -> None:
+    record = json.loads(switched().updated(load_gone_at=NOW).model_dump_json())
+    record["schema_version"] = 6
+    del record["load_gone_at"]
+    read = read_state(json.dumps(record))
+    assert read.state is not None
+    assert read.written_as == 6
+    assert read.dropped == ()
+    assert read.state.load_gone_at is None
+    assert read.state.current == switched().current
+
+
 def test_the_demand_memory_and_the_restart_costs_persist() -> None:
     settings = ForecastSettings()
     load = LoadMemory().add(40.0, NOW, settings).add(60.0, NOW + 300, settings)

@@ -20,6 +20,13 @@ class SwitchSettings(Group):
     dwell_s: float = Field(
         900, ge=0, description="How long the plan over the horizon must have held a change."
     )
+    load_gone_memory_s: float = Field(
+        24 * HOUR,
+        ge=0,
+        description="After a change reverted because the load it was made for had gone by its "
+        "first settled window, how long every change waits the whole dwell (a large gain "
+        "otherwise passes sooner): a load seen to leave within minutes may do so again.",
+    )
 
 
 class ObjectiveKind(Word):

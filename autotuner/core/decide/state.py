@@ -26,7 +26,7 @@ DAY = 86400.0
 # 1: unversioned; 2: calibration per setup and band; 3: per kernel class; 4: the demand memory
 # (trend and profile by time of day) and the restart costs learned per setup; 5: compile keys
 # carry prefix caching; 6: how fast acceptance moved while measured
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 SET_ASIDE_CHARS = 65536  # an unreadable state is kept (this much of it) for the operator
 
 
@@ -170,6 +170,7 @@ class TunerState(BaseModel):
     explored: dict[ExplorationKey, float] = {}  # no exploration there again until
     load: LoadMemory = LoadMemory()  # demand per engine: recent trend, profile by time of day
     restart_costs: RestartCosts = RestartCosts()  # learned from the restarts watched
+    load_gone_at: float | None = None  # last revert of a change whose load had gone
 
     # ---------------------------------------------------------------- transitions
 
@@ -208,6 +209,14 @@ class TunerState(BaseModel):
             pending=None,
             verification=verification,
         )
+
+    def load_went(self, now: float) -> TunerState:
+        """A change was reverted because the load it was made for had gone before it settled."""
+        return self.updated(load_gone_at=now)
+
+    def load_went_within(self, now: float, memory_s: float) -> bool:
+        """Whether a load was seen to go before a change settled less than `memory_s` ago."""
+        return self.load_gone_at is not None and now - self.load_gone_at < memory_s
 
     def verified(self) -> TunerState:
         assert self.verification is not None
@@ -376,4 +385,9 @@ def _from_v5(record: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     return {**record, "schema_version": SCHEMA_VERSION}, ()
 
 
-_MIGRATIONS = {1: _from_v1, 2: _from_v2, 3: _from_v3, 4: _from_v4, 5: _from_v5}
+def _from_v6(record: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Schema 7 remembers when a load was last seen to go before a change settled: never yet."""
+    return {**record, "schema_version": SCHEMA_VERSION}, ()
+
+
+_MIGRATIONS = {1: _from_v1, 2: _from_v2, 3: _from_v3, 4: _from_v4, 5: _from_v5, 6: _from_v6}

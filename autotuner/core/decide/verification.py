@@ -14,6 +14,7 @@ from autotuner.core.decide.state import QualityStatus, Refusal, TunerState, Veri
 from autotuner.core.decide.valuation import evaluate, misses_latency_limits
 from autotuner.core.engine.capabilities import Capability
 from autotuner.core.types import Action, BlockReason, Decision
+from autotuner.durations import format_duration
 from autotuner.errors import UnusableReason
 
 # The rate measured before a change is the reference while demand stays within half an octave
@@ -21,6 +22,9 @@ from autotuner.errors import UnusableReason
 SIMILAR_DEMAND_OCTAVES = 0.5
 # How many windows past the settle a demand far below the one before the switch is waited out.
 RECONNECT_WINDOWS = 3
+# A change reverted at a demand this many octaves below the one before the switch was made for
+# a load that had gone before it settled (a burst the trend read as a rise).
+LOAD_GONE_OCTAVES = 1.0
 # What a window says when the engine itself is not answering (not a bad scrape of a live one).
 NOT_SERVING = (UnusableReason.SERVER_DOWN, UnusableReason.HTTP_ERROR)
 
@@ -72,6 +76,7 @@ def verify(sit: Situation, make: Make) -> tuple[Decision, TunerState] | None:
             f"{reference:,.0f} the previous setup gives",
             gain=measured / reference - 1,
             quarantine=not explored,
+            load_gone=not explored and _load_gone(verification, batch),
         )
     if sit.ctx.engine.as_run(verification.target).schedule:
         pending = _regions_pending(sit, make, verification, batch)
@@ -229,6 +234,12 @@ def _load_not_back(sit: Situation, verification: Verification, settled_from: flo
     return None
 
 
+def _load_gone(verification: Verification, batch: float) -> bool:
+    """Whether the load the change was made for had gone by the window that judged it."""
+    before = verification.baseline_batch
+    return before is not None and math.log2(max(before, 1) / max(batch, 1)) >= LOAD_GONE_OCTAVES
+
+
 def _measured_against_previous(
     sit: Situation, verification: Verification
 ) -> tuple[float, float, float]:
@@ -285,12 +296,14 @@ def revert(
     confidence: float = 0.0,
     quarantine: bool = True,
     refuse: Capability | None = None,
+    load_gone: bool = False,
 ) -> tuple[Decision, TunerState]:
     """Back to the previous setup; the tried one is quarantined, unless it was an exploration
     that was only slower here (what it measured stays learned, and its family is not explored
     in this band again for the period; at another load it may still win). `refuse`: the
     capability the failure shows the engine does not serve well (nothing needing it is
-    proposed for `quarantine.capability_s`)."""
+    proposed for `quarantine.capability_s`). `load_gone`: the load it was made for had gone
+    before it settled, so for `switch.load_gone_memory_s` no change passes its dwell early."""
     verification = sit.state.verification
     assert verification is not None
     target, previous = verification.target, verification.previous
@@ -307,6 +320,14 @@ def revert(
         refusal = Refusal(why=f"{target.label}: {why}", until=sit.now + refused_s)
         state = state.refusing(refuse, refusal)
         after += f"; {refuse} refused for {refused_s / 3600:.0f} h"
+    if load_gone:
+        switch = sit.settings.switch
+        state = state.load_went(sit.now)
+        after += (
+            f"; the load it was made for (demand {verification.baseline_batch:.0f}) had gone "
+            f"before it settled: for {format_duration(switch.load_gone_memory_s)} every change "
+            f"waits the whole {format_duration(switch.dwell_s)} dwell"
+        )
     decision = make(
         Action.REVERT,
         f"revert {target.label} -> {previous.label}: {why}; {after}",
