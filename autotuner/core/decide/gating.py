@@ -167,9 +167,9 @@ def _dwelt(sit: Situation, evaluation: Evaluation, dwelt: float) -> bool:
 
 def _whole_dwell(sit: Situation, evaluation: Evaluation) -> bool:
     """Whether a large gain must wait the whole dwell too: a load was seen to go before a
-    change settled lately (a 15-minute burst read as a rise three times a morning, each change
-    reverted at the load before it), unless the move serves at least what holding serves at
-    every batch."""
+    change settled lately (15-minute bursts every 2 h, each read as a rise in one window and
+    each change reverted at the load before it), unless the move serves at least what holding
+    serves at every batch."""
     memory = sit.settings.switch.load_gone_memory_s
     return sit.state.load_went_within(sit.now, memory) and not evaluation.dominates
 

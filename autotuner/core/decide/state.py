@@ -25,7 +25,8 @@ from autotuner.core.vocabulary import Word
 DAY = 86400.0
 # 1: unversioned; 2: calibration per setup and band; 3: per kernel class; 4: the demand memory
 # (trend and profile by time of day) and the restart costs learned per setup; 5: compile keys
-# carry prefix caching; 6: how fast acceptance moved while measured
+# carry prefix caching; 6: how fast acceptance moved while measured; 7: when a load was last seen
+# to go before a change settled
 SCHEMA_VERSION = 7
 SET_ASIDE_CHARS = 65536  # an unreadable state is kept (this much of it) for the operator
 
