@@ -9,6 +9,7 @@ FIXTURE = FIXTURES / "vllm_cpu_spec_ngram.metrics.txt"
 VLLM_TIER = Path(__file__).resolve().parent / "vllm"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """All of the real-vLLM tier on one worker (`--dist loadgroup`, as scripts/test.sh runs):
     its session fixture installs one venv that two workers must not build at once, and two
