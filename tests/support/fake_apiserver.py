@@ -195,8 +195,8 @@ class FakeApiServer:
         self.open_watches = 0
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.httpd.daemon_threads = True
-        # close() waits for the serving loop's next poll: a short one keeps the hundreds of
-        # tests that start a server from idling half a second each at teardown.
+        # close() waits for the serving loop's next poll: a short one keeps each test that
+        # starts a server from idling up to half a second at teardown.
         self.thread = threading.Thread(
             target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
