@@ -182,5 +182,7 @@ def demo(
     console.print(summary_table(result))
     for line in log_lines(result):
         console.print(line, markup=False)
-    console.print(f"{result.restarts} restart(s); details: {out / 'demo.json'}")
-    console.print(plots_line(result.plots), markup=False)
+    # Paths unbroken (the terminal wraps them, not rich): they are to be copied.
+    details = f"{result.restarts} restart(s); details: {out / 'demo.json'}"
+    console.print(details, markup=False, soft_wrap=True)
+    console.print(plots_line(result.plots), markup=False, soft_wrap=True)

@@ -41,7 +41,7 @@ def print_bench_results(points: list[Point], sweep: Sweep, out: Path) -> None:
     console.print(table)
     for label, verdict in quality.items():
         console.print(f"  quality {label}: {verdict['verdict']}: {verdict['summary']}")
-    console.print(plots_line(sweep.plots), markup=False)
+    console.print(plots_line(sweep.plots), markup=False, soft_wrap=True)  # paths unbroken
 
 
 def print_calibration(fit: Fit, out: Path) -> None:
