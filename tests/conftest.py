@@ -21,9 +21,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class TierScheduling(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            return "vllm" if nodeid.startswith(VLLM_TIER) else nodeid
+            return work_unit(nodeid)
 
     return TierScheduling(config, log)
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test is sent to a worker in: the whole real-vLLM tier, or itself."""
+    return "vllm" if nodeid.startswith(VLLM_TIER) else nodeid
 
 
 @pytest.fixture(scope="session")

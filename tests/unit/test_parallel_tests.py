@@ -1,0 +1,22 @@
+"""How scripts/test.sh shares the suite out over xdist workers (tests/conftest.py)."""
+
+from __future__ import annotations
+
+from xdist.scheduler import LoadScopeScheduling
+
+from tests.conftest import work_unit
+
+
+def test_the_real_vllm_tier_is_one_unit_of_work_and_every_other_test_its_own() -> None:
+    tier = {
+        work_unit("tests/vllm/test_real_vllm.py::test_bench_sweep_against_the_real_server"),
+        work_unit("tests/vllm/test_real_hybrid.py::test_a_replay_refused_at_start_is_learned"),
+    }
+    assert tier == {"vllm"}
+    others = ["tests/unit/test_state.py::test_a", "tests/unit/test_state.py::test_b"]
+    assert [work_unit(nodeid) for nodeid in others] == others
+
+
+def test_xdist_still_asks_the_method_the_scheduler_overrides() -> None:
+    """Renamed upstream, the override would be silently ignored and the tier split."""
+    assert callable(vars(LoadScopeScheduling).get("_split_scope"))
