@@ -177,7 +177,7 @@ def test_status_lists_what_the_calibration_learned_and_what_was_explored() -> No
     import time
 
     from autotuner.cli.render.status import state_lines as _state_lines
-    from autotuner.core.decide.state import SCHEMA_VERSION, Exploration, TunerState
+    from autotuner.core.decide.state import SCHEMA_VERSION, Answer, Exploration, TunerState
 
     # Evidence stamped now, so status (which fits at the wall clock) sees it fresh.
     now = time.time()
@@ -188,12 +188,15 @@ def test_status_lists_what_the_calibration_learned_and_what_was_explored() -> No
         attribution = attribution.add(
             SPEC3, BATCH, measured, base, own, now - 10 + i, half_life_s=HALF_LIFE
         )
-    state = TunerState(calibration=attribution).exploring(
-        Exploration(SetupKind.REPLAY, 4), now + 3600
+    state = (
+        TunerState(calibration=attribution)
+        .exploring(Exploration(SetupKind.REPLAY, 4), now + 3600)
+        .answered(SetupKind.REPLAY, Answer(at=now, acceptance=0.8), now + 86400)
     )
     lines = _state_lines(state.model_dump_json())
     assert lines[0] == f"state: schema {SCHEMA_VERSION}"
     assert "explored: replay in batch band 4" in lines
+    assert "answered no: replay in batch band 4, first-position acceptance 0.80" in lines
     learned = [line for line in lines if line.startswith("calibration: spec ")]
     assert learned
     assert "(batch band 4)" in " ".join(learned)

@@ -238,3 +238,35 @@ def test_each_decision_carries_intervals(error: StepError) -> None:
     assert low < last.predicted_tokens_per_s[REPLAY.label] < high
     spec_low, spec_high = last.predicted_interval[SPEC3.label]
     assert (spec_high - spec_low) < (high - low)  # measured vs never measured here
+
+
+def test_a_no_is_remembered_past_the_quarantine_while_acceptance_stays() -> None:
+    """The same evening of a repeating day asks the same question; answered no, it is not
+    asked again at two restarts a time while acceptance stays where it was measured (with the
+    memory no longer than the quarantine, it is)."""
+    asked_again = {}
+    for memory in (SETTINGS.exploration.answer_memory_s, 0.0):
+        settings = policy_settings(SETTINGS, exploration={"answer_memory_s": memory})
+        world = World(replay_slower, settings=settings)
+        world.run(20)
+        revert = next(d for d in world.decisions if d.action is Action.REVERT)
+        world.now += 24 * 3600  # the next evening: what was measured has faded
+        asked_again[memory] = len(explorations(world.run(30)))
+    assert asked_again == {SETTINGS.exploration.answer_memory_s: 0, 0.0: 1}
+    assert revert.sentence.endswith("replay not explored again at this load for 6h")
+
+
+def test_a_remembered_no_says_so_and_lapses_when_acceptance_moves() -> None:
+    world = World(replay_slower)
+    world.run(20)
+    revert = next(d for d in world.decisions if d.action is Action.REVERT)
+    first = world.state.answered_no[next(iter(world.state.answered_no))].acceptance
+    assert first is not None
+    remembered = (
+        f"for 3d while the first draft position's acceptance stays within 0.05 of {first:.2f}"
+    )
+    assert revert.sentence.endswith(remembered)
+    world.now += 24 * 3600
+    world.rates = tuple(r * 0.9 for r in world.rates)  # drafts kept less: the answer may differ
+    again = [d for d in explorations(world.run(60)) if d.target == REPLAY]
+    assert len(again) == 1

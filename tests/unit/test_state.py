@@ -15,6 +15,7 @@ from autotuner.core.decide.settings import ForecastSettings, RestartSettings
 from autotuner.core.decide.state import (
     DAY,
     SCHEMA_VERSION,
+    Answer,
     Exploration,
     QualityCheck,
     QualityStatus,
@@ -135,6 +136,20 @@ def test_explorations_are_typed_and_persisted_as_family_and_band() -> None:
     assert read_state(json.dumps(record)).state == state
 
 
+def test_a_question_answered_no_is_remembered_where_it_was_asked_and_persisted() -> None:
+    asked = Exploration(SetupKind.REPLAY, 2)
+    state = (
+        TunerState()
+        .exploring(Exploration(SetupKind.REPLAY, 1), NOW - DAY)
+        .exploring(asked, NOW)
+        .answered(SetupKind.REPLAY, Answer(at=NOW, acceptance=0.8), NOW + DAY)
+    )
+    assert state.explored == {Exploration(SetupKind.REPLAY, 1): NOW - DAY, asked: NOW + DAY}
+    record = json.loads(state.model_dump_json())
+    assert record["answered_no"] == {"replay|2": {"at": NOW, "acceptance": 0.8}}
+    assert read_state(json.dumps(record)).state == state
+
+
 def test_a_state_written_with_string_keys_and_statuses_reads_typed() -> None:
     """A schema-3 record as the sidecar wrote it before the keys and statuses were typed."""
     record = json.loads(switched().model_dump_json())
@@ -238,15 +253,20 @@ def test_a_schema_4_state_keeps_its_restart_durations_and_drops_its_compile_keys
 
 
 # A field each schema added: an older record, written without it, reads as it started (no
-# acceptance drift measured yet; no load seen to go before a change settled).
-ADDED_FIELDS = {5: "acceptance_drift", 6: "load_gone_at"}
+# acceptance drift measured yet; no load seen to go before a change settled; no question
+# answered no).
+ADDED_FIELDS = {5: "acceptance_drift", 6: "load_gone_at", 7: "answered_no"}
 
 
 @pytest.mark.parametrize(("version", "added"), ADDED_FIELDS.items())
 def test_an_older_state_reads_with_what_its_schema_lacked_as_it_starts(
     version: int, added: str
 ) -> None:
-    record = json.loads(switched().updated(load_gone_at=NOW).model_dump_json())
+    asked = Exploration(SetupKind.REPLAY, 2)
+    state = switched().updated(
+        load_gone_at=NOW, explored={asked: NOW}, answered_no={asked: Answer(at=NOW, acceptance=0.8)}
+    )
+    record = json.loads(state.model_dump_json())
     record["schema_version"] = version
     del record[added]
     read = read_state(json.dumps(record))

@@ -74,6 +74,11 @@ def state_lines(persisted: str | None, policy: PolicySettings | None = None) -> 
         f"explored: {key.kind.value} in batch band {key.band}"
         for key in sorted(state.explored, key=str)
     ]
+    lines += [
+        f"answered no: {key.kind.value} in batch band {key.band}"
+        + (f", first-position acceptance {a.acceptance:.2f}" if a.acceptance is not None else "")
+        for key, a in sorted(state.answered_no.items(), key=lambda item: str(item[0]))
+    ]
     calibration = (policy or PolicySettings()).calibration
     fit = state.calibration.fit(time.time(), calibration.half_life_s, calibration.bounds)
     lines += [

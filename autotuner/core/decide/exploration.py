@@ -13,6 +13,7 @@ from autotuner.core.decide.decisions import Make, numbers, percent
 from autotuner.core.decide.gating import first_block
 from autotuner.core.decide.state import Exploration, TunerState, Verification
 from autotuner.core.decide.valuation import Evaluation
+from autotuner.core.predict.acceptance import first_position
 from autotuner.core.predict.attribution import calibration_band
 from autotuner.core.types import Action, Decision, Setup
 
@@ -89,6 +90,21 @@ def _load_stays(sit: Situation) -> bool:
     return calibration_band(sit.demand_mean) == calibration_band(mean)
 
 
+def question_open(sit: Situation, key: Exploration) -> bool:
+    """Whether a family may be asked about in a band: not within its quarantine, nor while a
+    no it answered there is remembered, unless the first draft position's acceptance has moved
+    past the tolerance from the answer's (after the quarantine)."""
+    if sit.state.explored.get(key, 0.0) <= sit.now:
+        return True
+    answer = sit.state.answered_no.get(key)
+    if answer is None or sit.now < answer.at + sit.settings.quarantine.setup_s:
+        return False
+    now, then = first_position(sit.acceptance), answer.acceptance
+    if now is None or then is None:
+        return False
+    return abs(now - then) > sit.settings.exploration.answer_acceptance_tolerance
+
+
 def _widest_chance(
     sit: Situation, evaluation: Evaluation, current: Setup, band: int
 ) -> tuple[Setup, float] | None:
@@ -100,7 +116,7 @@ def _widest_chance(
     for setup, (_, high) in evaluation.intervals.items():
         if setup.kind is current.kind or evaluation.checked.get(setup, False):
             continue
-        if sit.state.explored.get(Exploration(setup.kind, band), 0.0) > sit.now or high < floor:
+        if high < floor or not question_open(sit, Exploration(setup.kind, band)):
             continue
         options.append((high, setup.label, setup))
     if not options:

@@ -223,6 +223,21 @@ class ExplorationSettings(Group):
         description="Restarts of the day's budget (restart.max_per_day) explorations leave "
         "for predicted changes: one is made only when this many remain after it and its revert.",
     )
+    answer_memory_s: float = Field(
+        72 * HOUR,
+        ge=0,
+        description="A question answered no is not asked again in its family and batch band for "
+        "this long (at least quarantine.setup_s) while acceptance stays within "
+        "answer_acceptance_tolerance of the answer's: on days that repeat, the same evening "
+        "would ask the same question, at two restarts, for the same answer.",
+    )
+    answer_acceptance_tolerance: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="How far the first draft position's acceptance may move from where a no "
+        "was measured before the question is open again (after quarantine.setup_s).",
+    )
 
 
 class ForecastSettings(Group):

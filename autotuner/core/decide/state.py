@@ -26,8 +26,8 @@ DAY = 86400.0
 # 1: unversioned; 2: calibration per setup and band; 3: per kernel class; 4: the demand memory
 # (trend and profile by time of day) and the restart costs learned per setup; 5: compile keys
 # carry prefix caching; 6: how fast acceptance moved while measured; 7: when a load was last seen
-# to go before a change settled
-SCHEMA_VERSION = 7
+# to go before a change settled; 8: the questions answered no, remembered past the quarantine
+SCHEMA_VERSION = 8
 SET_ASIDE_CHARS = 65536  # an unreadable state is kept (this much of it) for the operator
 
 
@@ -62,6 +62,18 @@ def _exploration(value: Any) -> Any:
 ExplorationKey = Annotated[
     Exploration, BeforeValidator(_exploration), PlainSerializer(str, return_type=str)
 ]
+
+
+class Answer(BaseModel):
+    """An exploration answered no: when, and the first draft position's acceptance then (None:
+    nothing drafted). The answer holds while acceptance stays near it: the speculating
+    families' speeds move with it, and nothing else that decides the answer at one load moves
+    without a new engine build or model, which start a new state."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    at: float
+    acceptance: float | None = None
 
 
 class Pending(BaseModel):
@@ -169,6 +181,7 @@ class TunerState(BaseModel):
     last_quality: QualityCheck | None = None  # the latest finished quality check
     set_aside: str | None = None  # a persisted state that could not be read, kept verbatim
     explored: dict[ExplorationKey, float] = {}  # no exploration there again until
+    answered_no: dict[ExplorationKey, Answer] = {}  # the latest no there, while remembered
     load: LoadMemory = LoadMemory()  # demand per engine: recent trend, profile by time of day
     restart_costs: RestartCosts = RestartCosts()  # learned from the restarts watched
     load_gone_at: float | None = None  # last revert of a change whose load had gone
@@ -253,6 +266,18 @@ class TunerState(BaseModel):
     def exploring(self, key: Exploration, until: float) -> TunerState:
         """An exploration of one family in one batch band; not asked again there until then."""
         return self.updated(explored={**self.explored, key: until})
+
+    def answered(self, kind: SetupKind, answer: Answer, until: float) -> TunerState:
+        """The latest question to `kind` was answered no: not asked there again until `until`
+        unless acceptance moves away from the answer's (`exploration.question_open`)."""
+        asked = [key for key in self.explored if key.kind is kind]
+        if not asked:
+            return self
+        key = max(asked, key=lambda k: self.explored[k])
+        return self.updated(
+            explored={**self.explored, key: max(until, self.explored[key])},
+            answered_no={**self.answered_no, key: answer},
+        )
 
     def following(self, record: TunerState) -> TunerState:
         """Another writer's record of a change (a manual apply): its setup, changes, drafter
@@ -391,4 +416,18 @@ def _from_v6(record: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     return {**record, "schema_version": SCHEMA_VERSION}, ()
 
 
-_MIGRATIONS = {1: _from_v1, 2: _from_v2, 3: _from_v3, 4: _from_v4, 5: _from_v5, 6: _from_v6}
+def _from_v7(record: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Schema 8 remembers the questions answered no past their quarantine: none yet (the
+    explored bands' quarantines are kept)."""
+    return {**record, "schema_version": SCHEMA_VERSION}, ()
+
+
+_MIGRATIONS = {
+    1: _from_v1,
+    2: _from_v2,
+    3: _from_v3,
+    4: _from_v4,
+    5: _from_v5,
+    6: _from_v6,
+    7: _from_v7,
+}

@@ -10,9 +10,10 @@ from autotuner.core.decide.anchor import EVERY_BATCH
 from autotuner.core.decide.context import Situation, whole_window
 from autotuner.core.decide.decisions import Make
 from autotuner.core.decide.schedule_check import MAX_WINDOWS, judge_schedule, regions, unverified
-from autotuner.core.decide.state import QualityStatus, Refusal, TunerState, Verification
+from autotuner.core.decide.state import Answer, QualityStatus, Refusal, TunerState, Verification
 from autotuner.core.decide.valuation import evaluate, misses_latency_limits
 from autotuner.core.engine.capabilities import Capability
+from autotuner.core.predict.acceptance import first_position
 from autotuner.core.types import Action, BlockReason, Decision
 from autotuner.durations import format_duration
 from autotuner.errors import UnusableReason
@@ -287,6 +288,28 @@ def _previous_at(sit: Situation, verification: Verification, batch: float) -> fl
     return sit.predictor.tokens_per_s_at(previous, batch, sit.accept)
 
 
+def _answered_no(sit: Situation, state: TunerState) -> tuple[TunerState, str]:
+    """An exploration measured slower: its family is not asked again at this load while the
+    answer is remembered (`exploration.answer_memory_s`, at least the quarantine), unless
+    acceptance moves away from where it was measured."""
+    verification = sit.state.verification
+    assert verification is not None
+    settings = sit.settings
+    memory = max(settings.exploration.answer_memory_s, settings.quarantine.setup_s)
+    acceptance = first_position(sit.acceptance)
+    answer = Answer(at=sit.now, acceptance=acceptance)
+    state = state.answered(verification.target.kind, answer, sit.now + memory)
+    after = f"{verification.target.kind.value} not explored again at this load for "
+    after += format_duration(memory)
+    if acceptance is not None and memory > settings.quarantine.setup_s:
+        tolerance = settings.exploration.answer_acceptance_tolerance
+        after += (
+            f" while the first draft position's acceptance stays within {tolerance:.2f} of "
+            f"{acceptance:.2f}"
+        )
+    return state, after
+
+
 def revert(
     sit: Situation,
     make: Make,
@@ -308,13 +331,11 @@ def revert(
     assert verification is not None
     target, previous = verification.target, verification.previous
     period = sit.settings.quarantine.setup_s
-    hours = f"{period / 3600:.1f} h"
     state = sit.state.reverted(sit.now, sit.now + period if quarantine else None)
-    after = (
-        f"{target.label} quarantined for {hours}"
-        if quarantine
-        else f"{target.kind.value} not explored again at this load for {hours}"
-    )
+    if quarantine:
+        after = f"{target.label} quarantined for {period / 3600:.1f} h"
+    else:
+        state, after = _answered_no(sit, state)
     if refuse is not None:
         refused_s = sit.settings.quarantine.capability_s
         refusal = Refusal(why=f"{target.label}: {why}", until=sit.now + refused_s)

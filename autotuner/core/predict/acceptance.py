@@ -104,6 +104,12 @@ class AcceptanceEstimate(BaseModel):
         return spec_tokens
 
 
+def first_position(estimate: AcceptanceEstimate | None) -> float | None:
+    """The first draft position's conditional rate, the one every K drafts (None: nothing
+    drafted yet)."""
+    return estimate.conditional[0] if estimate and estimate.conditional else None
+
+
 def from_counts(
     drafts: float,
     accepted_per_position: Sequence[float],
