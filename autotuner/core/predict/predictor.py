@@ -147,17 +147,7 @@ class Predictor:
         raw = self.model_curve(setup, batches, accept)
         plain = self._plain(raw.effective_batch)
         # The model's step is the sum of its class times, so the fitted sum is the step.
-        step = np.array(
-            [
-                self.fit.step(
-                    setup,
-                    float(b),
-                    {c: float(v[i]) for c, v in plain.time_s.items()},
-                    {c: float(v[i]) for c, v in raw.time_s.items()},
-                )
-                for i, b in enumerate(raw.effective_batch)
-            ]
-        )
+        step = self.fit.steps(setup, raw.effective_batch, plain.time_s, raw.time_s)
         decode = raw.decode_tokens_per_s * raw.step_time_s / step
         return (decode if raw.prefill is None else raw.prefill.tokens_per_s(decode)), step
 
