@@ -66,9 +66,9 @@ ExplorationKey = Annotated[
 
 class Answer(BaseModel):
     """An exploration answered no: when, and the first draft position's acceptance then (None:
-    nothing drafted). The answer holds while acceptance stays near it: the speculating
-    families' speeds move with it, and nothing else that decides the answer at one load moves
-    without a new engine build or model, which start a new state."""
+    nothing drafted). The answer is taken to hold while acceptance stays near it, since the
+    speculating families' speeds move with it; what else could change it at one load (the
+    prompts' share, the engine build) is not watched, and the memory's length bounds that."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -269,7 +269,8 @@ class TunerState(BaseModel):
 
     def answered(self, kind: SetupKind, answer: Answer, until: float) -> TunerState:
         """The latest question to `kind` was answered no: not asked there again until `until`
-        unless acceptance moves away from the answer's (`exploration.question_open`)."""
+        unless acceptance moves away from the answer's (core/decide/exploration.py
+        `question_open`)."""
         asked = [key for key in self.explored if key.kind is kind]
         if not asked:
             return self

@@ -323,7 +323,7 @@ def revert(
 ) -> tuple[Decision, TunerState]:
     """Back to the previous setup; the tried one is quarantined, unless it was an exploration
     that was only slower here (what it measured stays learned, and its family is not explored
-    in this band again for the period; at another load it may still win). `refuse`: the
+    in this band again while the answer is remembered; at another load it may still win). `refuse`: the
     capability the failure shows the engine does not serve well (nothing needing it is
     proposed for `quarantine.capability_s`). `load_gone`: the load it was made for had gone
     before it settled, so for `switch.load_gone_memory_s` no change passes its dwell early."""
