@@ -7,12 +7,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 from autotuner.core.engine.workload import Workload
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.acceptance import from_conditional
-from autotuner.core.predict.attribution import UNCHECKED_SIGMA, Attribution
+from autotuner.core.predict.attribution import (
+    CALIBRATION_BANDS,
+    UNCHECKED_SIGMA,
+    Attribution,
+    BandFit,
+    Fit,
+    calibration_band,
+)
 from autotuner.core.predict.hardware import datasheet
 from autotuner.core.predict.predictor import Predictor
 from autotuner.core.types import Setup, SetupKind
@@ -191,7 +199,7 @@ def test_status_lists_what_the_calibration_learned_and_what_was_explored() -> No
     state = (
         TunerState(calibration=attribution)
         .exploring(Exploration(SetupKind.REPLAY, 4), now + 3600)
-        .answered(SetupKind.REPLAY, Answer(at=now, acceptance=0.8), now + 86400)
+        .answered(Exploration(SetupKind.REPLAY, 4), Answer(at=now, acceptance=0.8), now + 86400)
     )
     lines = _state_lines(state.model_dump_json())
     assert lines[0] == f"state: schema {SCHEMA_VERSION}"
@@ -216,3 +224,16 @@ def test_an_error_a_familys_own_terms_cannot_take_lands_on_the_shared_ones() -> 
     assert calibrated / raw == pytest.approx(0.6, abs=0.03)
     p = predictor(learned)
     assert all(0.5 <= f.factor <= 2.0 for f in p.fit.factors())  # within the bounds
+
+
+def test_a_curve_takes_each_batch_in_its_calibration_band() -> None:
+    """Fit.steps looks the factors up by band for a whole array of batches: each batch,
+    those on the bands' edges included, in the band calibration_band puts it in."""
+    bands = tuple(
+        BandFit(shared={"gemm": 1.0 + i}, own={}, evidence={}, misfit={}, doubt={})
+        for i in range(len(CALIBRATION_BANDS) - 1)
+    )
+    batches = np.array([1, 3, 4, 15, 16, 63, 64, 255, 256, 1024, 1 << 20, 1 << 21])
+    ones = {"gemm": np.ones(len(batches))}
+    steps = Fit(classes=("gemm",), bands=bands).steps(Setup(), batches, ones, ones)
+    assert steps.tolist() == [1.0 + calibration_band(int(b)) for b in batches]

@@ -137,17 +137,35 @@ def test_explorations_are_typed_and_persisted_as_family_and_band() -> None:
 
 
 def test_a_question_answered_no_is_remembered_where_it_was_asked_and_persisted() -> None:
-    asked = Exploration(SetupKind.REPLAY, 2)
+    """Where it was asked, even beside an answer another band still remembers longer; an
+    answer whose time has run out is let go."""
+    asked, other, lapsed = (Exploration(SetupKind.REPLAY, band) for band in (2, 3, 1))
     state = (
         TunerState()
-        .exploring(Exploration(SetupKind.REPLAY, 1), NOW - DAY)
-        .exploring(asked, NOW)
-        .answered(SetupKind.REPLAY, Answer(at=NOW, acceptance=0.8), NOW + DAY)
+        .exploring(lapsed, NOW - DAY)
+        .answered(lapsed, Answer(at=NOW - 2 * DAY, acceptance=0.7), NOW - DAY)
+        .exploring(other, NOW)
+        .answered(other, Answer(at=NOW - 1, acceptance=0.8), NOW + 3 * DAY)
+        .exploring(asked, NOW + 3600)
+        .answered(asked, Answer(at=NOW, acceptance=0.6), NOW + DAY)
     )
-    assert state.explored == {Exploration(SetupKind.REPLAY, 1): NOW - DAY, asked: NOW + DAY}
+    assert state.explored == {lapsed: NOW - DAY, other: NOW + 3 * DAY, asked: NOW + DAY}
+    assert set(state.answered_no) == {other, asked}
     record = json.loads(state.model_dump_json())
-    assert record["answered_no"] == {"replay|2": {"at": NOW, "acceptance": 0.8}}
+    assert record["answered_no"]["replay|2"] == {"at": NOW, "acceptance": 0.6}
     assert read_state(json.dumps(record)).state == state
+
+
+def test_asking_again_supersedes_the_answer_there() -> None:
+    asked = Exploration(SetupKind.SPEC, 1)
+    state = (
+        TunerState()
+        .exploring(asked, NOW)
+        .answered(asked, Answer(at=NOW, acceptance=0.8), NOW + 3 * DAY)
+        .exploring(asked, NOW + 4 * DAY)
+    )
+    assert state.answered_no == {}
+    assert state.explored == {asked: NOW + 4 * DAY}
 
 
 def test_a_state_written_with_string_keys_and_statuses_reads_typed() -> None:

@@ -58,6 +58,7 @@ def explore(
         baseline_rate=state.last_rate,
         baseline_batch=state.last_batch,
         exploration=True,
+        band=band,
         first_start=sit.first_start(target),
     )
     until = sit.now + settings.quarantine.setup_s
@@ -93,7 +94,8 @@ def _load_stays(sit: Situation) -> bool:
 def question_open(sit: Situation, key: Exploration) -> bool:
     """Whether a family may be asked about in a band: not within its quarantine, nor while a
     no it answered there is remembered, unless the first draft position's acceptance has moved
-    past the tolerance from the answer's (after the quarantine)."""
+    past the tolerance from the answer's (after the quarantine). An answer measured with
+    nothing drafted, or with no acceptance known now, holds for its whole memory."""
     if sit.state.explored.get(key, 0.0) <= sit.now:
         return True
     answer = sit.state.answered_no.get(key)

@@ -208,7 +208,8 @@ class ExplorationSettings(Group):
     enabled: bool = Field(
         True,
         description="Try a family never measured at this load when its uncertainty says it "
-        "could win by switch.min_gain (once per family and batch band per quarantine.setup_s).",
+        "could win by switch.min_gain (once per family and batch band per quarantine.setup_s; "
+        "after a no, see answer_memory_s).",
     )
     tolerance: float = Field(
         0.02,

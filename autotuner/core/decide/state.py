@@ -119,6 +119,7 @@ class Verification(BaseModel):
     baseline_batch: float | None = None  # demand (running + waiting per engine) then
     quality: QualityCheck | None = None
     exploration: bool = False  # tried to measure an unchecked family, not predicted to win
+    band: int | None = None  # an exploration's calibration band: where its answer counts
     first_start: bool = False  # the target's compile key had not run before (a first compile)
     seen_down: bool = False  # a step saw the engine not yet serving the target
     ready_s: float | None = None  # patch to ready, once seen serving
@@ -181,7 +182,7 @@ class TunerState(BaseModel):
     last_quality: QualityCheck | None = None  # the latest finished quality check
     set_aside: str | None = None  # a persisted state that could not be read, kept verbatim
     explored: dict[ExplorationKey, float] = {}  # no exploration there again until
-    answered_no: dict[ExplorationKey, Answer] = {}  # the latest no there, while remembered
+    answered_no: dict[ExplorationKey, Answer] = {}  # the latest no there (see `explored`)
     load: LoadMemory = LoadMemory()  # demand per engine: recent trend, profile by time of day
     restart_costs: RestartCosts = RestartCosts()  # learned from the restarts watched
     load_gone_at: float | None = None  # last revert of a change whose load had gone
@@ -264,21 +265,18 @@ class TunerState(BaseModel):
         )
 
     def exploring(self, key: Exploration, until: float) -> TunerState:
-        """An exploration of one family in one batch band; not asked again there until then."""
-        return self.updated(explored={**self.explored, key: until})
+        """An exploration of one family in one batch band; not asked again there until then
+        (an older answer there is superseded by this question's)."""
+        answers = {k: a for k, a in self.answered_no.items() if k != key}
+        return self.updated(explored={**self.explored, key: until}, answered_no=answers)
 
-    def answered(self, kind: SetupKind, answer: Answer, until: float) -> TunerState:
-        """The latest question to `kind` was answered no: not asked there again until `until`
-        unless acceptance moves away from the answer's (core/decide/exploration.py
-        `question_open`)."""
-        asked = [key for key in self.explored if key.kind is kind]
-        if not asked:
-            return self
-        key = max(asked, key=lambda k: self.explored[k])
-        return self.updated(
-            explored={**self.explored, key: max(until, self.explored[key])},
-            answered_no={**self.answered_no, key: answer},
-        )
+    def answered(self, key: Exploration, answer: Answer, until: float) -> TunerState:
+        """The question at `key` was answered no: not asked there again until `until` unless
+        acceptance moves away from the answer's (core/decide/exploration.py `question_open`).
+        Answers whose time has run out are let go."""
+        explored = {**self.explored, key: max(until, self.explored.get(key, until))}
+        answers = {k: a for k, a in self.answered_no.items() if explored.get(k, 0.0) > answer.at}
+        return self.updated(explored=explored, answered_no={**answers, key: answer})
 
     def following(self, record: TunerState) -> TunerState:
         """Another writer's record of a change (a manual apply): its setup, changes, drafter

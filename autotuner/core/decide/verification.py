@@ -10,7 +10,14 @@ from autotuner.core.decide.anchor import EVERY_BATCH
 from autotuner.core.decide.context import Situation, whole_window
 from autotuner.core.decide.decisions import Make
 from autotuner.core.decide.schedule_check import MAX_WINDOWS, judge_schedule, regions, unverified
-from autotuner.core.decide.state import Answer, QualityStatus, Refusal, TunerState, Verification
+from autotuner.core.decide.state import (
+    Answer,
+    Exploration,
+    QualityStatus,
+    Refusal,
+    TunerState,
+    Verification,
+)
 from autotuner.core.decide.valuation import evaluate, misses_latency_limits
 from autotuner.core.engine.capabilities import Capability
 from autotuner.core.predict.acceptance import first_position
@@ -297,8 +304,11 @@ def _answered_no(sit: Situation, state: TunerState) -> tuple[TunerState, str]:
     settings = sit.settings
     memory = max(settings.exploration.answer_memory_s, settings.quarantine.setup_s)
     acceptance = first_position(sit.acceptance)
-    answer = Answer(at=sit.now, acceptance=acceptance)
-    state = state.answered(verification.target.kind, answer, sit.now + memory)
+    if verification.band is None:  # asked by a sidecar from before answers were kept
+        memory, acceptance = settings.quarantine.setup_s, None
+    else:
+        key = Exploration(verification.target.kind, verification.band)
+        state = state.answered(key, Answer(at=sit.now, acceptance=acceptance), sit.now + memory)
     after = f"{verification.target.kind.value} not explored again at this load for "
     after += format_duration(memory)
     if acceptance is not None and memory > settings.quarantine.setup_s:
@@ -322,11 +332,12 @@ def revert(
     load_gone: bool = False,
 ) -> tuple[Decision, TunerState]:
     """Back to the previous setup; the tried one is quarantined, unless it was an exploration
-    that was only slower here (what it measured stays learned, and its family is not explored
-    in this band again while the answer is remembered; at another load it may still win). `refuse`: the
-    capability the failure shows the engine does not serve well (nothing needing it is
-    proposed for `quarantine.capability_s`). `load_gone`: the load it was made for had gone
-    before it settled, so for `switch.load_gone_memory_s` no change passes its dwell early."""
+    that was only slower here (what it measured stays learned, and its family is not asked
+    about in this band again while the answer is remembered; at another load it may win).
+    `refuse`: the capability the failure shows the engine does not serve well (nothing
+    needing it is proposed for `quarantine.capability_s`). `load_gone`: the load it was made
+    for had gone before it settled, so for `switch.load_gone_memory_s` no change passes its
+    dwell early."""
     verification = sit.state.verification
     assert verification is not None
     target, previous = verification.target, verification.previous
