@@ -48,12 +48,15 @@ PLAIN_FAMILY = SetupKind.PLAIN.value
 Array = npt.NDArray[np.float64]
 
 
+def calibration_bands(batches: npt.ArrayLike) -> npt.NDArray[np.intp]:
+    """The index of the calibration band each batch falls in (past the last edge, the last)."""
+    index = np.searchsorted(CALIBRATION_BANDS[1:], batches, side="right")
+    return np.minimum(index, len(CALIBRATION_BANDS) - 2)
+
+
 def calibration_band(batch: float) -> int:
     """The index of the calibration band `batch` falls in."""
-    for index, upper in enumerate(CALIBRATION_BANDS[1:]):
-        if batch < upper:
-            return index
-    return len(CALIBRATION_BANDS) - 2
+    return int(calibration_bands(batch))
 
 
 class Entry(BaseModel):
@@ -348,15 +351,14 @@ class Fit:
         plain's terms times the band's shared factor, what the setup adds times its family's
         own (one array pass per class: a curve over a thousand batches is not a thousand
         calls)."""
-        band = np.minimum(
-            np.searchsorted(CALIBRATION_BANDS[1:], batches, side="right"), len(self.bands) - 1
-        )
+        band = calibration_bands(batches)
+        owns = [fit.own.get(setup.kind.value, {}) for fit in self.bands]
         none = np.zeros(len(batches))
         total = np.zeros(len(batches))
         for c in set(base_s) | set(setup_s):
             base = base_s.get(c, none)
             extra = none if setup.kind is SetupKind.PLAIN else setup_s.get(c, none) - base
-            shared = np.array([fit.shared.get(c, 1.0) for fit in self.bands])[band]
-            own = np.array([fit.own.get(setup.kind.value, {}).get(c, 1.0) for fit in self.bands])
-            total += shared * base + own[band] * extra
+            shared = np.array([fit.shared.get(c, 1.0) for fit in self.bands])
+            own = np.array([factors.get(c, 1.0) for factors in owns])
+            total += shared[band] * base + own[band] * extra
         return np.maximum(total, 1e-9)
