@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autotuner.core.engine.workload import ENGINE_NAMES
 from autotuner.core.types import Setup, SetupKind
 from autotuner.core.vocabulary import Word
 
@@ -184,8 +185,5 @@ class BuildInForce(BaseModel):
         said = f" ({self.detail})" if self.detail else ""
         unknown = "" if self.known else ": no rules read for it, the safest row"
         engine = self.rows[0].engine if self.rows else "the engine"
-        label = _ENGINE_NAMES.get(engine, engine)
+        label = ENGINE_NAMES.get(engine, engine)
         return f"{label} {version} from {self.origin.value}{said}{unknown}"
-
-
-_ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
