@@ -16,7 +16,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     and two cores hold one tiny server at a time well), every other test one at a time to
     whichever worker is free. The tier, the largest unit, is sent first: the other workers
     take everything else meanwhile. (xdist's `--dist loadgroup` does not group here: it
-    writes the group into `item._nodeid`, and pytest 9.2 reads node ids from `item._id`.)"""
+    writes the group into `item._nodeid`, and pytest 9.2 reads node ids from `item._id`.)
+    A `--dist` other than `load`, the mode `-n` implies, is left to xdist."""
+    if config.getoption("dist", "load") not in ("load", "no"):
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class TierScheduling(LoadScopeScheduling):  # type: ignore[misc]
