@@ -25,6 +25,9 @@ class StartPrometheus(Protocol):
         ...
 
 
+PORT_TRIES = 3
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -52,7 +55,6 @@ def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
     def start(
         targets: list[str], scrape_interval: str = "200ms", pods: dict[str, str] | None = None
     ) -> str:
-        port = free_port()
         config = tmp_path / "prometheus.yml"
         config.write_text(
             "global:\n"
@@ -62,7 +64,17 @@ def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
             "  - job_name: vllm\n"
             f"    static_configs: [{static_configs(targets, pods)}]\n"
         )
-        log = (tmp_path / "prometheus.log").open("wb")
+        # A free port can be taken by another worker's server or a client's connection before
+        # Prometheus binds it: on that refusal, try another.
+        for _ in range(PORT_TRIES):
+            url = launch(config, free_port())
+            if url is not None:
+                return url
+        pytest.fail(f"prometheus found no free port in {PORT_TRIES} tries")
+
+    def launch(config: Path, port: int) -> str | None:
+        """Prometheus on `port`: its URL once ready, None if the port was taken meanwhile."""
+        log_path = tmp_path / "prometheus.log"
         process = subprocess.Popen(
             [
                 binary,
@@ -73,7 +85,7 @@ def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
                 "--storage.tsdb.retention.time=1h",
                 "--log.level=warn",
             ],
-            stdout=log,
+            stdout=log_path.open("wb"),
             stderr=subprocess.STDOUT,
         )
         processes.append(process)
@@ -81,7 +93,10 @@ def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                pytest.fail(f"prometheus exited: {(tmp_path / 'prometheus.log').read_text()}")
+                log = log_path.read_text()
+                if "address already in use" in log:
+                    return None
+                pytest.fail(f"prometheus exited: {log}")
             try:
                 if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
                     return url
