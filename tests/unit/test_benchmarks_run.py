@@ -23,6 +23,11 @@ from tests.support.run import python_module
             ],
             "h switch spec:3 -> ",
         ),
+        (
+            "switch_timing",
+            ["--worlds", "published-drift", "--at", "0.08,3.25"],
+            "[gdn-replay] published-drift: one switch spec:3 -> replay:16",
+        ),
         ("sidecar_overhead", ["--duration", "6", "--interval", "1", "--replicas", "2"], "peak RSS"),
         (
             "canary_cost",
