@@ -256,6 +256,24 @@ def run_policy(
     return run
 
 
+def share_of_gap(tuned: float, static: float, best: float) -> float:
+    """(tuned - static) / (best - static) in tokens; NaN where the static is within NO_GAP of
+    the best (no gap to share out)."""
+    if best - static <= NO_GAP * best:
+        return math.nan
+    return (tuned - static) / (best - static)
+
+
+def candidate_truth(
+    world: World, engine: EngineCapabilities, times: np.ndarray, interval: float
+) -> tuple[list[Setup], dict[str, np.ndarray], np.ndarray]:
+    """The static candidates the engine accepts, what each really serves in each interval, and
+    the best of them in each interval (what time-weighted efficiency divides by)."""
+    setups = [s for s in candidate_setups(engine, world.largest_k) if engine.accepts(s)]
+    truth_tps = truth_table(world, setups, times, interval)
+    return setups, truth_tps, np.max(np.vstack(list(truth_tps.values())), axis=0)
+
+
 def truth_table(
     world: World, setups: Sequence[Setup], times: np.ndarray, interval: float
 ) -> dict[str, np.ndarray]:
@@ -293,10 +311,9 @@ class Result:
         """The share of the oracle's gain over the best static (by tokens) the policy wins:
         (tuned - best static) / (oracle - best static); NaN where a static setup is the
         oracle (no gap: only tokens against the best static say anything)."""
-        static, best = self.most_tokens[1].tokens, self.outcomes["oracle"].tokens
-        if best - static <= NO_GAP * best:
-            return math.nan
-        return (self.policy.tokens - static) / (best - static)
+        return share_of_gap(
+            self.policy.tokens, self.most_tokens[1].tokens, self.outcomes["oracle"].tokens
+        )
 
     def gap_target_met(self) -> bool:
         won = self.gap_won()
@@ -333,9 +350,7 @@ def evaluate_world(
     results (its preset's name by default)."""
     engine_label = label or engine.name
     engine = engine.serving(world.prior.model)
-    setups = [s for s in candidate_setups(engine, world.largest_k) if engine.accepts(s)]
-    truth_tps = truth_table(world, setups, times, interval)
-    best = np.max(np.vstack(list(truth_tps.values())), axis=0)
+    setups, truth_tps, best = candidate_truth(world, engine, times, interval)
     run = run_policy(world, engine, settings, times, interval)
     truth_tps |= truth_table(world, sorted(set(run.used) - set(setups), key=str), times, interval)
     statics = {s.label: simulate([s] * len(times), truth_tps, best, interval) for s in setups}

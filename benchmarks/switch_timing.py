@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ from autotuner.core.predict.costmodel import predict
 from autotuner.core.types import Setup
 from autotuner.sim.worlds import (
     HELD_OUT_ACCEPTANCE,
+    MEASURED_CAPACITY,
     REPLAY_L16_RATIO,
     MeasuredSpeed,
     World,
@@ -35,12 +35,12 @@ from autotuner.sim.worlds import (
 )
 from benchmarks.decision_quality import (
     ENGINES,
-    NO_GAP,
     TARGET_GAP_WON,
     build_world,
-    candidate_setups,
+    candidate_truth,
     engines_of,
     oracle,
+    share_of_gap,
     simulate,
     truth_table,
 )
@@ -49,7 +49,13 @@ INTERVAL_S = 300.0
 HOUR = 3600.0
 BATCHES = (1, 4, 8, 16, 32, 64, 78, 128, 256, 512)
 COMPARED = ("plain", "spec:3", "replay:16")
-PUBLISHED_PLAIN_AT = 512  # MEASUREMENTS.md: plain decoding's tokens/s, Qwen3.5-122B on a B300
+PUBLISHED_BATCH = int(MEASURED_CAPACITY)  # every published setup on this model and GPU ran 512
+# The batches where MEASUREMENTS.md publishes each figure the world is built from.
+PUBLISHED_AT = {
+    "plain": (PUBLISHED_BATCH,),
+    "spec:3 / plain": (PUBLISHED_BATCH,),
+    "replay:16 / plain": tuple(REPLAY_L16_RATIO),
+}
 
 
 @dataclass(frozen=True)
@@ -95,22 +101,18 @@ def timing(world: World, engine_name: str, target: str | None, at: Sequence[floa
     each of `at` hours, on the world's truth."""
     engine = ENGINES[engine_name].serving(world.prior.model)
     times = np.arange(0.0, 24 * world.days * HOUR, INTERVAL_S)
-    setups = [s for s in candidate_setups(engine, world.largest_k) if engine.accepts(s)]
-    truth = truth_table(world, setups, times, INTERVAL_S)
-    best = np.max(np.vstack(list(truth.values())), axis=0)
+    setups, truth, best = candidate_truth(world, engine, times, INTERVAL_S)
     statics = {s.label: simulate([s] * len(times), truth, best, INTERVAL_S).tokens for s in setups}
     static = max(statics, key=lambda label: statics[label])
     top = simulate(oracle(truth, setups, INTERVAL_S), truth, best, INTERVAL_S).tokens
     goal = Setup.parse(target or static)
-    if goal.label not in truth:
-        truth |= truth_table(world, [goal], times, INTERVAL_S)
+    truth |= truth_table(world, [goal], times, INTERVAL_S)
     switches = []
     for hours in at:
         k = max(1, round(hours * HOUR / INTERVAL_S))
         series = [world.start] * k + [goal] * (len(times) - k)
         tokens = simulate(series, truth, best, INTERVAL_S).tokens
-        gap = top - statics[static]
-        won = math.nan if gap <= NO_GAP * top else (tokens - statics[static]) / gap
+        won = share_of_gap(tokens, statics[static], top)
         switches.append(
             SwitchAt(k * INTERVAL_S / HOUR, tokens / top, tokens / statics[static], won)
         )
@@ -129,13 +131,7 @@ def print_speeds() -> None:
     print("the published world's tokens/s over the raw model's (Qwen3.5-122B-A10B NVFP4, B300)")
     print(f"  {'batch':>5} " + " ".join(f"{label:>10}" for label in COMPARED) + "  published")
     for batch, ratios in speeds_against_model():
-        said = []
-        if batch == PUBLISHED_PLAIN_AT:
-            said.append("plain")
-        if batch in REPLAY_L16_RATIO:
-            said.append("replay:16 / plain")
-        if batch == PUBLISHED_PLAIN_AT:
-            said.append("spec:3 / plain")
+        said = [what for what, batches in PUBLISHED_AT.items() if batch in batches]
         row = " ".join(f"{ratios[label]:10.2f}" for label in COMPARED)
         print(f"  {batch:5d} {row}  {', '.join(said) or '-'}")
 
