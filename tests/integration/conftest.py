@@ -35,6 +35,23 @@ def free_port() -> int:
         return port
 
 
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/-/ready", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _is_ours(url: str, data: Path) -> bool:
+    """Whether the Prometheus answering at `url` is the one writing to `data`: until ours has
+    failed to bind a taken port, another worker's server may answer there."""
+    try:
+        flags = httpx.get(f"{url}/api/v1/status/flags", timeout=1).json()["data"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return False
+    return isinstance(flags, dict) and flags.get("storage.tsdb.path") == str(data)
+
+
 def static_configs(targets: list[str], pods: dict[str, str] | None) -> str:
     """The scrape job's static configs: every target in one, or one per pod."""
     if pods is None:
@@ -97,11 +114,8 @@ def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
                 if "address already in use" in log:
                     return None
                 pytest.fail(f"prometheus exited: {log}")
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    return url
-            except httpx.HTTPError:
-                pass
+            if _ready(url) and _is_ours(url, tmp_path / "data"):
+                return url
             time.sleep(0.1)
         pytest.fail("prometheus did not become ready within 30 s")
 
