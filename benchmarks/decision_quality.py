@@ -372,7 +372,7 @@ def evaluate_world(
         most_tokens=(by_tokens, statics[by_tokens]),
         explorations=run.saying_explor(Action.SWITCH),
         explorations_reverted=run.saying_explor(Action.REVERT),
-        switches=_switches(run.used, times),
+        switches=setup_changes(run.used, times),
         changes=[
             f"{(float(t) + interval) / 3600:5.2f}h {d.sentence}"
             for t, d in zip(times, run.decisions, strict=True)
@@ -381,7 +381,7 @@ def evaluate_world(
     )
 
 
-def _switches(used: Sequence[Setup], times: np.ndarray) -> list[str]:
+def setup_changes(used: Sequence[Setup], times: np.ndarray) -> list[str]:
     """'hh:mm label' at the start and at every change."""
     return [
         f"{float(t) / 3600:04.1f}h {s.label}"

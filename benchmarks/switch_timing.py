@@ -40,6 +40,7 @@ from benchmarks.decision_quality import (
     candidate_truth,
     engines_of,
     oracle,
+    setup_changes,
     share_of_gap,
     simulate,
     truth_table,
@@ -54,7 +55,7 @@ PUBLISHED_BATCH = int(MEASURED_CAPACITY)  # every published setup on this model 
 PUBLISHED_AT = {
     "plain": (PUBLISHED_BATCH,),
     "spec:3 / plain": (PUBLISHED_BATCH,),
-    "replay:16 / plain": tuple(REPLAY_L16_RATIO),
+    "replay:16 / plain (a Qwen3.5-4B, H100)": tuple(REPLAY_L16_RATIO),
 }
 
 
@@ -74,6 +75,7 @@ class Timing:
     target: str
     best_static: str
     oracle_over_static: float
+    oracle_moves: list[str]  # 'hh.hh h label' at the start and at each of the oracle's changes
     switches: list[SwitchAt]
 
 
@@ -104,7 +106,8 @@ def timing(world: World, engine_name: str, target: str | None, at: Sequence[floa
     setups, truth, best = candidate_truth(world, engine, times, INTERVAL_S)
     statics = {s.label: simulate([s] * len(times), truth, best, INTERVAL_S).tokens for s in setups}
     static = max(statics, key=lambda label: statics[label])
-    top = simulate(oracle(truth, setups, INTERVAL_S), truth, best, INTERVAL_S).tokens
+    path = oracle(truth, setups, INTERVAL_S)
+    top = simulate(path, truth, best, INTERVAL_S).tokens
     goal = Setup.parse(target or static)
     truth |= truth_table(world, [goal], times, INTERVAL_S)
     switches = []
@@ -123,6 +126,7 @@ def timing(world: World, engine_name: str, target: str | None, at: Sequence[floa
         goal.label,
         static,
         top / statics[static],
+        setup_changes(path, times),
         switches,
     )
 
@@ -141,6 +145,7 @@ def print_timing(result: Timing) -> None:
         f"\n[{result.engine}] {result.world}: one switch {result.start} -> {result.target}; "
         f"best static {result.best_static}, oracle / best static {result.oracle_over_static:.4f}"
     )
+    print(f"  the oracle ran: {', '.join(result.oracle_moves)}")
     print(f"  {'at':>6} {'tok/oracle':>10} {'tok/static':>10} {'gap won':>8}")
     for s in result.switches:
         mark = " (>= target)" if s.gap_won >= TARGET_GAP_WON else ""
