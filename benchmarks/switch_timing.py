@@ -132,7 +132,10 @@ def timing(world: World, engine_name: str, target: str | None, at: Sequence[floa
 
 
 def print_speeds() -> None:
-    print("the published world's tokens/s over the raw model's (Qwen3.5-122B-A10B NVFP4, B300)")
+    print(
+        "the published world's tokens/s over the raw model's (Qwen3.5-122B-A10B NVFP4, B300; "
+        f"acceptance {HELD_OUT_ACCEPTANCE} at every draft position)"
+    )
     print(f"  {'batch':>5} " + " ".join(f"{label:>10}" for label in COMPARED) + "  published")
     for batch, ratios in speeds_against_model():
         said = [what for what, batches in PUBLISHED_AT.items() if batch in batches]
@@ -170,6 +173,8 @@ def options() -> argparse.Namespace:
 def main() -> None:
     args = options()
     at = [float(h) for h in args.at.split(",")]
+    if any(not 0 < h < 24 for h in at):
+        raise SystemExit(f"--at {args.at}: every switch must fall within the first day (0-24 h)")
     print_speeds()
     for name in args.worlds.split(","):
         world = build_world(name, "", "")

@@ -43,8 +43,8 @@ def taken_port() -> Iterator[int]:
 def test_prometheus_starts_on_another_port_when_its_first_is_taken(
     start_prometheus: StartPrometheus, taken_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    handed = iter([taken_port, conftest.free_port()])
-    monkeypatch.setattr(conftest, "free_port", lambda: next(handed))
+    free_port, handed = conftest.free_port, iter([taken_port])
+    monkeypatch.setattr(conftest, "free_port", lambda: next(handed, None) or free_port())
     url = start_prometheus(["127.0.0.1:9"])
     assert not url.endswith(f":{taken_port}")
     flags = httpx.get(f"{url}/api/v1/status/flags", timeout=5).json()["data"]
