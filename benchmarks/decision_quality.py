@@ -382,7 +382,7 @@ def evaluate_world(
 
 
 def setup_changes(used: Sequence[Setup], times: np.ndarray) -> list[str]:
-    """'hh:mm label' at the start and at every change."""
+    """'hh.h h label' (the interval's start, in hours) at the start and at every change."""
     return [
         f"{float(t) / 3600:04.1f}h {s.label}"
         for i, (t, s) in enumerate(zip(times, used, strict=True))

@@ -109,7 +109,8 @@ def timing(world: World, engine_name: str, target: str | None, at: Sequence[floa
     path = oracle(truth, setups, INTERVAL_S)
     top = simulate(path, truth, best, INTERVAL_S).tokens
     goal = Setup.parse(target or static)
-    truth |= truth_table(world, [goal], times, INTERVAL_S)
+    missing = [s for s in (world.start, goal) if s.label not in truth]
+    truth |= truth_table(world, missing, times, INTERVAL_S)
     switches = []
     for hours in at:
         k = max(1, round(hours * HOUR / INTERVAL_S))

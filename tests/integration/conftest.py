@@ -92,19 +92,20 @@ def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
     def launch(config: Path, port: int) -> str | None:
         """Prometheus on `port`: its URL once ready, None if the port was taken meanwhile."""
         log_path = tmp_path / "prometheus.log"
-        process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--web.enable-lifecycle",
-                "--storage.tsdb.retention.time=1h",
-                "--log.level=warn",
-            ],
-            stdout=log_path.open("wb"),
-            stderr=subprocess.STDOUT,
-        )
+        with log_path.open("wb") as out:  # the child keeps its own copy of the descriptor
+            process = subprocess.Popen(
+                [
+                    binary,
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={tmp_path / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                    "--web.enable-lifecycle",
+                    "--storage.tsdb.retention.time=1h",
+                    "--log.level=warn",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         processes.append(process)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
