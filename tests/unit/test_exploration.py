@@ -174,6 +174,22 @@ def test_explorations_leave_the_budget_a_predicted_change_needs() -> None:
     assert len(explorations(room.run(20))) == 1
 
 
+def test_with_the_default_budget_a_question_waits_for_a_day_without_restarts() -> None:
+    """The default reserve (4 of the 6 a day) is room for a day's two predicted moves, each
+    with its revert: a question is asked on a day that has not restarted, not after a change
+    within the last 24 hours (on the benchmark's days every such question was answered no)."""
+    quiet = World(replay_faster)
+    assert len(explorations(quiet.run(20))) == 1
+    moved = World(replay_faster)
+    moved.state = moved.state.updated(changes=(moved.now - 2 * 3600.0,))
+    made = moved.run(20)
+    assert not explorations(made), [d.sentence for d in made]
+    assert moved.deployed == SPEC3
+    a_day_later = World(replay_faster)
+    a_day_later.state = a_day_later.state.updated(changes=(a_day_later.now - 25 * 3600.0,))
+    assert len(explorations(a_day_later.run(20))) == 1
+
+
 def replay_a_little_slower(setup: Setup, batch: float) -> float:
     return 1.06 if setup.replay_window else 1.0
 

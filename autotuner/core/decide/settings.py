@@ -219,10 +219,13 @@ class ExplorationSettings(Group):
         "replaced (a predicted switch gets verification.regression_tolerance).",
     )
     reserve: int = Field(
-        2,
+        4,
         ge=0,
         description="Restarts of the day's budget (restart.max_per_day) explorations leave "
-        "for predicted changes: one is made only when this many remain after it and its revert.",
+        "for predicted changes: one is made only when this many remain after it and its revert. "
+        "4 is room for a day's two predicted moves (up for the peak, back for the night), each "
+        "with its own revert: with the default budget of 6, a question is asked only on a day "
+        "that has not restarted yet.",
     )
     answer_memory_s: float = Field(
         72 * HOUR,
