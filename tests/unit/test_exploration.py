@@ -190,6 +190,20 @@ def test_with_the_default_budget_a_question_waits_for_a_day_without_restarts() -
     assert len(explorations(a_day_later.run(20))) == 1
 
 
+def test_a_question_has_its_own_hurdle_below_a_switchs() -> None:
+    """A switch's point estimate must clear switch.min_gain; a question's interval must reach
+    only exploration.min_gain over the running setup (asked once per band and period, and
+    verified, it needs less of a guard against noise)."""
+    strict_switch = policy_settings(SETTINGS, switch={"min_gain": 0.5})
+    asked = World(replay_faster, settings=strict_switch)
+    assert len(explorations(asked.run(20))) == 1
+    strict_question = policy_settings(strict_switch, exploration={"min_gain": 0.5})
+    held = World(replay_faster, settings=strict_question)
+    made = held.run(20)
+    assert not explorations(made), [d.sentence for d in made]
+    assert held.deployed == SPEC3
+
+
 def replay_a_little_slower(setup: Setup, batch: float) -> float:
     return 1.06 if setup.replay_window else 1.0
 

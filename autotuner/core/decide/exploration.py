@@ -25,8 +25,9 @@ def explore(
 
     Only from a setup measured here (we know where we stand), only when the load sits in the
     band now, for the family whose interval reaches highest above the running setup (by at
-    least min_gain), at most once per family and band per quarantine period, and under every
-    switch rule but the dwell (nothing is predicted to hold: it is a question asked once).
+    least exploration.min_gain), at most once per family and band per quarantine period, and
+    under every switch rule but the dwell (nothing is predicted to hold: it is a question asked
+    once).
     Verification then keeps it or reverts it, and what was measured stays learned."""
     state, settings, current = sit.state, sit.settings, make.current
     typical = state.batch.quantile(0.5)
@@ -48,7 +49,7 @@ def explore(
         evaluation, best=target, best_value=high, gain=high / evaluation.current_value - 1
     )
     trial = replace(trial, confidence=1.0, plan=None)  # a question, outside the plan
-    if first_block(sit, trial, dwell=False) is not None:
+    if first_block(sit, trial, dwell=False, min_gain=settings.exploration.min_gain) is not None:
         return None
     verification = Verification(
         target=target,
@@ -111,9 +112,9 @@ def _widest_chance(
     sit: Situation, evaluation: Evaluation, current: Setup, band: int
 ) -> tuple[Setup, float] | None:
     """The unmeasured family's setup whose upper bound is highest and beats the running setup
-    by min_gain (and overlaps its interval), not explored in this band lately."""
+    by exploration.min_gain (and overlaps its interval), not explored in this band lately."""
     current_low = evaluation.intervals.get(current, (evaluation.current_value,))[0]
-    floor = max(evaluation.current_value * (1 + sit.settings.switch.min_gain), current_low)
+    floor = max(evaluation.current_value * (1 + sit.settings.exploration.min_gain), current_low)
     options = []
     for setup, (_, high) in evaluation.intervals.items():
         if setup.kind is current.kind or evaluation.checked.get(setup, False):

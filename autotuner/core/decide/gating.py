@@ -27,17 +27,20 @@ Check = tuple[bool, BlockReason, str]  # (failed, the rule, why it holds the cha
 
 
 def first_block(
-    sit: Situation, evaluation: Evaluation, *, dwell: bool = True
+    sit: Situation, evaluation: Evaluation, *, dwell: bool = True, min_gain: float | None = None
 ) -> tuple[BlockReason, str] | None:
     """The first rule that holds the switch to `evaluation.best`, and why (None: none does).
-    The rules are one table in the order they apply: the first that fails is named."""
-    for failed, reason, why in [*_worth(sit, evaluation, dwell), *_allowed(sit, evaluation)]:
+    The rules are one table in the order they apply: the first that fails is named.
+    `min_gain`: the least gain (default `switch.min_gain`; a question has its own)."""
+    least = sit.settings.switch.min_gain if min_gain is None else min_gain
+    checks = [*_worth(sit, evaluation, dwell, least), *_allowed(sit, evaluation)]
+    for failed, reason, why in checks:
         if failed:
             return reason, why
     return None
 
 
-def _worth(sit: Situation, evaluation: Evaluation, dwell: bool) -> list[Check]:
+def _worth(sit: Situation, evaluation: Evaluation, dwell: bool, min_gain: float) -> list[Check]:
     """Whether the change is worth its restart: gain, confidence, dwell, restart cost."""
     switch = sit.settings.switch
     pending = sit.state.pending
@@ -47,9 +50,9 @@ def _worth(sit: Situation, evaluation: Evaluation, dwell: bool) -> list[Check]:
     needed, every = _needed_confidence(sit, evaluation.best)
     return [
         (
-            evaluation.gain < switch.min_gain,
+            evaluation.gain < min_gain,
             BlockReason.BELOW_MIN_GAIN,
-            f"that is below the {switch.min_gain:.0%} minimum",
+            f"that is below the {min_gain:.0%} minimum",
         ),
         (
             evaluation.confidence < needed,

@@ -208,8 +208,17 @@ class ExplorationSettings(Group):
     enabled: bool = Field(
         True,
         description="Try a family never measured at this load when its uncertainty says it "
-        "could win by switch.min_gain (once per family and batch band per quarantine.setup_s; "
+        "could win by min_gain (once per family and batch band per quarantine.setup_s; "
         "after a no, see answer_memory_s).",
+    )
+    min_gain: float = Field(
+        0.025,
+        ge=0,
+        lt=1,
+        description="How far above the running setup an unmeasured family's interval must "
+        "reach for a question. A switch's point estimate needs switch.min_gain, a guard against "
+        "acting on noise; a question is asked once per band and period and verified, and its "
+        "interval already holds the noise, so it needs less.",
     )
     tolerance: float = Field(
         0.02,
