@@ -174,10 +174,10 @@ def test_explorations_leave_the_budget_a_predicted_change_needs() -> None:
     assert len(explorations(room.run(20))) == 1
 
 
-def test_with_the_default_budget_a_question_waits_for_a_day_without_restarts() -> None:
+def test_with_the_default_budget_a_question_waits_for_24_hours_without_restarts() -> None:
     """The default reserve (4 of the 6 a day) is room for a day's two predicted moves, each
-    with its revert: a question is asked on a day that has not restarted, not after a change
-    within the last 24 hours (on the benchmark's days every such question was answered no)."""
+    with its revert: a question is asked when no restart was made in the last 24 hours, not
+    after a change within them."""
     quiet = World(replay_faster)
     assert len(explorations(quiet.run(20))) == 1
     moved = World(replay_faster)
@@ -190,7 +190,7 @@ def test_with_the_default_budget_a_question_waits_for_a_day_without_restarts() -
     assert len(explorations(a_day_later.run(20))) == 1
 
 
-def test_a_question_has_its_own_hurdle_below_a_switchs() -> None:
+def test_a_question_has_a_lower_hurdle_than_a_switch() -> None:
     """A switch's point estimate must clear switch.min_gain; a question's interval must reach
     only exploration.min_gain over the running setup (asked once per band and period, and
     verified, it needs less of a guard against noise)."""

@@ -49,6 +49,8 @@ def explore(
         evaluation, best=target, best_value=high, gain=high / evaluation.current_value - 1
     )
     trial = replace(trial, confidence=1.0, plan=None)  # a question, outside the plan
+    # The question's own hurdle, which `_widest_chance` already held it to; the switch's own
+    # minimum would refuse the questions between the two.
     if first_block(sit, trial, dwell=False, min_gain=settings.exploration.min_gain) is not None:
         return None
     verification = Verification(

@@ -52,7 +52,7 @@ def _worth(sit: Situation, evaluation: Evaluation, dwell: bool, min_gain: float)
         (
             evaluation.gain < min_gain,
             BlockReason.BELOW_MIN_GAIN,
-            f"that is below the {min_gain:.0%} minimum",
+            f"that is below the {min_gain * 100:g}% minimum",
         ),
         (
             evaluation.confidence < needed,

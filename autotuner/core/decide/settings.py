@@ -208,7 +208,7 @@ class ExplorationSettings(Group):
     enabled: bool = Field(
         True,
         description="Try a family never measured at this load when its uncertainty says it "
-        "could win by min_gain (once per family and batch band per quarantine.setup_s; "
+        "could win by exploration.min_gain (once per family and batch band per quarantine.setup_s; "
         "after a no, see answer_memory_s).",
     )
     min_gain: float = Field(
@@ -233,8 +233,8 @@ class ExplorationSettings(Group):
         description="Restarts of the day's budget (restart.max_per_day) explorations leave "
         "for predicted changes: one is made only when this many remain after it and its revert. "
         "4 is room for a day's two predicted moves (up for the peak, back for the night), each "
-        "with its own revert: with the default budget of 6, a question is asked only on a day "
-        "that has not restarted yet.",
+        "with its own revert: with the default budget of 6, a question is asked only when no "
+        "restart was made in the last 24 hours; with a budget of 4, none is.",
     )
     answer_memory_s: float = Field(
         72 * HOUR,
