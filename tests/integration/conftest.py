@@ -129,26 +129,47 @@ def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
             process.kill()
 
 
-def _wait_until_at_least(prometheus: str, query: str, least: float, timeout_s: float) -> bool:
-    """Whether Prometheus's first answer to `query` reaches `least` within `timeout_s`."""
+# How long a wait on Prometheus may take before it fails. The waits end on their condition, so
+# this only bounds a failure: on a busy 2-core machine a sidecar's start and scrapes that time
+# out have taken more than 20 s to give 10 samples.
+SAMPLES_DEADLINE_S = 90.0
+
+
+def _wait_until_at_least(
+    prometheus: str, query: str, least: float, timeout_s: float
+) -> float | None:
+    """Prometheus's first answer to `query` once it reaches `least`, or within `timeout_s` the
+    last answer seen (None: none) when it never does."""
     deadline = time.monotonic() + timeout_s
+    seen: float | None = None
     while time.monotonic() < deadline:
         result = httpx.get(f"{prometheus}/api/v1/query", params={"query": query}).json()
         values = result["data"]["result"]
-        if values and float(values[0]["value"][1]) >= least:
-            return True
+        if values:
+            seen = float(values[0]["value"][1])
+            if seen >= least:
+                return seen
         time.sleep(0.2)
-    return False
+    return seen
 
 
-def wait_for_samples(prometheus: str, query: str, count: int, timeout_s: float = 20) -> None:
+def wait_for_samples(
+    prometheus: str, query: str, count: int, timeout_s: float = SAMPLES_DEADLINE_S
+) -> None:
     """Block until `query` has at least `count` samples in Prometheus (scrapes happened)."""
-    if not _wait_until_at_least(prometheus, f"count_over_time({query}[1m])", count, timeout_s):
-        pytest.fail(f"prometheus did not collect {count} samples of {query}")
+    seen = _wait_until_at_least(prometheus, f"count_over_time({query}[1m])", count, timeout_s)
+    if seen is None or seen < count:
+        pytest.fail(
+            f"prometheus did not collect {count} samples of {query} in {timeout_s:.0f} s "
+            f"(it had {seen or 0:.0f})"
+        )
 
 
-def wait_for_sample_after(prometheus: str, query: str, after: float, timeout_s: float = 20) -> None:
+def wait_for_sample_after(
+    prometheus: str, query: str, after: float, timeout_s: float = SAMPLES_DEADLINE_S
+) -> None:
     """Block until Prometheus holds a sample of `query` scraped at or after `after` (Unix
     seconds): a window ending now is then covered there too."""
-    if not _wait_until_at_least(prometheus, f"timestamp({query})", after, timeout_s):
-        pytest.fail(f"prometheus took no sample of {query} after {after}")
+    seen = _wait_until_at_least(prometheus, f"timestamp({query})", after, timeout_s)
+    if seen is None or seen < after:
+        pytest.fail(f"prometheus took no sample of {query} after {after} in {timeout_s:.0f} s")
