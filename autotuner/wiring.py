@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from typing import TYPE_CHECKING, Any
@@ -17,10 +18,9 @@ from autotuner.settings import Settings
 from autotuner.sources.detect import detect
 from autotuner.sources.observers import PrometheusObserver, ScrapeObserver
 from autotuner.telling.exporter import TunerMetrics
+from autotuner.telling.logs import event
 
 if TYPE_CHECKING:
-    import logging
-
     from autotuner.actuators.base import Actuator
     from autotuner.actuators.lease import LeaseElector
     from autotuner.canary.guard import QualityGuard
@@ -68,6 +68,8 @@ def controller_for(
     flags each setup needs on the target's build; `parts`: the Controller's optional fields
     (Lease elector, quality guard, clock)."""
     model, hardware = served
+    for caution in settings.policy.cautions():
+        event(logger, caution, logging.WARNING, setting="policy")
     if actuator is not None:
         actuator.engine = settings.engine.capabilities.serving(model)
         actuator.declared_build = settings.engine.build

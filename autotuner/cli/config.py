@@ -1,8 +1,10 @@
-"""`autotuner config show`: the effective settings, where each came from, and what it is for."""
+"""`autotuner config show`: the effective settings, where each came from, and what it is for;
+the settings that leave a part of the policy nothing to do, said on stderr."""
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import Annotated
 
 import typer
@@ -29,6 +31,8 @@ def config_show(
     except AutotunerError as exc:
         fail(one_line(exc))
     rows = describe(settings, sources)
+    for caution in settings.policy.cautions():  # stderr: the JSON on stdout stays a list
+        print(f"autotuner: caution: {caution}", file=sys.stderr)
     if as_json:
         print(json.dumps([dict(zip(COLUMNS, r, strict=True)) for r in rows], indent=2))
         return

@@ -204,6 +204,24 @@ def test_a_question_has_a_lower_hurdle_than_a_switch() -> None:
     assert held.deployed == SPEC3
 
 
+@pytest.mark.parametrize(("reserve", "asked"), [(4, 0), (2, 1)])
+def test_the_start_caution_says_when_the_budget_leaves_no_question(
+    reserve: int, asked: int
+) -> None:
+    """With a budget of 4 the default reserve leaves no room for a question even after a day
+    without restarts, and the settings say so; with reserve 2 one is asked and nothing is
+    said."""
+    settings = policy_settings(
+        SETTINGS, restart={"max_per_day": 4}, exploration={"reserve": reserve}
+    )
+    world = World(replay_faster, settings=settings)
+    made = world.run(20)
+    assert len(explorations(made)) == asked, [d.sentence for d in made]
+    cautions = settings.cautions()
+    assert len(cautions) == 1 - asked
+    assert all("no question is ever asked" in c for c in cautions)
+
+
 def replay_a_little_slower(setup: Setup, batch: float) -> float:
     return 1.06 if setup.replay_window else 1.0
 

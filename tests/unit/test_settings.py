@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 from pathlib import Path
 
 import pytest
 import yaml
 
+from autotuner.cli.main import app
+from autotuner.core.decide.settings import PolicySettings
+from autotuner.core.predict.hardware import datasheet
+from autotuner.core.types import Observation
 from autotuner.durations import parse_duration
 from autotuner.errors import InputError
 from autotuner.settings import Settings, cli_overrides, describe, load_settings
-from tests.support.cli import printed, refusal
+from tests.support.cli import printed, refusal, runner
+from tests.support.loop import wired
+from tests.support.policy import MODEL
 
 
 def test_precedence_and_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,6 +76,42 @@ def test_config_show_and_run_refuse_bad_settings() -> None:
     assert '"policy.switch.dwell_s"' in shown
     assert '"cli"' in shown
     assert "loop.interval_s" in refusal("run", "--set", "loop.interval_s=-1")
+
+
+def test_settings_that_leave_the_policy_nothing_to_do_are_said_and_only_those() -> None:
+    assert PolicySettings().cautions() == []
+    (frozen,) = PolicySettings.model_validate({"restart": {"max_per_hour": 1}}).cautions()
+    assert "no change is ever made" in frozen
+    (mute,) = PolicySettings.model_validate({"restart": {"max_per_day": 5}}).cautions()
+    assert "no question is ever asked" in mute
+    assert "set exploration.reserve to 3 or less" in mute
+    for said in ({"exploration": {"enabled": False}}, {"exploration": {"reserve": 3}}):
+        assert (
+            PolicySettings.model_validate({"restart": {"max_per_day": 5}, **said}).cautions() == []
+        )
+
+
+def test_config_show_says_a_caution_on_stderr_and_keeps_its_json() -> None:
+    result = runner.invoke(app, ["config", "show", "--json", "--set=policy.restart.max_per_day=4"])
+    assert result.exit_code == 0, result.output
+    assert "caution: exploration.reserve 4 with restart.max_per_day 4" in result.stderr
+    assert isinstance(json.loads(result.stdout), list)
+    quiet = runner.invoke(app, ["config", "show", "--json"])
+    assert "caution" not in quiet.stderr
+
+
+def unread() -> Observation:
+    raise AssertionError("the loop is built, not run")
+
+
+def test_the_sidecar_logs_each_caution_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    settings = Settings.model_validate({"policy": {"restart": {"max_per_day": 4}}})
+    served = (MODEL, datasheet("H200"))
+    with caplog.at_level(logging.WARNING, logger="test"):
+        wired(settings, served, observe=unread, actuator=None, clock=lambda: 0.0)
+    (record,) = [r for r in caplog.records if r.name == "test"]
+    assert record.levelno == logging.WARNING
+    assert "no question is ever asked" in record.getMessage()
 
 
 GROUPED = """\

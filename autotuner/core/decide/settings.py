@@ -234,7 +234,8 @@ class ExplorationSettings(Group):
         "for predicted changes: one is made only when this many remain after it and its revert. "
         "4 is room for a day's two predicted moves (up for the peak, back for the night), each "
         "with its own revert: with the default budget of 6, a question is asked only when no "
-        "restart was made in the last 24 hours; with a budget of 4, none is.",
+        "restart was made in the last 24 hours; with a budget of 4, none is (the tuner warns at "
+        "start when none can be).",
     )
     answer_memory_s: float = Field(
         72 * HOUR,
@@ -317,3 +318,24 @@ class PolicySettings(Group):
     quarantine: QuarantineSettings = Field(default_factory=QuarantineSettings)
     exploration: ExplorationSettings = Field(default_factory=ExplorationSettings)
     forecast: ForecastSettings = Field(default_factory=ForecastSettings)
+
+    def cautions(self) -> list[str]:
+        """Settings that are valid but leave a part of the policy with nothing to do, in
+        sentences for the log at start: an operator should not wait for what cannot come."""
+        restart, exploration = self.restart, self.exploration
+        # A change, a question included, is made only with room for its own revert.
+        if min(restart.max_per_hour, restart.max_per_day) < 2:
+            return [
+                f"restart.max_per_hour {restart.max_per_hour} / max_per_day "
+                f"{restart.max_per_day}: every change needs room for itself and its revert (2), "
+                "so no change is ever made"
+            ]
+        if exploration.enabled and exploration.reserve + 2 > restart.max_per_day:
+            return [
+                f"exploration.reserve {exploration.reserve} with restart.max_per_day "
+                f"{restart.max_per_day}: a question and its revert (2) never leave the reserve "
+                "for predicted changes, so no question is ever asked; set exploration.reserve "
+                f"to {restart.max_per_day - 2} or less to allow one after a day without "
+                "restarts, or exploration.enabled false to say none is wanted"
+            ]
+        return []
