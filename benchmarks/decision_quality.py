@@ -66,7 +66,9 @@ DOWNTIME_S = 180.0
 TARGET_ORACLE = 0.97  # issue 28: share of the restart-aware oracle's tokens
 TARGET_RESTARTS = 4.0  # per day (issue 28)
 TARGET_GAP_WON = 0.5  # issue 42: share of the oracle's gain over the best static, published worlds
-NO_GAP = 2e-3  # oracle over best static below this share of the oracle: too little to share out
+# Oracle over best static below this share of the oracle: too little to share out. About one
+# restart's downtime in a day's tokens (DOWNTIME_S of a day: 2.1e-3).
+NO_GAP = 2e-3
 QUICK_INTERVAL_S = 1800.0
 
 
@@ -310,14 +312,19 @@ class Result:
     def gap_won(self) -> float:
         """The share of the oracle's gain over the best static (by tokens) the policy wins:
         (tuned - best static) / (oracle - best static); NaN where a static setup is the
-        oracle (no gap: only tokens against the best static say anything)."""
+        oracle (no gap: only tokens against the best static say anything; see gap_target_met)."""
         return share_of_gap(
             self.policy.tokens, self.most_tokens[1].tokens, self.outcomes["oracle"].tokens
         )
 
     def gap_target_met(self) -> bool:
+        """At least TARGET_GAP_WON of the gap; where there is none (a static setup is the
+        oracle, to within NO_GAP), within NO_GAP of that static: a policy starting on another
+        setup reaches it only through a restart, and a gap that small is no gap."""
         won = self.gap_won()
-        return self.versus_static() >= 1.0 if math.isnan(won) else won >= TARGET_GAP_WON
+        if math.isnan(won):
+            return self.versus_static() >= 1.0 - NO_GAP
+        return won >= TARGET_GAP_WON
 
     def versus_static(self) -> float:
         """Tokens against the static setup that serves the most."""
@@ -419,7 +426,8 @@ def print_summary(results: Sequence[Result]) -> None:
     print(
         f"\nsummary (issue 28 targets: tokens >= {TARGET_ORACLE} x oracle and >= every static, "
         f"time-eff above every static, <= {TARGET_RESTARTS:.0f} restarts in any 24 hours; "
-        f"issue 42: >= {TARGET_GAP_WON} of the gap won where the truth is published)"
+        f"issue 42: >= {TARGET_GAP_WON} of the gap won where the truth is published; where a "
+        f"static is the oracle (gap nan), within {NO_GAP:.1%} of it)"
     )
     published = [r for r in results if r.truth == PUBLISHED]
     own = [r for r in results if r.truth != PUBLISHED]

@@ -32,9 +32,14 @@ def test_gap_won_is_the_share_of_the_oracles_gain_over_the_best_static(
     assert result(policy, 100.0, 110.0).gap_won() == pytest.approx(won)
 
 
-def test_without_a_gap_the_target_is_the_best_static() -> None:
+def test_without_a_gap_the_target_is_the_best_static_to_within_a_restart() -> None:
+    """No gap (the oracle within NO_GAP of a static): the policy, which starts on another
+    setup, must come within NO_GAP of that static (about what one restart into it costs)."""
     assert math.isnan(result(100.0, 100.0, 100.0).gap_won())
     assert result(100.0, 100.0, 100.0).gap_target_met()
+    assert result(99.9, 100.0, 100.0).gap_target_met()
+    assert result(99.9, 100.0, 100.15).gap_target_met()  # a gap under NO_GAP is none
+    assert not result(99.7, 100.0, 100.0).gap_target_met()
     assert not result(99.0, 100.0, 100.0).gap_target_met()
     assert not result(104.0, 100.0, 110.0).gap_target_met()
 
