@@ -7,6 +7,8 @@ Run: python -m benchmarks.decision_quality [--worlds measured,verify-cost,...] [
 Worlds (autotuner/sim/worlds.py): `measured` (MEASUREMENTS.md's published points interpolated
 over batch, no cost model) and issue 42's held-out days on the same published speeds,
 `published-diurnal` (load to 512, acceptance 0.85) and `published-drift` (0.85 -> 0.45),
+`published-sglang` (sim/table_worlds.py: a second published table, Qwen3.5-4B on a GH200
+under SGLang, speculation trailing plain from concurrency 48),
 `verify-cost`, `replay-gain`, `acceptance-drift` and `combined`
 (the cost model distorted so that its ranking is wrong), and the older traces `diurnal`,
 `bursts`, `drift`, `step` (the cost model times sim.truth.realistic_error), `working-days`
@@ -49,6 +51,7 @@ from autotuner.engines.sglang.capabilities import FOLLOW_BUILD as SGLANG_BUILD
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD, GDN_REPLAY, REPLAY_SPEC
 from autotuner.sim.days import DAY
 from autotuner.sim.prefill_worlds import prefill_worlds
+from autotuner.sim.table_worlds import table_worlds
 from autotuner.sim.truth import realistic_error
 from autotuner.sim.worlds import (
     NEMOTRON,
@@ -121,9 +124,10 @@ WORLD_NAMES = (
 TRACE_NAMES = ("diurnal", "bursts", "drift", "step")
 PREFIX_NAMES = ("prefix-pays", "prefix-idle")  # Nemotron-3-Super on vLLM 0.33's rules only
 SGLANG_NAMES = ("qwen-sglang",)  # Qwen3.5 on SGLang 0.5.23's capability table only
+TABLE_NAMES = ("published-sglang",)  # a published SGLang table (sim/table_worlds.py), SGLang only
 PREFILL_NAMES = ("long-prompts", "chat")  # Qwen3.5 prompt mixes (sim/prefill_worlds.py), vLLM 0.33
 
-ALL_NAMES = WORLD_NAMES + TRACE_NAMES + PREFIX_NAMES + SGLANG_NAMES + PREFILL_NAMES
+ALL_NAMES = WORLD_NAMES + TRACE_NAMES + PREFIX_NAMES + SGLANG_NAMES + TABLE_NAMES + PREFILL_NAMES
 
 # --- Strategies -------------------------------------------------------------------------------
 
@@ -516,6 +520,8 @@ def build_world(name: str, model: str, gpu: str) -> World:
         return issue_worlds()[name]
     if name in SGLANG_NAMES:
         return sglang_worlds()[name]
+    if name in TABLE_NAMES:
+        return table_worlds()[name]
     if name in PREFIX_NAMES:
         engine = BUILD_033.serving(load_model(NEMOTRON))
         return prefix_cache_worlds(engine.keeps_prefix_caching)[name]
@@ -529,7 +535,7 @@ def engines_of(name: str) -> tuple[str, ...]:
     """The prefix-cache and prompt-mix worlds run on vLLM 0.33's rows (replay only without
     prefix caching); the others on a build with GDN replay kernels and on one with replay and
     speculation."""
-    if name in SGLANG_NAMES:
+    if name in SGLANG_NAMES + TABLE_NAMES:
         return (SGLANG_0523,)
     if name in PREFIX_NAMES + PREFILL_NAMES:
         return (VLLM_033,)

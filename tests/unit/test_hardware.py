@@ -6,7 +6,7 @@ import pytest
 from autotuner.core.predict.hardware import datasheet, datasheets, load_profile, save_profile
 from autotuner.errors import ProfileError
 
-REQUIRED = ("A100-80GB", "H100-SXM", "H200", "B200", "B300", "GB200", "L40S", "MI300X")
+REQUIRED = ("A100-80GB", "H100-SXM", "H200", "GH200", "B200", "B300", "GB200", "L40S", "MI300X")
 
 
 @pytest.mark.parametrize("name", REQUIRED)
@@ -22,6 +22,13 @@ def test_h200_figures() -> None:
     h200 = datasheet("H200")
     assert h200.hbm_bytes_per_s == pytest.approx(4.8e12)
     assert h200.memory_bytes == pytest.approx(141e9)
+
+
+def test_gh200_is_an_h100_with_96_gb_of_hbm3() -> None:
+    gh200, h100 = datasheet("GH200"), datasheet("H100-SXM")
+    assert gh200.hbm_bytes_per_s == pytest.approx(4.0e12)
+    assert gh200.memory_bytes == pytest.approx(96e9)
+    assert (gh200.bf16_flops, gh200.fp8_flops) == (h100.bf16_flops, h100.fp8_flops)
 
 
 def test_profile_round_trip(tmp_path: Path) -> None:
