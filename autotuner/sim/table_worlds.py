@@ -1,8 +1,10 @@
 """A held-out world whose truth is a second published table, with a crossover: Qwen3.5-4B
 (BF16) on one GH200 served by SGLang, decode throughput measured at concurrency 1 to 128 for
 plain decoding, plain with SGLang's linear ReplaySSM, MTP with 3 steps with the stock verify
-(state copies: spec:3) and with the buffered verify (replay with speculation), three sessions a
-point, 88-token prompts (mean) and 512-token answers.
+(state copies: spec:3) and with the buffered verify (replay with speculation), 88-token prompts
+(mean) and 512-token answers: the mean of three sessions a point for plain and for the buffered
+verify from concurrency 32 up, one session for the rest (stock verify, replay alone, the buffered
+verify below 32).
 
 Source: SamMausberg/verified-progress, `evidence/bench/README.md` at 10e73171 ("confirm/"; raw
 points in `evidence/bench/confirm/frontier.csv`), SGLang 0.5.21.dev861, `--max-running-requests
@@ -41,7 +43,8 @@ SOURCE = (
     "10e73171e195f31653b7bcaabdbd2150687c3294/evidence/bench/README.md"
 )
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
-# tokens/s at each concurrency, the mean of three sessions (one where the README marks n=1)
+# tokens/s at each concurrency, the mean of three sessions (one where the README marks n=1:
+# every spec:3 and replay-alone point, the buffered verify below 32)
 PLAIN_TPS = (282, 546, 1053, 2002, 3646, 6233, 8286, 9901, 12180, 13898)  # plain-tuned
 SPEC3_TPS = (461, 855, 1541, 2556, 4045, 5872, 6980, 7607, 8653, 9464)  # mtp-stockverify
 REPLAY_SPEC3_TPS = (456, 853, 1579, 2682, 4442, 6556, 8091, 9033, 10573, 12003)  # mtp-tuned
@@ -60,6 +63,8 @@ TABLE_ASSUMPTIONS = (
     "replay alone below concurrency 32 (not measured): its ratio to plain at 32 (0.94)",
     "K = 1 (not measured): the depth ratio linear in K through K = 2 and 3",
     "any replay window: the one measured (SGLang verifies replay with speculation through K+1)",
+    "replay with speculation at K = 2 and 4: the depth sweep's ratio to K = 3, as measured with "
+    "the stock verify",
 )
 
 
@@ -124,7 +129,8 @@ def published_sglang_world() -> World:
     statics may draft up to K = 4 (measured in the depth sweep)."""
     return World(
         name="published-sglang",
-        about=f"Qwen3.5-4B on one GH200, SGLang's published points ({SOURCE}); load 1 to 128",
+        about=f"Qwen3.5-4B on one GH200, SGLang's published points ({SOURCE}); load 1 to 128; "
+        f"assumed: {'; '.join(TABLE_ASSUMPTIONS)}",
         prior=gh200_prior(),
         speed=TableSpeed(),
         demand=daily_load(1, 128),

@@ -34,7 +34,8 @@ def test_gap_won_is_the_share_of_the_oracles_gain_over_the_best_static(
 
 def test_without_a_gap_the_target_is_the_best_static_to_within_a_restart() -> None:
     """No gap (the oracle within NO_GAP of a static): the policy, which starts on another
-    setup, must come within NO_GAP of that static (about what one restart into it costs)."""
+    setup, must come within NO_GAP of that static (about one restart's downtime at the day's
+    mean rate)."""
     assert math.isnan(result(100.0, 100.0, 100.0).gap_won())
     assert result(100.0, 100.0, 100.0).gap_target_met()
     assert result(99.9, 100.0, 100.0).gap_target_met()

@@ -23,6 +23,7 @@ from autotuner.sim.table_worlds import (
     published_sglang_world,
 )
 from autotuner.sim.worlds import PUBLISHED, SGLANG, World, constant_acceptance
+from benchmarks.decision_quality import SGLANG_0523, build_world, engines_of
 
 WORLD = published_sglang_world()
 
@@ -57,6 +58,37 @@ def test_it_serves_the_published_tokens_per_s(index: int) -> None:
         )
     if c in REPLAY_TPS:
         assert served("replay:16", c) == pytest.approx(REPLAY_TPS[c], rel=1e-3)
+
+
+# Read off the source (evidence/bench/README.md at 10e73171, "confirm/" and the depth sweep),
+# apart from the module's tables, so that a number mistyped there fails here.
+SOURCE_POINTS = [
+    ("plain", 1, 282),
+    ("plain", 48, 8286),
+    ("plain", 128, 13898),
+    ("spec:3", 16, 4045),  # mtp-stockverify
+    ("spec:3", 128, 9464),
+    ("replay+spec:3:4", 8, 2682),  # mtp-tuned: the buffered verify
+    ("replay+spec:3:4", 96, 10573),
+    ("replay:16", 64, 9917),  # plain-tuned-replayssm
+]
+
+
+@pytest.mark.parametrize(("label", "concurrency", "published"), SOURCE_POINTS)
+def test_it_serves_what_the_source_prints(label: str, concurrency: int, published: int) -> None:
+    assert served(label, concurrency) == pytest.approx(published, rel=1e-3)
+
+
+def test_the_depth_sweep_is_the_sources() -> None:
+    """MTP s2 and s4 over s3 at concurrency 8 and 128 of the tune split's one session."""
+    assert depth_ratio(2, 8) == pytest.approx(2288 / 2482)
+    assert depth_ratio(4, 8) == pytest.approx(2608 / 2482)
+    assert depth_ratio(4, 128) == pytest.approx(9276 / 9593)
+
+
+def test_the_benchmark_runs_it_on_sglang_alone() -> None:
+    assert build_world("published-sglang", "unused", "unused").name == "published-sglang"
+    assert engines_of("published-sglang") == (SGLANG_0523,)
 
 
 def test_speculation_leads_plain_to_32_and_trails_it_from_48() -> None:

@@ -328,7 +328,7 @@ class PolicySettings(Group):
             return [
                 f"restart.max_per_hour {restart.max_per_hour} / max_per_day "
                 f"{restart.max_per_day}: every change needs room for itself and its revert (2), "
-                "so no change is ever made"
+                "so no change is ever made; set both to 2 or more to let the tuner act"
             ]
         if exploration.enabled and exploration.reserve + 2 > restart.max_per_day:
             return [
