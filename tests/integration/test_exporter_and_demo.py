@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -17,6 +18,32 @@ from autotuner.sim.server import SimServer
 from autotuner.telling.exporter import TunerMetrics
 from autotuner.telling.server import ExporterServer
 from autotuner.wiring import build_controller
+
+EXPORTED = (
+    "autotuner_build_info",
+    "autotuner_tau",
+    "autotuner_quick_rule",
+    "autotuner_blocked",
+    "autotuner_predicted_tokens_per_second",
+    "autotuner_decisions_total",
+    "autotuner_data_staleness_seconds",
+)
+EXPORTED_DEADLINE_S = 60.0  # a busy 2-core machine; the wait ends on its condition
+
+
+def stepped_until_exported(step: Callable[[], object], base: str) -> str:
+    """Step the loop until /metrics shows every series a usable window with drafts exports
+    (the simulated engine's first full window comes when it comes), or fail at the deadline;
+    the last /metrics text."""
+    deadline = time.monotonic() + EXPORTED_DEADLINE_S
+    text = ""
+    while time.monotonic() < deadline:
+        step()
+        text = httpx.get(f"{base}/metrics").text
+        if all(name in text for name in EXPORTED):
+            return text
+        time.sleep(0.2)
+    return text
 
 
 def test_healthz_readyz_decision_and_metrics() -> None:
@@ -42,25 +69,14 @@ def test_healthz_readyz_decision_and_metrics() -> None:
         base = f"http://127.0.0.1:{exporter.port}"
         try:
             assert httpx.get(f"{base}/readyz").status_code == 503  # no observation yet
-            for _ in range(6):
-                controller.step()
-                time.sleep(0.2)
+            text = stepped_until_exported(controller.step, base)
+            for name in EXPORTED:
+                assert name in text, name
             assert httpx.get(f"{base}/healthz").status_code == 200
             assert httpx.get(f"{base}/readyz").status_code == 200
             document = httpx.get(f"{base}/decision").json()
             assert document["decision"]["sentence"]
             assert document["mode"] == "advise"
-            text = httpx.get(f"{base}/metrics").text
-            for name in (
-                "autotuner_build_info",
-                "autotuner_tau",
-                "autotuner_quick_rule",
-                "autotuner_blocked",
-                "autotuner_predicted_tokens_per_second",
-                "autotuner_decisions_total",
-                "autotuner_data_staleness_seconds",
-            ):
-                assert name in text, name
             assert httpx.get(f"{base}/nothing").status_code == 404
         finally:
             exporter.close()
