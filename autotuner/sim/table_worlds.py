@@ -64,7 +64,7 @@ TABLE_ASSUMPTIONS = (
     "K = 1 (not measured): the depth ratio linear in K through K = 2 and 3",
     "any replay window: the one measured (SGLang verifies replay with speculation through K+1)",
     "replay with speculation at K = 2 and 4: the depth sweep's ratio to K = 3, as measured with "
-    "the stock verify",
+    "the stock verify (one session, radix cache on; the arms above ran with it off)",
 )
 
 
