@@ -11,6 +11,7 @@ import numpy as np
 from autotuner.core.decide.context import Situation
 from autotuner.core.decide.decisions import Make, numbers, percent
 from autotuner.core.decide.gating import first_block
+from autotuner.core.decide.settings import CHANGE_ROOM
 from autotuner.core.decide.state import Exploration, TunerState, Verification
 from autotuner.core.decide.valuation import Evaluation
 from autotuner.core.predict.acceptance import first_position
@@ -39,7 +40,7 @@ def explore(
     if sit.unwatched > 0 or not _load_stays(sit):
         return None  # unwatched: where the load goes is unknown; out of the band ahead: moot
     restarts = len(state.recent_changes(sit.now))
-    if restarts + 2 + settings.exploration.reserve > settings.restart.max_per_day:
+    if restarts + CHANGE_ROOM + settings.exploration.reserve > settings.restart.max_per_day:
         return None  # a question must not spend the restarts a predicted change needs
     chosen = _widest_chance(sit, evaluation, current, band)
     if chosen is None:

@@ -9,6 +9,7 @@ from autotuner.core.decide.anchor import running_miss
 from autotuner.core.decide.context import Situation
 from autotuner.core.decide.decisions import why_unusable
 from autotuner.core.decide.reach import beyond_observed
+from autotuner.core.decide.settings import CHANGE_ROOM
 from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.valuation import EXTRA_POSITIONS, Evaluation, misses_latency_limits
 from autotuner.core.decide.verification import SIMILAR_DEMAND_OCTAVES
@@ -237,7 +238,8 @@ def _allowed(sit: Situation, evaluation: Evaluation) -> list[Check]:
     return [
         (
             # A change is verified and may be reverted: it needs room for both.
-            last_hour + 2 > restart.max_per_hour or len(recent) + 2 > restart.max_per_day,
+            last_hour + CHANGE_ROOM > restart.max_per_hour
+            or len(recent) + CHANGE_ROOM > restart.max_per_day,
             BlockReason.BUDGET,
             f"the change budget has no room for this change and its possible revert "
             f"({last_hour}/h of {restart.max_per_hour}, {len(recent)}/day of "

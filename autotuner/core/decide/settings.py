@@ -9,6 +9,10 @@ from pydantic import Field
 from autotuner.core.group import HOUR, Group
 from autotuner.core.vocabulary import Word
 
+# Restarts a change needs in the budget: itself and the revert its verification may make. The
+# budget rules of gating and exploration and the start cautions all count with it.
+CHANGE_ROOM = 2
+
 
 class SwitchSettings(Group):
     """When a better setup is worth a switch: the gain, how sure, and for how long (hysteresis)."""
@@ -324,18 +328,18 @@ class PolicySettings(Group):
         sentences for the log at start: an operator should not wait for what cannot come."""
         restart, exploration = self.restart, self.exploration
         # A change, a question included, is made only with room for its own revert.
-        if min(restart.max_per_hour, restart.max_per_day) < 2:
+        if min(restart.max_per_hour, restart.max_per_day) < CHANGE_ROOM:
             return [
                 f"restart.max_per_hour {restart.max_per_hour} / max_per_day "
                 f"{restart.max_per_day}: every change needs room for itself and its revert (2), "
                 "so no change is ever made; set both to 2 or more to let the tuner act"
             ]
-        if exploration.enabled and exploration.reserve + 2 > restart.max_per_day:
+        if exploration.enabled and exploration.reserve + CHANGE_ROOM > restart.max_per_day:
             return [
                 f"exploration.reserve {exploration.reserve} with restart.max_per_day "
                 f"{restart.max_per_day}: a question and its revert (2) never leave the reserve "
                 "for predicted changes, so no question is ever asked; set exploration.reserve "
-                f"to {restart.max_per_day - 2} or less to allow one after a day without "
+                f"to {restart.max_per_day - CHANGE_ROOM} or less to allow one after a day without "
                 "restarts, or exploration.enabled false to say none is wanted"
             ]
         return []
