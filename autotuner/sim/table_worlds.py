@@ -75,6 +75,13 @@ def _ratio_anchors(tps: Sequence[float] | Mapping[int, float]) -> dict[int, floa
     return {c: value / plain[c] for c, value in points.items()}
 
 
+# Read once: the benchmark asks for a step time per setup and interval.
+PLAIN_STEPS = tuple(c / t for c, t in zip(CONCURRENCY, PLAIN_TPS, strict=True))
+SPEC3_RATIO = _ratio_anchors(SPEC3_TPS)
+REPLAY_SPEC3_RATIO = _ratio_anchors(REPLAY_SPEC3_TPS)
+REPLAY_RATIO = _ratio_anchors(REPLAY_TPS)
+
+
 def depth_ratio(k: int, batch: float) -> float:
     """MTP with K steps over MTP with 3 at this concurrency (the depth sweep)."""
     at = {k_: log_interp(batch, points) for k_, points in DEPTH_TPS.items()}
@@ -92,16 +99,15 @@ class TableSpeed:
     in log2 batch, flat beyond), its tokens per step from the world's acceptance."""
 
     def plain_step(self, batch: float) -> float:
-        steps = [c / t for c, t in zip(CONCURRENCY, PLAIN_TPS, strict=True)]
-        return float(np.interp(max(batch, 1.0), CONCURRENCY, steps))
+        return float(np.interp(max(batch, 1.0), CONCURRENCY, PLAIN_STEPS))
 
     def ratio(self, setup: Setup, batch: float) -> float:
         """Tokens/s over plain's at this batch (a static setup)."""
         k, window = setup.spec_tokens, setup.replay_window
         if k:
-            table = REPLAY_SPEC3_TPS if window else SPEC3_TPS
-            return log_interp(batch, _ratio_anchors(table)) * depth_ratio(k, batch)
-        return log_interp(batch, _ratio_anchors(REPLAY_TPS)) if window else 1.0
+            anchors = REPLAY_SPEC3_RATIO if window else SPEC3_RATIO
+            return log_interp(batch, anchors) * depth_ratio(k, batch)
+        return log_interp(batch, REPLAY_RATIO) if window else 1.0
 
     def step_time(self, setup: Setup, batch: float, rates: Sequence[float]) -> float:
         static = flat(setup, batch)

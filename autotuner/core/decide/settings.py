@@ -331,13 +331,15 @@ class PolicySettings(Group):
         if min(restart.max_per_hour, restart.max_per_day) < CHANGE_ROOM:
             return [
                 f"restart.max_per_hour {restart.max_per_hour} / max_per_day "
-                f"{restart.max_per_day}: every change needs room for itself and its revert (2), "
-                "so no change is ever made; set both to 2 or more to let the tuner act"
+                f"{restart.max_per_day}: every change needs room for itself and its revert "
+                f"({CHANGE_ROOM}), so no change is ever made; set both to {CHANGE_ROOM} or more "
+                "to let the tuner act"
             ]
         if exploration.enabled and exploration.reserve + CHANGE_ROOM > restart.max_per_day:
             return [
                 f"exploration.reserve {exploration.reserve} with restart.max_per_day "
-                f"{restart.max_per_day}: a question and its revert (2) never leave the reserve "
+                f"{restart.max_per_day}: a question and its revert ({CHANGE_ROOM}) never leave "
+                "the reserve "
                 "for predicted changes, so no question is ever asked; set exploration.reserve "
                 f"to {restart.max_per_day - CHANGE_ROOM} or less to allow one after a day without "
                 "restarts, or exploration.enabled false to say none is wanted"
