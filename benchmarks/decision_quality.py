@@ -46,7 +46,7 @@ from autotuner.core.decide.step import step
 from autotuner.core.engine.capabilities import EngineCapabilities
 from autotuner.core.model.registry import load_model
 from autotuner.core.predict.hardware import datasheet
-from autotuner.core.types import Action, Decision, Setup
+from autotuner.core.types import Action, Decision, Observation, Setup
 from autotuner.engines.sglang.capabilities import FOLLOW_BUILD as SGLANG_BUILD
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD, GDN_REPLAY, REPLAY_SPEC
 from autotuner.sim.days import DAY
@@ -232,15 +232,31 @@ class PolicyRun:
         return sum(d.action is action and "explor" in d.sentence.lower() for d in self.decisions)
 
 
+@dataclass(frozen=True)
+class StepSeen:
+    """One step of a run as the policy met it: the state before, the window, the context, and
+    what it decided."""
+
+    state: TunerState
+    observation: Observation
+    ctx: Context
+    decision: Decision
+
+
+Watch = Callable[[StepSeen], None]
+
+
 def run_policy(
     world: World,
     engine: EngineCapabilities,
     settings: PolicySettings,
     times: np.ndarray,
     interval: float,
+    watch: Watch | None = None,
 ) -> PolicyRun:
     """The decision core in act mode, each change applied at once; it sees only the world's
-    observations and its prior."""
+    observations and its prior. `watch` is shown each step's input before the step and its
+    decision after (a trace prints what the policy saw)."""
     state, deployed, run = TunerState(), world.start, PolicyRun()
     for t in times:
         run.used.append(deployed)
@@ -254,7 +270,10 @@ def run_policy(
             deployed=deployed,
             prefix_caching=engine.keeps_prefix_caching,
         )
-        result = step(state, world.observation(deployed, now, interval), ctx, settings)
+        observation = world.observation(deployed, now, interval)
+        result = step(state, observation, ctx, settings)
+        if watch is not None:
+            watch(StepSeen(state, observation, ctx, result.decision))
         state = result.state
         run.decisions.append(result.decision)
         if result.acts and result.decision.target is not None:
@@ -464,6 +483,10 @@ def print_rows(results: Sequence[Result]) -> None:
         )
 
 
+# The older traces' model and GPU (the other worlds carry their own prior).
+TRACE_MODEL, TRACE_GPU = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4", "H200"
+
+
 def options() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--interval", type=float, default=300.0)
@@ -480,10 +503,10 @@ def options() -> argparse.Namespace:
     )
     parser.add_argument(
         "--model",
-        default="nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4",
+        default=TRACE_MODEL,
         help="model of the older traces (the issue-17 worlds are Qwen3.5-122B-A10B on B300)",
     )
-    parser.add_argument("--gpu", default="H200", help="GPU of the older traces")
+    parser.add_argument("--gpu", default=TRACE_GPU, help="GPU of the older traces")
     parser.add_argument("--hours", type=float, default=24.0)
     parser.add_argument(
         "--no-whole-day",
@@ -565,18 +588,27 @@ ENGINES = {
 }
 
 
+def benchmark_settings(whole_day: bool = True) -> PolicySettings:
+    """The policy's defaults but for the restarts: every restart of these worlds takes
+    DOWNTIME_S, a first compile or not."""
+    return PolicySettings(
+        restart=RestartSettings(downtime_s=DOWNTIME_S, first_compile_s=0),
+        forecast=ForecastSettings(whole_day=whole_day),
+    )
+
+
 def run_task(task: Task) -> tuple[Result, str]:
     """One world on one engine (a worker process: worlds hold closures, so they are rebuilt
     from their names here)."""
     world = build_world(task.world, task.model, task.gpu)
-    # Every restart of these worlds takes DOWNTIME_S, a first compile or not.
-    settings = PolicySettings(
-        restart=RestartSettings(downtime_s=DOWNTIME_S, first_compile_s=0),
-        forecast=ForecastSettings(whole_day=task.whole_day),
-    )
     times = np.arange(0.0, task.hours * world.days * 3600, task.interval)
     result = evaluate_world(
-        world, ENGINES[task.engine], settings, times, task.interval, label=task.engine
+        world,
+        ENGINES[task.engine],
+        benchmark_settings(task.whole_day),
+        times,
+        task.interval,
+        label=task.engine,
     )
     about = (
         f"{world.about}; prior {world.prior.model.name} on {world.prior.hardware.name}, "

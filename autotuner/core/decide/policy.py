@@ -35,7 +35,7 @@ def decide(
     state: TunerState, observation: Observation, ctx: Context, settings: PolicySettings
 ) -> Decided:
     """One step: absorb the window, verify a change in flight, then keep, switch or hold."""
-    sit = situation(absorb(state, observation, ctx, settings).decided(), observation, ctx, settings)
+    sit = situation_after(state, observation, ctx, settings)
     make = Make(sit.state.last_decision_id, ctx.now, sit.state.current or PLAIN)
     if sit.state.verification is not None:
         verdict = verify(sit, make)
@@ -55,6 +55,17 @@ def decide(
     sit = sit.with_state(track_dwell(sit, current, evaluation))
     ranked = sorted(evaluation.values, key=lambda s: -evaluation.values[s])
     return Decided(*_choose(sit, evaluation, make), tuple(ranked))
+
+
+def situation_after(
+    state: TunerState, observation: Observation, ctx: Context, settings: PolicySettings
+) -> Situation:
+    """What a step decides on: the state with the window absorbed, and the forecast, the
+    acceptance and the calibrated model that follow from it (pure: a tool that prints what a
+    step saw calls it beside the step)."""
+    return situation(
+        absorb(state, observation, ctx, settings).decided(), observation, ctx, settings
+    )
 
 
 def _choose(sit: Situation, evaluation: Evaluation, make: Make) -> tuple[Decision, TunerState]:
