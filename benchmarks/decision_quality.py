@@ -255,8 +255,8 @@ def run_policy(
     watch: Watch | None = None,
 ) -> PolicyRun:
     """The decision core in act mode, each change applied at once; it sees only the world's
-    observations and its prior. `watch` is shown each step's input before the step and its
-    decision after (a trace prints what the policy saw)."""
+    observations and its prior. `watch` is shown every step: the state before it, its window
+    and context, and what it decided (a trace prints what the policy saw)."""
     state, deployed, run = TunerState(), world.start, PolicyRun()
     for t in times:
         run.used.append(deployed)

@@ -55,14 +55,13 @@ def trace(world_name: str, engine_name: str, hours: Sequence[float], top: int = 
     if not hours or any(not 0 < h <= day_h for h in hours):
         raise ValueError(f"hours must lie in (0, {day_h:g}], the world's span: got {list(hours)}")
     settings = benchmark_settings()
-    wanted = sorted(hours)
+    pending = set(hours)
     moments: list[Moment] = []
 
     def watch(seen: StepSeen) -> None:
-        if wanted and seen.ctx.now >= wanted[0] * 3600 - 1e-6:
-            del wanted[0]
-            while wanted and seen.ctx.now >= wanted[0] * 3600 - 1e-6:
-                del wanted[0]
+        due = {h for h in pending if seen.ctx.now >= h * 3600 - 1e-6}
+        if due:  # hours within one window share its moment
+            pending.difference_update(due)
             moments.append(Moment(seen.ctx.now, tuple(_moment(world, seen, settings, top))))
 
     times = np.arange(0.0, max(hours) * 3600, INTERVAL_S)
