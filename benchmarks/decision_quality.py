@@ -241,6 +241,7 @@ class StepSeen:
     observation: Observation
     ctx: Context
     decision: Decision
+    ranked: tuple[Setup, ...]  # the candidates the step compared, best first (none: it did not)
 
 
 Watch = Callable[[StepSeen], None]
@@ -273,7 +274,7 @@ def run_policy(
         observation = world.observation(deployed, now, interval)
         result = step(state, observation, ctx, settings)
         if watch is not None:
-            watch(StepSeen(state, observation, ctx, result.decision))
+            watch(StepSeen(state, observation, ctx, result.decision, result.ranked))
         state = result.state
         run.decisions.append(result.decision)
         if result.acts and result.decision.target is not None:
@@ -485,11 +486,12 @@ def print_rows(results: Sequence[Result]) -> None:
 
 # The older traces' model and GPU (the other worlds carry their own prior).
 TRACE_MODEL, TRACE_GPU = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4", "H200"
+INTERVAL_S = 300.0  # one decision window
 
 
 def options() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--interval", type=float, default=300.0)
+    parser.add_argument("--interval", type=float, default=INTERVAL_S)
     parser.add_argument(
         "--worlds",
         "--traces",

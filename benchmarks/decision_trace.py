@@ -3,11 +3,12 @@
     python -m benchmarks.decision_trace published-drift --engine replay-spec --at 8,9.08
 
 runs the policy on one world exactly as `benchmarks.decision_quality` does, and at the window
-ending at (or first after) each hour prints: the running setup and its last window; every
-candidate's value over the horizon, its interval and whether its family was measured near this
-load; what the world serves on each now (the truth the policy never sees); the calibration's
-factors in the band of the typical batch; and the decision. The figures docs/policy.md reads
-"window by window" come from here.
+ending at (or first after) each hour prints: the running setup and its last window; the best
+candidates, the running setup, plain and each family's best, each with its value over the
+horizon (the policy's mean over the hours ahead), its interval and whether its family was
+measured near this load, beside what the world serves on it at this window's end (the truth the
+policy never sees); the calibration's factors in the band of the typical batch; and the
+decision. The figures docs/policy.md reads "window by window" come from here.
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ import numpy as np
 
 from autotuner.core.decide.policy import situation_after
 from autotuner.core.decide.settings import PolicySettings
+from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.valuation import Evaluation, evaluate
 from autotuner.core.predict.attribution import CALIBRATION_BANDS, BandFit, calibration_band
 from autotuner.core.types import PLAIN, Setup
 from autotuner.sim.worlds import World
 from benchmarks.decision_quality import (
+    ALL_NAMES,
     ENGINES,
+    INTERVAL_S,
     TRACE_GPU,
     TRACE_MODEL,
     StepSeen,
@@ -36,31 +40,37 @@ from benchmarks.decision_quality import (
     run_policy,
 )
 
-INTERVAL_S = 300.0  # the decision-quality benchmark's default window
-SHOWN_EVIDENCE = 0.05  # a family's own factors are printed from this many decayed windows
+# A family's own factors are printed once this many decayed windows stand behind them in the
+# band (below it they are the prior's 1.0, which says nothing).
+SHOWN_EVIDENCE = 0.05
+
+
+class HoursError(ValueError):
+    """An hour the world's run does not reach."""
 
 
 @dataclass(frozen=True)
 class Moment:
-    """One traced window: its end (seconds into the day) and the printed lines."""
+    """One traced window: its end (seconds into the run) and the printed lines."""
 
     at: float
     lines: tuple[str, ...]
 
 
 def trace(world_name: str, engine_name: str, hours: Sequence[float], top: int = 12) -> list[Moment]:
-    """The policy's run on the world up to the last hour asked, and what it saw at each."""
+    """The policy's run on the world up to the last hour asked, and what it saw at each (hours
+    that fall in one window share its moment)."""
     world = build_world(world_name, TRACE_MODEL, TRACE_GPU)
-    day_h = 24.0 * world.days
-    if not hours or any(not 0 < h <= day_h for h in hours):
-        raise ValueError(f"hours must lie in (0, {day_h:g}], the world's span: got {list(hours)}")
+    span_h = 24.0 * world.days
+    if not hours or any(not 0 < h <= span_h for h in hours):
+        raise HoursError(f"hours must lie in (0, {span_h:g}], the world's span: got {list(hours)}")
     settings = benchmark_settings()
     pending = set(hours)
     moments: list[Moment] = []
 
     def watch(seen: StepSeen) -> None:
         due = {h for h in pending if seen.ctx.now >= h * 3600 - 1e-6}
-        if due:  # hours within one window share its moment
+        if due:
             pending.difference_update(due)
             moments.append(Moment(seen.ctx.now, tuple(_moment(world, seen, settings, top))))
 
@@ -71,30 +81,52 @@ def trace(world_name: str, engine_name: str, hours: Sequence[float], top: int = 
 
 
 def _moment(world: World, seen: StepSeen, settings: PolicySettings, top: int) -> list[str]:
+    """The lines for one step: the situation rebuilt as the step built it, then evaluated."""
     sit = situation_after(seen.state, seen.observation, seen.ctx, settings)
     current = sit.state.current or PLAIN
-    rate, batch = sit.state.last_rate, sit.state.last_batch
-    last = (
-        f"its last window batch {batch:.0f} at {rate:,.0f} tokens/s"
-        if rate is not None and batch is not None
-        else "no usable window yet"
-    )
-    lines = [f"{seen.ctx.now / 3600:.2f} h: running {current.label}; {last}"]
+    lines = [f"{seen.ctx.now / 3600:.2f} h: running {current.label}; {_window(sit.state)}"]
     evaluation = evaluate(sit, current)
     if evaluation is None:
         lines.append("  no evaluation (not enough batch history to compare setups)")
     else:
-        lines += _candidates(world, evaluation, seen.ctx.now, top)
+        lines += _provenance(evaluation, seen.ranked)
+        lines += _candidates(world, evaluation, current, seen.ctx.now, top)
         typical = sit.state.batch.quantile(0.5)
         lines += _calibration(sit.predictor.fit.at(typical), typical, current)
     lines.append(f"  decision: {seen.decision.sentence}")
     return lines
 
 
-def _candidates(world: World, evaluation: Evaluation, now: float, top: int) -> list[str]:
-    ranked = sorted(evaluation.values, key=lambda s: -evaluation.values[s])[:top]
+def _window(state: TunerState) -> str:
+    """The last usable window the step absorbed (this one, unless it was unusable)."""
+    rate, batch = state.last_rate, state.last_batch
+    if rate is None or batch is None:
+        return "no usable window yet"
+    return f"its last usable window batch {batch:.0f} at {rate:,.0f} tokens/s"
+
+
+def _provenance(evaluation: Evaluation, ranked: Sequence[Setup]) -> list[str]:
+    """Whether the step decided on this evaluation: a verification's verdict decides before
+    any, and a step whose context drift or a rollout changed would rank otherwise."""
+    mine = sorted(evaluation.values, key=lambda s: -evaluation.values[s])
+    if not ranked:
+        return ["  (a verification decided this step; the evaluation below was not used)"]
+    if tuple(mine) != tuple(ranked):
+        return ["  (the step ranked these otherwise: its context differs from this rebuild)"]
+    return []
+
+
+def _candidates(
+    world: World, evaluation: Evaluation, current: Setup, now: float, top: int
+) -> list[str]:
+    """The `top` best by horizon value, then the running setup, plain and each family's best
+    where not among them (a miss is read against what the policy did not pick)."""
+    ranked = sorted(evaluation.values, key=lambda s: -evaluation.values[s])
+    families = {s.kind: s for s in reversed(ranked)}  # each kind's best, by horizon value
+    also = {current, PLAIN, *families.values()}
+    shown = ranked[:top] + [s for s in ranked[top:] if s in also]
     lines = [f"  {'setup':40} {'horizon':>9} {'interval':>17} {'measured':>9} {'world now':>10}"]
-    for setup in ranked:
+    for setup in shown:
         low, high = evaluation.intervals.get(setup, (math.nan, math.nan))
         measured = "yes" if evaluation.checked.get(setup, False) else "no"
         lines.append(
@@ -113,14 +145,15 @@ def _served(world: World, setup: Setup, now: float) -> str:
 
 
 def _calibration(fit: BandFit, typical: float, current: Setup) -> list[str]:
+    """The band's shared factors, and each family's own where windows stand behind them."""
     band = calibration_band(typical)
     low, high = CALIBRATION_BANDS[band], CALIBRATION_BANDS[band + 1]
     span = f"{low}-{high - 1}" if band < len(CALIBRATION_BANDS) - 2 else f"{low} and up"
     lines = [f"  calibration at batch {typical:.0f} (band {span}):"]
     lines.append(f"    shared: {_factors(fit.shared)}")
     for family, factors in fit.own.items():
-        if fit.evidence.get(family, 0.0) >= SHOWN_EVIDENCE or family == current.kind.value:
-            windows = fit.evidence.get(family, 0.0)
+        windows = fit.evidence.get(family, 0.0)
+        if windows >= SHOWN_EVIDENCE or family == current.kind.value:
             lines.append(f"    {family} own ({windows:.1f} windows): {_factors(factors)}")
     return lines
 
@@ -129,23 +162,33 @@ def _factors(factors: dict[str, float]) -> str:
     return ", ".join(f"{name} {value:.2f}" for name, value in sorted(factors.items()))
 
 
-def main() -> None:
+def _options() -> argparse.Namespace:
     options = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    options.add_argument("world", help="a decision-quality world, e.g. published-drift")
+    options.add_argument("world", choices=ALL_NAMES, metavar="world", help="a benchmark world")
     options.add_argument("--engine", help="the engine preset (default: the world's first)")
     options.add_argument("--at", required=True, help="hours into the run, comma-separated")
     options.add_argument("--top", type=int, default=12, help="candidates shown, best first")
     args = options.parse_args()
     engines = engines_of(args.world)
-    engine = args.engine or engines[0]
-    if engine not in engines:
-        raise SystemExit(f"world {args.world} runs on {list(engines)}, not {engine}")
+    args.engine = args.engine or engines[0]
+    if args.engine not in engines:
+        options.error(f"world {args.world} runs on {list(engines)}, not {args.engine}")
+    if args.top < 1:
+        options.error(f"--top {args.top}: show at least one candidate")
     try:
-        hours = [float(h) for h in args.at.split(",") if h.strip()]
-        moments = trace(args.world, engine, hours, args.top)
-    except ValueError as error:
+        args.hours = [float(h) for h in args.at.split(",") if h.strip()]
+    except ValueError:
+        options.error(f"--at {args.at}: hours are numbers, comma-separated")
+    return args
+
+
+def main() -> None:
+    args = _options()
+    try:
+        moments = trace(args.world, args.engine, args.hours, args.top)
+    except HoursError as error:
         raise SystemExit(f"--at: {error}") from error
-    print(f"[{engine}] world {args.world}, windows of {INTERVAL_S:.0f} s")
+    print(f"[{args.engine}] world {args.world}, windows of {INTERVAL_S:.0f} s")
     for moment in moments:
         print("\n".join(moment.lines))
 

@@ -3,51 +3,101 @@
 import numpy as np
 import pytest
 
+from autotuner.core.decide.policy import situation_after
+from autotuner.core.decide.valuation import evaluate
 from autotuner.core.types import PLAIN
 from benchmarks.decision_quality import (
     ENGINES,
+    INTERVAL_S,
     TRACE_GPU,
     TRACE_MODEL,
+    PolicyRun,
+    StepSeen,
+    Watch,
     benchmark_settings,
     build_world,
     run_policy,
 )
-from benchmarks.decision_trace import INTERVAL_S, trace
+from benchmarks.decision_trace import HoursError, trace
 from tests.support.run import python_module
 
 WORLD, ENGINE = "measured", "gdn-replay"
 
 
-def _lines(hours: list[float]) -> list[tuple[float, tuple[str, ...]]]:
-    return [(m.at, m.lines) for m in trace(WORLD, ENGINE, hours)]
+def _run(hours: float, watch: Watch | None = None) -> PolicyRun:
+    world = build_world(WORLD, TRACE_MODEL, TRACE_GPU)
+    times = np.arange(0.0, hours * 3600, INTERVAL_S)
+    engine = ENGINES[ENGINE].serving(world.prior.model)
+    return run_policy(world, engine, benchmark_settings(), times, INTERVAL_S, watch=watch)
 
 
 def test_each_hour_shows_the_window_ending_there_as_the_benchmark_ran_it() -> None:
-    (at, lines), (later, _) = _lines([0.5, 1.0])
-    assert (at, later) == (0.5 * 3600, 3600.0)
-    world = build_world(WORLD, TRACE_MODEL, TRACE_GPU)
-    times = np.arange(0.0, 3600.0, INTERVAL_S)
-    engine = ENGINES[ENGINE].serving(world.prior.model)
-    run = run_policy(world, engine, benchmark_settings(), times, INTERVAL_S)
+    moments = trace(WORLD, ENGINE, [0.5, 1.0], top=3)
+    assert [m.at for m in moments] == [0.5 * 3600, 3600.0]
+    lines, at = moments[0].lines, moments[0].at
+    run = _run(1.0)
     step = int(at / INTERVAL_S) - 1  # the step whose window ends at `at`
     assert lines[0].startswith(f"0.50 h: running {run.used[step].label};")
     assert lines[-1] == f"  decision: {run.decisions[step].sentence}"
-    # What the world serves is its truth now, which the policy never sees.
-    plain = next(line for line in lines if line.startswith("  plain "))
-    assert plain.split()[-1] == f"{world.tokens_per_s(PLAIN, at):,.0f}"
-    assert any(line.startswith("  calibration at batch ") for line in lines)
+    assert not any(line.startswith("  (") for line in lines)  # the step decided on this ranking
 
 
-def test_an_hour_outside_the_day_is_refused() -> None:
-    with pytest.raises(ValueError, match="hours must lie in"):
-        trace(WORLD, ENGINE, [30.0])
-    with pytest.raises(ValueError, match="hours must lie in"):
-        trace(WORLD, ENGINE, [])
+def test_the_rows_are_the_steps_ranking_beside_the_worlds_truth() -> None:
+    seen: list[StepSeen] = []
+    _run(0.5, seen.append)
+    (moment,) = trace(WORLD, ENGINE, [0.5], top=3)
+    lines = moment.lines
+    start = next(i for i, line in enumerate(lines) if "horizon" in line) + 1
+    end = next(i for i, line in enumerate(lines) if line.startswith("  calibration"))
+    rows = [line.split() for line in lines[start:end]]
+    labels = [row[0] for row in rows]
+    ranked = [s.label for s in seen[-1].ranked]
+    assert labels[:3] == ranked[:3]  # the best three, in the step's own order
+    assert "plain" in labels  # plain and each family's best are shown below them
+    world = build_world(WORLD, TRACE_MODEL, TRACE_GPU)
+    by_label = {s.label: s for s in seen[-1].ranked}
+    for row in rows:  # the last column is the world's truth at the window's end
+        assert row[-1] == f"{world.tokens_per_s(by_label[row[0]], moment.at):,.0f}"
+    assert by_label["plain"] == PLAIN
 
 
-def test_the_command_line_names_the_engines_a_world_runs_on() -> None:
-    result = python_module(
-        "benchmarks.decision_trace", WORLD, "--engine", "sglang-0.5.23", "--at", "1", timeout_s=120
-    )
+def test_watching_a_run_leaves_its_decisions_as_they_were() -> None:
+    settings = benchmark_settings()
+
+    def look(seen: StepSeen) -> None:  # what the trace does at every step
+        evaluate(situation_after(seen.state, seen.observation, seen.ctx, settings), PLAIN)
+
+    alone, watched = _run(2.0), _run(2.0, look)
+    assert [d.sentence for d in watched.decisions] == [d.sentence for d in alone.decisions]
+    assert watched.used == alone.used
+
+
+def test_hours_in_one_window_share_its_moment() -> None:
+    assert [m.at for m in trace(WORLD, ENGINE, [0.45, 0.5])] == [0.5 * 3600]
+
+
+@pytest.mark.parametrize("hours", [[30.0], [], [-1.0], [float("nan")]])
+def test_an_hour_outside_the_run_is_refused(hours: list[float]) -> None:
+    with pytest.raises(HoursError, match="hours must lie in"):
+        trace(WORLD, ENGINE, hours)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--engine", "sglang-0.5.23", "--at", "1"], "runs on ['gdn-replay', 'replay-spec']"),
+        (["--at", "one"], "hours are numbers"),
+        (["--at", "1", "--top", "0"], "show at least one candidate"),
+        (["--at", "99"], "hours must lie in"),
+    ],
+)
+def test_the_command_line_refuses_what_it_cannot_trace(args: list[str], said: str) -> None:
+    result = python_module("benchmarks.decision_trace", WORLD, *args, timeout_s=120)
     assert result.returncode != 0
-    assert "runs on ['gdn-replay', 'replay-spec']" in result.stderr
+    assert said in result.stderr
+
+
+def test_an_unknown_world_is_named() -> None:
+    result = python_module("benchmarks.decision_trace", "nowhere", "--at", "1", timeout_s=120)
+    assert result.returncode != 0
+    assert "invalid choice: 'nowhere'" in result.stderr
