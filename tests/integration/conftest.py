@@ -167,9 +167,11 @@ def wait_for_samples(
 
 def wait_for_sample_after(
     prometheus: str, query: str, after: float, timeout_s: float = SAMPLES_DEADLINE_S
-) -> None:
-    """Block until Prometheus holds a sample of `query` scraped at or after `after` (Unix
-    seconds): a window ending now is then covered there too."""
-    seen = _wait_until_at_least(prometheus, f"timestamp({query})", after, timeout_s)
+) -> float:
+    """Block until Prometheus holds a sample of every series of `query` scraped at or after
+    `after` (Unix seconds), and return the earliest of those latest scrapes: a window ending
+    there is covered by scrapes to its end, however late the query that follows comes."""
+    seen = _wait_until_at_least(prometheus, f"min(timestamp({query}))", after, timeout_s)
     if seen is None or seen < after:
         pytest.fail(f"prometheus took no sample of {query} after {after} in {timeout_s:.0f} s")
+    return seen

@@ -16,7 +16,12 @@ from autotuner.sim.engine import SimSetup, SimulatedVllm
 from autotuner.sim.server import SimServer
 from autotuner.sources.prometheus_api import PrometheusSource
 from autotuner.sources.vllm_scrape import VllmScraper
-from tests.integration.conftest import StartPrometheus, free_port, wait_for_samples
+from tests.integration.conftest import (
+    StartPrometheus,
+    free_port,
+    wait_for_sample_after,
+    wait_for_samples,
+)
 
 LIMITS = ObservationLimits(min_batch_samples=3, min_drafts=100, max_age_s=10)
 RUNNING = "vllm:num_requests_running"
@@ -43,8 +48,13 @@ def test_prometheus_agrees_with_the_direct_scrape(start_prometheus: StartPrometh
         thread = threading.Thread(target=scrape)
         thread.start()
         thread.join()
-        time.sleep(0.5)  # let Prometheus take its last scrape of the same period
-        source = PrometheusSource(prometheus, 'job="vllm"', scrape_interval_s=0.2)
+        # The window ends at Prometheus's own scrape after the direct one ended: queried at
+        # whatever later time the machine gets to it, increase() would extrapolate over the
+        # scrapes it has not taken yet and read the rate low.
+        scraped = wait_for_sample_after(prometheus, RUNNING, time.time())
+        source = PrometheusSource(
+            prometheus, 'job="vllm"', scrape_interval_s=0.2, clock=lambda: scraped
+        )
         via_prometheus = source.observe(4.0, limits=LIMITS)
     ours, theirs = direct["obs"], via_prometheus
     assert ours.usable, ours.detail
@@ -89,8 +99,11 @@ def test_prometheus_failure_modes_are_named(start_prometheus: StartPrometheus) -
         nothing = PrometheusSource(prometheus, 'job="other"', scrape_interval_s=0.2)
         assert nothing.observe(2.0, limits=LIMITS).reason is UnusableReason.EMPTY_RESULT
         sim.restart()
-        time.sleep(1.0)
-        after_restart = PrometheusSource(prometheus, 'job="vllm"', scrape_interval_s=0.2)
+        # A window ending at the first scrape after the restart holds scrapes from both sides.
+        scraped = wait_for_sample_after(prometheus, RUNNING, time.time())
+        after_restart = PrometheusSource(
+            prometheus, 'job="vllm"', scrape_interval_s=0.2, clock=lambda: scraped
+        )
         assert after_restart.observe(3.0, limits=LIMITS).reason is UnusableReason.RESET
     down = PrometheusSource(f"http://127.0.0.1:{free_port()}", timeout_s=1)
     assert down.observe(2.0, limits=LIMITS).reason is UnusableReason.SERVER_DOWN
