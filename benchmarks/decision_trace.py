@@ -89,8 +89,9 @@ def _moment(world: World, seen: StepSeen, settings: PolicySettings, top: int) ->
     if evaluation is None:
         lines.append("  no evaluation (not enough batch history to compare setups)")
     else:
-        lines += _provenance(evaluation, seen.ranked)
-        lines += _candidates(world, evaluation, current, seen.ctx.now, top)
+        ranked = sorted(evaluation.values, key=lambda s: -evaluation.values[s])
+        lines += _provenance(ranked, seen.ranked)
+        lines += _candidates(world, evaluation, ranked, current, seen.ctx.now, top)
         typical = sit.state.batch.quantile(0.5)
         lines += _calibration(sit.predictor.fit.at(typical), typical, current)
     lines.append(f"  decision: {seen.decision.sentence}")
@@ -105,26 +106,30 @@ def _window(state: TunerState) -> str:
     return f"its last usable window batch {batch:.0f} at {rate:,.0f} tokens/s"
 
 
-def _provenance(evaluation: Evaluation, ranked: Sequence[Setup]) -> list[str]:
-    """Whether the step decided on this evaluation: a verification's verdict decides before
-    any, and a step whose context drift or a rollout changed would rank otherwise."""
-    mine = sorted(evaluation.values, key=lambda s: -evaluation.values[s])
-    if not ranked:
+def _provenance(mine: Sequence[Setup], stepped: Sequence[Setup]) -> list[str]:
+    """Whether the step decided on this ranking (`stepped`, the step's own): a verification's
+    verdict decides before any, and a step whose context drift or a rollout changed would
+    rank otherwise."""
+    if not stepped:
         return ["  (a verification decided this step; the evaluation below was not used)"]
-    if tuple(mine) != tuple(ranked):
+    if tuple(mine) != tuple(stepped):
         return ["  (the step ranked these otherwise: its context differs from this rebuild)"]
     return []
 
 
 def _candidates(
-    world: World, evaluation: Evaluation, current: Setup, now: float, top: int
+    world: World,
+    evaluation: Evaluation,
+    ranked: Sequence[Setup],
+    current: Setup,
+    now: float,
+    top: int,
 ) -> list[str]:
-    """The `top` best by horizon value, then the running setup, plain and each family's best
-    where not among them (a miss is read against what the policy did not pick)."""
-    ranked = sorted(evaluation.values, key=lambda s: -evaluation.values[s])
+    """The `top` best of `ranked` (by horizon value), then the running setup, plain and each
+    family's best where not among them (a miss is read against what the policy did not pick)."""
     families = {s.kind: s for s in reversed(ranked)}  # each kind's best, by horizon value
     also = {current, PLAIN, *families.values()}
-    shown = ranked[:top] + [s for s in ranked[top:] if s in also]
+    shown = [*ranked[:top], *(s for s in ranked[top:] if s in also)]
     lines = [f"  {'setup':40} {'horizon':>9} {'interval':>17} {'measured':>9} {'world now':>10}"]
     for setup in shown:
         low, high = evaluation.intervals.get(setup, (math.nan, math.nan))

@@ -48,9 +48,12 @@ def test_sglang_is_read_right_directly_and_through_prometheus(
         wait_for_samples(prometheus, "sglang:num_running_reqs", 10)
         scraper = VllmScraper([f"{server.url}/metrics"], reading=SGLANG)
         direct = scraper.observe(4.0, 0.2, limits=LIMITS)
-        # Prometheus's own scrape of the same period's end
-        wait_for_sample_after(prometheus, "sglang:num_running_reqs", time.time())
-        source = PrometheusSource(prometheus, scrape_interval_s=0.2, engine="sglang")
+        # The window ends at Prometheus's own scrape of the same period's end, however late
+        # the query comes.
+        scraped = wait_for_sample_after(prometheus, "sglang:num_running_reqs", time.time())
+        source = PrometheusSource(
+            prometheus, scrape_interval_s=0.2, engine="sglang", clock=lambda: scraped
+        )
         via_prometheus = source.observe(4.0, limits=LIMITS)
     for observation in (direct, via_prometheus):
         assert observation.usable, observation.detail

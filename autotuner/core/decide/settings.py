@@ -339,9 +339,9 @@ class PolicySettings(Group):
             return [
                 f"exploration.reserve {exploration.reserve} with restart.max_per_day "
                 f"{restart.max_per_day}: a question and its revert ({CHANGE_ROOM}) never leave "
-                "the reserve "
-                "for predicted changes, so no question is ever asked; set exploration.reserve "
-                f"to {restart.max_per_day - CHANGE_ROOM} or less to allow one after a day without "
-                "restarts, or exploration.enabled false to say none is wanted"
+                "the reserve for predicted changes, so no question is ever asked; set "
+                f"exploration.reserve to {restart.max_per_day - CHANGE_ROOM} or less to allow "
+                "one after a day without restarts, or exploration.enabled false to say none is "
+                "wanted"
             ]
         return []
