@@ -204,6 +204,20 @@ def test_a_question_has_a_lower_hurdle_than_a_switch() -> None:
     assert held.deployed == SPEC3
 
 
+def test_restarts_do_not_raise_a_questions_hurdle() -> None:
+    """switch.gain_per_restart raises what a predicted switch needs after restarts; a
+    question keeps exploration.min_gain (where the budget leaves it room)."""
+    roomy = policy_settings(
+        SETTINGS,
+        switch={"gain_per_restart": 0.9},
+        restart={"max_per_day": 100},
+        exploration={"reserve": 0},
+    )
+    world = World(replay_faster, settings=roomy)
+    world.state = world.state.updated(changes=tuple(world.now - h * 3600.0 for h in (5, 4, 3)))
+    assert len(explorations(world.run(20))) == 1
+
+
 @pytest.mark.parametrize(("reserve", "asked"), [(4, 0), (2, 1)])
 def test_the_start_caution_says_when_the_budget_leaves_no_question(
     reserve: int, asked: int

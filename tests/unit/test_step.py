@@ -167,6 +167,32 @@ def test_each_blocking_reason_holds_the_switch_and_changes_nothing(reason: Block
     assert made.state.changes == state.changes
 
 
+def _with_restarts(hours_ago: tuple[float, ...]) -> TunerState:
+    return learned().updated(changes=tuple(NOW - h * 3600 for h in sorted(hours_ago)[::-1]))
+
+
+def test_restarts_past_the_first_raise_the_gain_a_switch_needs() -> None:
+    """Each restart in the last 24 hours past the first adds switch.gain_per_restart to the
+    least gain a predicted switch needs: a gain g clears 0.6 g with two recent restarts and
+    is held under 1.2 g with three, unless those are more than a day old."""
+    gain = step(learned(), window(SPEC3), context(), OPEN).decision.gain
+    assert gain > 0
+    settings = policy_settings(OPEN, switch={"min_gain": 0.0, "gain_per_restart": 0.6 * gain})
+    two = step(_with_restarts((5, 3)), window(SPEC3), context(), settings)
+    assert two.decision.action is Action.SWITCH, two.decision.sentence
+    three = step(_with_restarts((5, 4, 3)), window(SPEC3), context(), settings)
+    assert three.decision.action is Action.HOLD
+    assert three.decision.blocked_by is BlockReason.BELOW_MIN_GAIN
+    assert "for each of the 2 restart(s) past the first" in three.decision.sentence
+    assert three.state.changes == _with_restarts((5, 4, 3)).changes
+    old = step(_with_restarts((27, 26, 25)), window(SPEC3), context(), settings)
+    assert old.decision.action is Action.SWITCH, old.decision.sentence
+    flat = policy_settings(settings, switch={"gain_per_restart": 0.0})
+    assert step(_with_restarts((5, 4, 3)), window(SPEC3), context(), flat).decision.action is (
+        Action.SWITCH
+    )
+
+
 def test_a_verification_in_flight_holds_while_the_window_is_not_settled() -> None:
     made = step(in_flight(switched_at=NOW - 30), window(REPLAY), context(deployed=REPLAY), OPEN)
     assert made.decision.action is Action.HOLD

@@ -32,17 +32,41 @@ def first_block(
 ) -> tuple[BlockReason, str] | None:
     """The first rule that holds the switch to `evaluation.best`, and why (None: none does).
     The rules are one table in the order they apply: the first that fails is named.
-    `min_gain`: the least gain (default `switch.min_gain`; a question has its own)."""
-    least = sit.settings.switch.min_gain if min_gain is None else min_gain
-    checks = [*_worth(sit, evaluation, dwell, least), *_allowed(sit, evaluation)]
+    `min_gain`: the least gain (default: `switch_min_gain`; a question has its own)."""
+    if min_gain is None:
+        least, minimum = switch_min_gain(sit)
+    else:
+        least, minimum = min_gain, f"the {min_gain * 100:g}% minimum"
+    checks = [*_worth(sit, evaluation, dwell, least, minimum), *_allowed(sit, evaluation)]
     for failed, reason, why in checks:
         if failed:
             return reason, why
     return None
 
 
-def _worth(sit: Situation, evaluation: Evaluation, dwell: bool, min_gain: float) -> list[Check]:
-    """Whether the change is worth its restart: gain, confidence, dwell, restart cost."""
+def switch_min_gain(sit: Situation) -> tuple[float, str]:
+    """The least gain a predicted switch needs now, and how it reads: `switch.min_gain`,
+    raised by `switch.gain_per_restart` for each restart in the last 24 hours past the first.
+    The plan prices a restart's downtime, not the day's budget it spends: after a question
+    answered no, a step to a neighbouring K worth 5% and then the move the peak needed leave
+    no room within four restarts for the evening's way back."""
+    switch = sit.settings.switch
+    past_first = max(len(sit.state.recent_changes(sit.now)) - 1, 0)
+    least = switch.min_gain + switch.gain_per_restart * past_first
+    if least == switch.min_gain:
+        return least, f"the {least * 100:g}% minimum"
+    return least, (
+        f"the {least * 100:g}% minimum ({switch.min_gain * 100:g}% and "
+        f"{switch.gain_per_restart * 100:g}% for each of the {past_first} restart(s) past the "
+        "first in the last 24 hours)"
+    )
+
+
+def _worth(
+    sit: Situation, evaluation: Evaluation, dwell: bool, min_gain: float, minimum: str
+) -> list[Check]:
+    """Whether the change is worth its restart: gain, confidence, dwell, restart cost
+    (`minimum`: how the least gain reads)."""
     switch = sit.settings.switch
     pending = sit.state.pending
     dwelt = (sit.now - pending.since) if pending is not None else 0.0
@@ -53,7 +77,7 @@ def _worth(sit: Situation, evaluation: Evaluation, dwell: bool, min_gain: float)
         (
             evaluation.gain < min_gain,
             BlockReason.BELOW_MIN_GAIN,
-            f"that is below the {min_gain * 100:g}% minimum",
+            f"that is below {minimum}",
         ),
         (
             evaluation.confidence < needed,

@@ -18,6 +18,16 @@ class SwitchSettings(Group):
     """When a better setup is worth a switch: the gain, how sure, and for how long (hysteresis)."""
 
     min_gain: float = Field(0.05, ge=0, description="Smallest predicted gain (fraction) to act on.")
+    gain_per_restart: float = Field(
+        0.025,
+        ge=0,
+        lt=1,
+        description="How much min_gain rises for a predicted switch with each restart in the "
+        "last 24 hours past the first (switches, reverts and questions alike): restarts spent "
+        "make the day's later ones dearer, so after a question and its revert a move worth 5% "
+        "waits until it is worth 7.5%, and the day keeps room for the moves its load needs. "
+        "Questions keep exploration.min_gain.",
+    )
     min_confidence: float = Field(
         0.6, ge=0, le=1, description="Share of acceptance scenarios (low/point/high) agreeing."
     )
