@@ -183,7 +183,7 @@ def test_restarts_past_the_first_raise_the_gain_a_switch_needs() -> None:
     three = step(_with_restarts((5, 4, 3)), window(SPEC3), context(), settings)
     assert three.decision.action is Action.HOLD
     assert three.decision.blocked_by is BlockReason.BELOW_MIN_GAIN
-    assert "for each of the 2 restart(s) past the first" in three.decision.sentence
+    assert "for each restart past the first in the last 24 hours: 2)" in three.decision.sentence
     assert three.state.changes == _with_restarts((5, 4, 3)).changes
     old = step(_with_restarts((27, 26, 25)), window(SPEC3), context(), settings)
     assert old.decision.action is Action.SWITCH, old.decision.sentence

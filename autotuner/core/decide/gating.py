@@ -47,9 +47,11 @@ def first_block(
 def switch_min_gain(sit: Situation) -> tuple[float, str]:
     """The least gain a predicted switch needs now, and how it reads: `switch.min_gain`,
     raised by `switch.gain_per_restart` for each restart in the last 24 hours past the first.
-    The plan prices a restart's downtime, not the day's budget it spends: after a question
-    answered no, a step to a neighbouring K worth 5% and then the move the peak needed leave
-    no room within four restarts for the evening's way back."""
+    The plan prices a restart's downtime, not the share of the day's budget it spends: a day
+    that has already restarted takes a marginal step only when it is clearly worth one of the
+    restarts its load may still need (the way back for the night). Confidence and the dwell
+    stay at `switch.min_gain`: they guard against noise, which the day's restarts do not
+    change."""
     switch = sit.settings.switch
     past_first = max(len(sit.state.recent_changes(sit.now)) - 1, 0)
     least = switch.min_gain + switch.gain_per_restart * past_first
@@ -57,8 +59,8 @@ def switch_min_gain(sit: Situation) -> tuple[float, str]:
         return least, f"the {least * 100:g}% minimum"
     return least, (
         f"the {least * 100:g}% minimum ({switch.min_gain * 100:g}% and "
-        f"{switch.gain_per_restart * 100:g}% for each of the {past_first} restart(s) past the "
-        "first in the last 24 hours)"
+        f"{switch.gain_per_restart * 100:g}% for each restart past the first in the last 24 "
+        f"hours: {past_first})"
     )
 
 

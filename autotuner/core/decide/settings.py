@@ -23,10 +23,11 @@ class SwitchSettings(Group):
         ge=0,
         lt=1,
         description="How much min_gain rises for a predicted switch with each restart in the "
-        "last 24 hours past the first (switches, reverts and questions alike): restarts spent "
-        "make the day's later ones dearer, so after a question and its revert a move worth 5% "
-        "waits until it is worth 7.5%, and the day keeps room for the moves its load needs. "
-        "Questions keep exploration.min_gain.",
+        "last 24 hours past the first (every restart counts: switches, reverts, questions, "
+        "adopted drift and `autotuner apply`): restarts spent make the day's later ones "
+        "dearer, so the day keeps room for the moves its load needs. It raises the gain's own "
+        "minimum only (confidence and the dwell count against min_gain); questions keep "
+        "exploration.min_gain.",
     )
     min_confidence: float = Field(
         0.6, ge=0, le=1, description="Share of acceptance scenarios (low/point/high) agreeing."
