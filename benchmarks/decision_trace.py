@@ -160,6 +160,8 @@ def _calibration(fit: BandFit, typical: float, current: Setup) -> list[str]:
         windows = fit.evidence.get(family, 0.0)
         if windows >= SHOWN_EVIDENCE or family == current.kind.value:
             lines.append(f"    {family} own ({windows:.1f} windows): {_factors(factors)}")
+    if fit.withheld:
+        lines.append(f"    withheld by the bounds, on the whole step: {_factors(fit.withheld)}")
     return lines
 
 

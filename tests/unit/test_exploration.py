@@ -204,6 +204,26 @@ def test_a_question_has_a_lower_hurdle_than_a_switch() -> None:
     assert held.deployed == SPEC3
 
 
+def spec_much_slower(setup: Setup, batch: float) -> float:
+    return 1.6 if setup.spec_tokens else 1.0
+
+
+def test_a_saturated_calibration_asks_within_a_day_of_a_restart() -> None:
+    """spec:3 runs 1.6x the model's step: what speculation adds sits at its bound, the model
+    is known to underprice it by more than calibration can say, and a question may spend the
+    reserve down to one predicted move. With a restart two hours before, it is asked (about
+    replay, which adds none of speculation's kernels); a calibration that fits (replay faster
+    than the model, the test above) waits the 24 hours. (A switch's minimum of 60% keeps the
+    predicted move to replay from being made instead.)"""
+    settings = policy_settings(SETTINGS, switch={"min_gain": 0.6})
+    saturated = World(spec_much_slower, settings=settings)
+    saturated.state = saturated.state.updated(changes=(saturated.now - 2 * 3600.0,))
+    asked = explorations(saturated.run(20))
+    assert len(asked) == 1, [d.sentence for d in saturated.decisions]
+    assert asked[0].target is not None
+    assert asked[0].target.kind is SetupKind.REPLAY
+
+
 def test_restarts_do_not_raise_a_questions_hurdle() -> None:
     """switch.gain_per_restart raises what a predicted switch needs after restarts; a
     question keeps exploration.min_gain (where the budget leaves it room)."""

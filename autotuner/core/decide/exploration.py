@@ -10,13 +10,19 @@ import numpy as np
 
 from autotuner.core.decide.context import Situation
 from autotuner.core.decide.decisions import Make, numbers, percent
-from autotuner.core.decide.gating import first_block
+from autotuner.core.decide.gating import first_block, valued_acceptance
 from autotuner.core.decide.settings import CHANGE_ROOM
 from autotuner.core.decide.state import Exploration, TunerState, Verification
 from autotuner.core.decide.valuation import Evaluation
 from autotuner.core.predict.acceptance import first_position
 from autotuner.core.predict.attribution import calibration_band
 from autotuner.core.types import Action, Decision, Setup
+
+# What a family adds on a kernel class, as a share of its step: at least SATURATED_SHARE for
+# the running family's saturated classes to count, at least SHARED_SHARE for another family
+# to err the same way on them.
+SATURATED_SHARE = 0.1
+SHARED_SHARE = 0.05
 
 
 def explore(
@@ -40,9 +46,15 @@ def explore(
     if sit.unwatched > 0 or not _load_stays(sit):
         return None  # unwatched: where the load goes is unknown; out of the band ahead: moot
     restarts = len(state.recent_changes(sit.now))
-    if restarts + CHANGE_ROOM + settings.exploration.reserve > settings.restart.max_per_day:
+    saturated = _saturated(sit, current, typical)
+    reserve = (
+        min(settings.exploration.reserve, CHANGE_ROOM)
+        if saturated
+        else (settings.exploration.reserve)
+    )
+    if restarts + CHANGE_ROOM + reserve > settings.restart.max_per_day:
         return None  # a question must not spend the restarts a predicted change needs
-    chosen = _widest_chance(sit, evaluation, current, band)
+    chosen = _widest_chance(sit, evaluation, current, band, saturated)
     if chosen is None:
         return None
     target, high = chosen
@@ -95,6 +107,32 @@ def _load_stays(sit: Situation) -> bool:
     return calibration_band(sit.demand_mean) == calibration_band(mean)
 
 
+def _saturated(sit: Situation, current: Setup, typical: float) -> frozenset[str]:
+    """The kernel classes the running family's calibration holds at its upper bound near the
+    typical batch (`Predictor.saturated`). There the model underprices the running setup by
+    more than calibration can carry, and what it could not carry went to the terms every
+    setup shares: the ranking the predicted moves rest on is in doubt, so a question may
+    spend the reserve down to one predicted move and its revert (issue 42: SGLang's
+    speculative cycle at 2.2-2.5x the model, every other family priced through plain's terms
+    at their own bound)."""
+    accept = valued_acceptance(sit)
+    if current.spec_tokens > accept.max_spec_tokens:
+        return frozenset()
+    batch = max(round(typical), 1)
+    return sit.predictor.saturated(current, batch, accept, SATURATED_SHARE)
+
+
+def _errs_alike(sit: Situation, setup: Setup, saturated: frozenset[str], typical: float) -> bool:
+    """Whether `setup` adds at least SHARED_SHARE of its step on a saturated class: the same
+    kernels the model underprices, so its interval would reach high for the same wrong reason
+    (SGLang's plain speculation after its speculation with replay measured slow)."""
+    accept = valued_acceptance(sit)
+    if setup.spec_tokens > accept.max_spec_tokens:
+        return True
+    shares = sit.predictor.added_shares(setup, max(round(typical), 1), accept)
+    return any(shares.get(c, 0.0) >= SHARED_SHARE for c in saturated)
+
+
 def question_open(sit: Situation, key: Exploration) -> bool:
     """Whether a family may be asked about in a band: not within its quarantine, nor while a
     no it answered there is remembered, unless the first draft position's acceptance has moved
@@ -112,10 +150,15 @@ def question_open(sit: Situation, key: Exploration) -> bool:
 
 
 def _widest_chance(
-    sit: Situation, evaluation: Evaluation, current: Setup, band: int
+    sit: Situation,
+    evaluation: Evaluation,
+    current: Setup,
+    band: int,
+    saturated: frozenset[str] = frozenset(),
 ) -> tuple[Setup, float] | None:
     """The unmeasured family's setup whose upper bound is highest and beats the running setup
-    by exploration.min_gain (and overlaps its interval), not explored in this band lately."""
+    by exploration.min_gain (and overlaps its interval), not explored in this band lately, nor
+    adding to the kernel classes the running family saturated."""
     current_low = evaluation.intervals.get(current, (evaluation.current_value,))[0]
     floor = max(evaluation.current_value * (1 + sit.settings.exploration.min_gain), current_low)
     options = []
@@ -123,6 +166,8 @@ def _widest_chance(
         if setup.kind is current.kind or evaluation.checked.get(setup, False):
             continue
         if high < floor or not question_open(sit, Exploration(setup.kind, band)):
+            continue
+        if saturated and _errs_alike(sit, setup, saturated, sit.state.batch.quantile(0.5)):
             continue
         options.append((high, setup.label, setup))
     if not options:

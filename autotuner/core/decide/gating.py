@@ -154,19 +154,19 @@ def _scale_trusted(sit: Situation) -> bool:
     not this machine's (an unprofiled machine, a calibration at its bounds: the real-vLLM
     tier, a CPU serving a tiny model under a GPU's profile): its ratios still rank setups,
     but its tokens/s cannot be set against a measurement."""
-    return running_miss(sit, _valued_acceptance(sit)) is not None
+    return running_miss(sit, valued_acceptance(sit)) is not None
 
 
 def _predicted_here(sit: Situation, target: Setup, demand: float) -> float | None:
     """The target's calibrated tokens/s at `demand`, on the acceptance the candidates are
     valued on (None: it drafts deeper than that reaches)."""
-    accept = _valued_acceptance(sit)
+    accept = valued_acceptance(sit)
     if target.spec_tokens > accept.max_spec_tokens:
         return None
     return sit.predictor.tokens_per_s_at(target, demand, accept)
 
 
-def _valued_acceptance(sit: Situation) -> AcceptanceEstimate:
+def valued_acceptance(sit: Situation) -> AcceptanceEstimate:
     """The acceptance the candidates are valued on: the estimate continued one position past
     what was observed, up to the engine's and the settings' largest K."""
     limit = min(

@@ -13,6 +13,11 @@ error measured on spec:3 lands first on what speculation adds, and moves plain's
 far as windows of plain (or of every family alike) say. Evidence fades with a half-life; each
 (setup, band) keeps one decayed entry, so the persisted state stays small.
 
+Where a family's own factors meet their bounds and another family's windows pin the shared
+terms, what the bounds withheld stays with that family, as a factor on its whole step
+(`BandFit.withheld`): handed to the shared terms, it would be lost as soon as another family's
+windows pulled them back, and the family would be predicted as fast as before it was measured.
+
 Each prediction also gets an uncertainty: wide where its family has not been measured in the
 band (and wider still when the model has been seen to be far off there), narrow where it has.
 """
@@ -43,6 +48,9 @@ OWN_PRIOR = 0.005
 UNCHECKED_SIGMA = 0.2  # log-space uncertainty of a family never measured near a band
 FLOOR_SIGMA = 0.02  # what no amount of evidence removes (noise between windows)
 FAMILIES = tuple(k.value for k in SetupKind if k is not SetupKind.PLAIN)
+# The families that draft: they run the same drafter passes and verify tokens through the same
+# weights, so what one is measured to cost beyond its bounds says the other costs it too.
+DRAFTING = (SetupKind.SPEC.value, SetupKind.REPLAY_SPEC.value)
 PLAIN_FAMILY = SetupKind.PLAIN.value
 
 Array = npt.NDArray[np.float64]
@@ -187,12 +195,21 @@ class Attribution(BaseModel):
         prior = np.array([SHARED_PRIOR if who == "shared" else OWN_PRIOR for who, _ in names])
         factors = _ridge(rows, targets, weights, prior, bounds)
         fitted = {name: float(f) for name, f in zip(names, factors, strict=True)}
+        evidence = _evidence(weights, families)
+        pinned = bounds[0] >= bounds[1]  # the model kept as it is: nothing to withhold
+        bounded = {
+            who
+            for (who, _), f in fitted.items()
+            if who != "shared" and not pinned and not bounds[0] < f < bounds[1]
+        }
         return BandFit(
             shared={c: fitted[("shared", c)] for c in classes},
             own={f: {c: fitted[(f, c)] for c in classes} for f in FAMILIES},
-            evidence=_evidence(weights, families),
+            evidence=evidence,
             misfit=_misfit(rows, targets, weights, families, factors),
             doubt=_doubt(targets, weights, families),
+            withheld=_withheld(rows, targets, weights, families, factors, bounded, evidence),
+            upper=bounds[1],
         )
 
 
@@ -223,6 +240,31 @@ def _ridge(
         if not past.any() or not free.any():
             break
     return factors
+
+
+def _withheld(
+    rows: list[list[float]],
+    targets: list[float],
+    weights: list[float],
+    families: list[str],
+    factors: Array,
+    bounded: set[str],
+    evidence: Mapping[str, float],
+) -> dict[str, float]:
+    """Per family with an own factor at a bound, the error the fit leaves on its windows (a
+    weighted geometric mean of measured over fitted): only while two or more families were
+    measured near the band. With one, the shared terms take that error and predict the family
+    right; with two, the other's windows pin them, and the error has nowhere else to go."""
+    if sum(1 for w in evidence.values() if w >= 0.5) < 2:
+        return {}
+    sums: dict[str, tuple[float, float]] = {}
+    for row, t, w, family in zip(rows, targets, weights, families, strict=True):
+        if family not in bounded:
+            continue
+        error = math.log(max(t, 1e-9) / max(float(np.dot(row, factors)), 1e-9))
+        total, weight = sums.get(family, (0.0, 0.0))
+        sums[family] = (total + w * error, weight + w)
+    return {f: math.exp(total / weight) for f, (total, weight) in sums.items()}
 
 
 def _evidence(weights: Sequence[float], families: Sequence[str]) -> dict[str, float]:
@@ -267,6 +309,28 @@ class BandFit:
     misfit: dict[str, float]  # family -> rms log error left after the fit
     doubt: dict[str, float]  # family -> rms log error of the raw model near this band
     seen: dict[str, float] = field(default_factory=dict)  # family -> the same, every band it ran
+    # family -> factor on its whole step: what its bounded own factors could not take
+    withheld: dict[str, float] = field(default_factory=dict)
+    upper: float = 2.0  # the factors' upper bound (calibration.bounds)
+
+    def own_as_priced(self, family: str) -> tuple[dict[str, float], float]:
+        """(the factors on what `family` adds, the factor on its whole step) as predictions use
+        them. A drafting family not measured near the band takes, from the other drafting
+        family where its bounds withheld part of its error, every own factor at the upper
+        bound and the withheld factor: the same drafter and verify kernels, underpriced by at
+        least as much (SGLang's speculation alone, priced from the model after its speculation
+        with replay measured 2.2-2.5x slower, was switched to and reverted)."""
+        own, whole = dict(self.own.get(family, {})), self.withheld.get(family, 1.0)
+        if family not in DRAFTING or self.evidence.get(family, 0.0) >= 0.5:
+            return own, whole
+        for other in DRAFTING:
+            if other == family or other not in self.withheld:
+                continue
+            for kernel, factor in self.own[other].items():
+                if factor >= self.upper:
+                    own[kernel] = max(own.get(kernel, 1.0), factor)
+            whole = max(whole, self.withheld[other])
+        return own, whole
 
     def sigma(self, family: str, running: str | None = None) -> float:
         """Log-space uncertainty of a prediction for `family` in this band: what the fit leaves,
@@ -349,10 +413,11 @@ class Fit:
     ) -> Array:
         """Calibrated step time of `setup` at each batch from the model's class times there:
         plain's terms times the band's shared factor, what the setup adds times its family's
-        own (one array pass per class: a curve over a thousand batches is not a thousand
-        calls)."""
+        own, the whole times what the bounds withheld from its family (one array pass per
+        class: a curve over a thousand batches is not a thousand calls)."""
         band = calibration_bands(batches)
-        owns = [fit.own.get(setup.kind.value, {}) for fit in self.bands]
+        priced = [fit.own_as_priced(setup.kind.value) for fit in self.bands]
+        owns = [own for own, _ in priced]
         none = np.zeros(len(batches))
         total = np.zeros(len(batches))
         for c in set(base_s) | set(setup_s):
@@ -361,4 +426,5 @@ class Fit:
             shared = np.array([fit.shared.get(c, 1.0) for fit in self.bands])
             own = np.array([factors.get(c, 1.0) for factors in owns])
             total += shared[band] * base + own[band] * extra
-        return np.maximum(total, 1e-9)
+        withheld: Array = np.array([whole for _, whole in priced])
+        return np.maximum(total * withheld[band], 1e-9)

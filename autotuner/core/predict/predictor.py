@@ -25,7 +25,7 @@ from autotuner.core.predict.prefill import (
     prefill_cost,
     recomputed_cost,
 )
-from autotuner.core.types import PLAIN, Setup
+from autotuner.core.types import PLAIN, Setup, SetupKind
 
 Array = npt.NDArray[np.float64]
 CROSSOVER_GRID = np.arange(1, 1025)
@@ -155,6 +155,30 @@ class Predictor:
         """Log-space uncertainty of the calibrated prediction of `setup` at `batch` (wider
         where the model was far off on the `running` setup's family)."""
         return self.fit.at(batch).sigma(setup.kind.value, running.kind.value if running else None)
+
+    def added_shares(
+        self, setup: Setup, batch: int, accept: AcceptanceEstimate
+    ) -> dict[str, float]:
+        """What `setup` adds to plain's step at `batch` per kernel class, as shares of its own
+        predicted step (negative where it saves)."""
+        base, own = self.class_times(setup, batch, accept)
+        step = sum(own.values())
+        return {c: (own.get(c, 0.0) - base.get(c, 0.0)) / step for c in set(base) | set(own)}
+
+    def saturated(
+        self, setup: Setup, batch: int, accept: AcceptanceEstimate, least_share: float
+    ) -> frozenset[str]:
+        """The kernel classes where what `setup`'s family adds was fitted at the upper bound
+        near `batch`, among those that are at least `least_share` of its step: the model
+        prices them too cheap by more than calibration can say."""
+        if setup.kind is SetupKind.PLAIN:
+            return frozenset()
+        own = self.fit.at(batch).own.get(setup.kind.value, {})
+        shares = self.added_shares(setup, batch, accept)
+        upper = self.calibration_bounds[1]
+        return frozenset(
+            c for c, f in own.items() if f >= upper and shares.get(c, 0.0) >= least_share
+        )
 
     def checked(self, setup: Setup, batch: float) -> bool:
         """Whether `setup`'s family has been measured in (or next to) `batch`'s band."""
