@@ -214,8 +214,9 @@ class CalibrationCollector(_SnapshotCollector):
         calibration = GaugeMetricFamily(
             f"{PREFIX}_calibration_factor",
             "Learned correction of the cost model per kernel class and batch band, on the part "
-            "every setup shares (term=shared) or on what a family adds (term=spec, replay, ...); "
-            "only factors the evidence moved from 1.",
+            "every setup shares (term=shared) or on what a family adds (term=spec, replay, ...), "
+            "and kernel=whole_step on a family's whole step (what its bounds withheld); only "
+            "factors the evidence moved from 1.",
             labels=["term", "kernel", "band"],
         )
         for factor in s.calibration:

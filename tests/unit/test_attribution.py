@@ -266,6 +266,18 @@ def test_what_the_bounds_withheld_stays_with_the_family_once_another_pins_the_sh
     assert plain_raw < plain < plain_alone  # plain's windows pull the shared terms back
 
 
+def test_pinned_bounds_saturate_nothing_and_withhold_nothing() -> None:
+    """Bounds of [1, 1] keep the model: every factor sits at them with or without windows,
+    which says nothing about the model's miss."""
+    learned = learn([REPLAY_SPEC, PLAIN], extra_costs(3.0))
+    pinned = Predictor(MODEL, H200, Workload(), learned, 1000.0, HALF_LIFE, (1.0, 1.0))
+    assert pinned.saturated(REPLAY_SPEC, BATCH, ACCEPT, 0.1) == frozenset()
+    assert pinned.fit.at(BATCH).withheld == {}
+    right = learn([SPEC3, PLAIN], extra_costs(1.0))
+    no_lower = Predictor(MODEL, H200, Workload(), right, 1000.0, HALF_LIFE, (1.0, 2.0))
+    assert no_lower.fit.at(BATCH).withheld == {}  # factors resting at 1 are not held there
+
+
 def test_a_saturated_class_is_one_the_running_family_adds_and_fitted_at_the_bound() -> None:
     """spec:3 measured adding 5x what the model says: the classes it adds most to sit at the
     upper bound and are saturated; replay adds none of them, spec:1 adds the draft passes."""

@@ -83,8 +83,11 @@ def test_settings_that_leave_the_policy_nothing_to_do_are_said_and_only_those() 
     (frozen,) = PolicySettings.model_validate({"restart": {"max_per_hour": 1}}).cautions()
     assert "no change is ever made" in frozen
     (mute,) = PolicySettings.model_validate({"restart": {"max_per_day": 5}}).cautions()
-    assert "no question is ever asked" in mute
+    assert "no question is asked but where the running setup's calibration is saturated" in mute
     assert "set exploration.reserve to 3 or less" in mute
+    both = {"restart": {"max_per_day": 3}, "exploration": {"saturated_reserve": 2}}
+    (silent,) = PolicySettings.model_validate(both).cautions()
+    assert "no question is ever asked" in silent
     for said in ({"exploration": {"enabled": False}}, {"exploration": {"reserve": 3}}):
         assert (
             PolicySettings.model_validate({"restart": {"max_per_day": 5}, **said}).cautions() == []
@@ -111,7 +114,7 @@ def test_the_sidecar_logs_each_caution_at_start(caplog: pytest.LogCaptureFixture
         wired(settings, served, observe=unread, actuator=None, clock=lambda: 0.0)
     (record,) = [r for r in caplog.records if r.name == "test"]
     assert record.levelno == logging.WARNING
-    assert "no question is ever asked" in record.getMessage()
+    assert "no question is asked but where" in record.getMessage()
 
 
 GROUPED = """\

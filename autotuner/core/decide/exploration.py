@@ -47,11 +47,9 @@ def explore(
         return None  # unwatched: where the load goes is unknown; out of the band ahead: moot
     restarts = len(state.recent_changes(sit.now))
     saturated = _saturated(sit, current, typical)
-    reserve = (
-        min(settings.exploration.reserve, CHANGE_ROOM)
-        if saturated
-        else (settings.exploration.reserve)
-    )
+    reserve = settings.exploration.reserve
+    if saturated:
+        reserve = min(reserve, settings.exploration.saturated_reserve)
     if restarts + CHANGE_ROOM + reserve > settings.restart.max_per_day:
         return None  # a question must not spend the restarts a predicted change needs
     chosen = _widest_chance(sit, evaluation, current, band, saturated)
@@ -109,12 +107,12 @@ def _load_stays(sit: Situation) -> bool:
 
 def _saturated(sit: Situation, current: Setup, typical: float) -> frozenset[str]:
     """The kernel classes the running family's calibration holds at its upper bound near the
-    typical batch (`Predictor.saturated`). There the model underprices the running setup by
-    more than calibration can carry, and what it could not carry went to the terms every
-    setup shares: the ranking the predicted moves rest on is in doubt, so a question may
-    spend the reserve down to one predicted move and its revert (issue 42: SGLang's
-    speculative cycle at 2.2-2.5x the model, every other family priced through plain's terms
-    at their own bound)."""
+    typical batch, among those it adds SATURATED_SHARE of its step or more on
+    (`Predictor.saturated`). There the model underprices the running setup by more than
+    calibration can carry; while it is the only family measured, the rest goes to the terms
+    every setup shares, so every other family is priced through terms in doubt, and a
+    question may spend the reserve down to `exploration.saturated_reserve`. (A running setup
+    drafting deeper than the valued acceptance reaches is never taken as saturated.)"""
     accept = valued_acceptance(sit)
     if current.spec_tokens > accept.max_spec_tokens:
         return frozenset()
@@ -124,8 +122,8 @@ def _saturated(sit: Situation, current: Setup, typical: float) -> frozenset[str]
 
 def _errs_alike(sit: Situation, setup: Setup, saturated: frozenset[str], typical: float) -> bool:
     """Whether `setup` adds at least SHARED_SHARE of its step on a saturated class: the same
-    kernels the model underprices, so its interval would reach high for the same wrong reason
-    (SGLang's plain speculation after its speculation with replay measured slow)."""
+    kernels the model underprices, so its interval would reach high for the same wrong
+    reason."""
     accept = valued_acceptance(sit)
     if setup.spec_tokens > accept.max_spec_tokens:
         return True

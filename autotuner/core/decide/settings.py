@@ -249,8 +249,19 @@ class ExplorationSettings(Group):
         "for predicted changes: one is made only when this many remain after it and its revert. "
         "4 is room for a day's two predicted moves (up for the peak, back for the night), each "
         "with its own revert: with the default budget of 6, a question is asked only when no "
-        "restart was made in the last 24 hours; with a budget of 4, none is (the tuner warns at "
-        "start when none can be).",
+        "restart was made in the last 24 hours; with a budget of 4, none is but where the "
+        "calibration is saturated (saturated_reserve; the tuner warns at start when none can "
+        "be).",
+    )
+    saturated_reserve: int = Field(
+        2,
+        ge=0,
+        description="The reserve (as `reserve`, the lower of the two applies) where the running "
+        "setup's calibration is saturated near the load: its own factors at the upper bound "
+        "of calibration.bounds on kernels it adds 10% or more of its step on. The model "
+        "underprices it there by more than calibration can say, so the predicted moves the "
+        "reserve keeps room for are themselves in doubt; 2 is room for one predicted move and "
+        "its revert, so a question may follow the day's first switch.",
     )
     answer_memory_s: float = Field(
         72 * HOUR,
@@ -347,10 +358,17 @@ class PolicySettings(Group):
                 "to let the tuner act"
             ]
         if exploration.enabled and exploration.reserve + CHANGE_ROOM > restart.max_per_day:
+            saturated = min(exploration.reserve, exploration.saturated_reserve)
+            which = (
+                "no question is ever asked"
+                if saturated + CHANGE_ROOM > restart.max_per_day
+                else "no question is asked but where the running setup's calibration is "
+                f"saturated (exploration.saturated_reserve {saturated})"
+            )
             return [
                 f"exploration.reserve {exploration.reserve} with restart.max_per_day "
                 f"{restart.max_per_day}: a question and its revert ({CHANGE_ROOM}) never leave "
-                "the reserve for predicted changes, so no question is ever asked; set "
+                f"the reserve for predicted changes, so {which}; set "
                 f"exploration.reserve to {restart.max_per_day - CHANGE_ROOM} or less to allow "
                 "one after a day without restarts, or exploration.enabled false to say none is "
                 "wanted"

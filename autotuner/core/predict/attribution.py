@@ -52,6 +52,7 @@ FAMILIES = tuple(k.value for k in SetupKind if k is not SetupKind.PLAIN)
 # weights, so what one is measured to cost beyond its bounds says the other costs it too.
 DRAFTING = (SetupKind.SPEC.value, SetupKind.REPLAY_SPEC.value)
 PLAIN_FAMILY = SetupKind.PLAIN.value
+WHOLE_STEP = "whole_step"  # the kernel label of a withheld factor: it scales the family's step
 
 Array = npt.NDArray[np.float64]
 
@@ -196,12 +197,7 @@ class Attribution(BaseModel):
         factors = _ridge(rows, targets, weights, prior, bounds)
         fitted = {name: float(f) for name, f in zip(names, factors, strict=True)}
         evidence = _evidence(weights, families)
-        pinned = bounds[0] >= bounds[1]  # the model kept as it is: nothing to withhold
-        bounded = {
-            who
-            for (who, _), f in fitted.items()
-            if who != "shared" and not pinned and not bounds[0] < f < bounds[1]
-        }
+        bounded = {who for (who, _), f in fitted.items() if who != "shared" and _held(f, bounds)}
         return BandFit(
             shared={c: fitted[("shared", c)] for c in classes},
             own={f: {c: fitted[(f, c)] for c in classes} for f in FAMILIES},
@@ -240,6 +236,13 @@ def _ridge(
         if not past.any() or not free.any():
             break
     return factors
+
+
+def _held(factor: float, bounds: tuple[float, float]) -> bool:
+    """Whether a factor sits at a bound that keeps the fit from following its windows: not a
+    bound of 1 (the model kept as it is, where a factor with no evidence sits too)."""
+    low, high = bounds
+    return (factor <= low < 1.0) or (factor >= high > 1.0)
 
 
 def _withheld(
@@ -391,7 +394,9 @@ class Fit:
 
     def factors(self) -> list[Factor]:
         """Every factor some window has checked (1.0 where the model held), for export and
-        `status`: plain's terms in every band with evidence, a family's own where it ran."""
+        `status`: plain's terms in every band with evidence, a family's own where it ran, and
+        what a family's bounds withheld (kernel WHOLE_STEP). A drafting family priced with the
+        other's factors (`BandFit.own_as_priced`) has no windows of its own, and none listed."""
         out = []
         for band, fit in enumerate(self.bands):
             terms = [("shared", fit.shared, fit.checked(PLAIN_FAMILY))]
@@ -399,6 +404,7 @@ class Fit:
             for term, factors, seen in terms:
                 if seen:
                     out += [Factor(term, k, band, v) for k, v in sorted(factors.items())]
+            out += [Factor(f, WHOLE_STEP, band, v) for f, v in sorted(fit.withheld.items())]
         return out
 
     def at(self, batch: float) -> BandFit:

@@ -162,22 +162,25 @@ class Predictor:
         """What `setup` adds to plain's step at `batch` per kernel class, as shares of its own
         predicted step (negative where it saves)."""
         base, own = self.class_times(setup, batch, accept)
-        step = sum(own.values())
+        step = max(sum(own.values()), 1e-12)
         return {c: (own.get(c, 0.0) - base.get(c, 0.0)) / step for c in set(base) | set(own)}
 
     def saturated(
         self, setup: Setup, batch: int, accept: AcceptanceEstimate, least_share: float
     ) -> frozenset[str]:
         """The kernel classes where what `setup`'s family adds was fitted at the upper bound
-        near `batch`, among those that are at least `least_share` of its step: the model
-        prices them too cheap by more than calibration can say."""
-        if setup.kind is SetupKind.PLAIN:
+        near `batch` (one over 1: a bound of 1 is the model kept), by its own windows there,
+        among those it adds at least `least_share` of its step on: the model prices them too
+        cheap by more than calibration can say."""
+        fit, upper = self.fit.at(batch), self.calibration_bounds[1]
+        family = setup.kind.value
+        if setup.kind is SetupKind.PLAIN or upper <= 1.0 or not fit.checked(family):
             return frozenset()
-        own = self.fit.at(batch).own.get(setup.kind.value, {})
         shares = self.added_shares(setup, batch, accept)
-        upper = self.calibration_bounds[1]
         return frozenset(
-            c for c, f in own.items() if f >= upper and shares.get(c, 0.0) >= least_share
+            c
+            for c, f in fit.own.get(family, {}).items()
+            if f >= upper and shares.get(c, 0.0) >= least_share
         )
 
     def checked(self, setup: Setup, batch: float) -> bool:
