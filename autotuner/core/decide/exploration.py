@@ -4,7 +4,7 @@ its interval says it could and the prediction alone is not sure enough to switch
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -14,7 +14,7 @@ from autotuner.core.decide.gating import first_block, valued_acceptance
 from autotuner.core.decide.settings import CHANGE_ROOM
 from autotuner.core.decide.state import Exploration, TunerState, Verification
 from autotuner.core.decide.valuation import Evaluation
-from autotuner.core.predict.acceptance import first_position
+from autotuner.core.predict.acceptance import AcceptanceEstimate, first_position
 from autotuner.core.predict.attribution import calibration_band
 from autotuner.core.types import Action, Decision, Setup
 
@@ -46,13 +46,13 @@ def explore(
     if sit.unwatched > 0 or not _load_stays(sit):
         return None  # unwatched: where the load goes is unknown; out of the band ahead: moot
     restarts = len(state.recent_changes(sit.now))
-    saturated = _saturated(sit, current, typical)
+    saturation = _saturation(sit, current, typical)
     reserve = settings.exploration.reserve
-    if saturated:
+    if saturation.classes:
         reserve = min(reserve, settings.exploration.saturated_reserve)
     if restarts + CHANGE_ROOM + reserve > settings.restart.max_per_day:
         return None  # a question must not spend the restarts a predicted change needs
-    chosen = _widest_chance(sit, evaluation, current, band, saturated)
+    chosen = _widest_chance(sit, evaluation, current, band, saturation)
     if chosen is None:
         return None
     target, high = chosen
@@ -105,30 +105,37 @@ def _load_stays(sit: Situation) -> bool:
     return calibration_band(sit.demand_mean) == calibration_band(mean)
 
 
-def _saturated(sit: Situation, current: Setup, typical: float) -> frozenset[str]:
+@dataclass(frozen=True)
+class Saturation:
     """The kernel classes the running family's calibration holds at its upper bound near the
     typical batch, among those it adds SATURATED_SHARE of its step or more on
-    (`Predictor.saturated`). There the model underprices the running setup by more than
-    calibration can carry; while it is the only family measured, the rest goes to the terms
-    every setup shares, so every other family is priced through terms in doubt, and a
-    question may spend the reserve down to `exploration.saturated_reserve`. (A running setup
-    drafting deeper than the valued acceptance reaches is never taken as saturated.)"""
-    accept = valued_acceptance(sit)
+    (`Predictor.saturated`), and the acceptance and batch they were read at. There the model
+    underprices the running setup by more than calibration can carry; while it is the only
+    family measured, the rest goes to the terms every setup shares, so every other family is
+    priced through terms in doubt, and a question may spend the reserve down to
+    `exploration.saturated_reserve`. (A running setup drafting deeper than the valued
+    acceptance reaches is never taken as saturated.)"""
+
+    classes: frozenset[str]
+    accept: AcceptanceEstimate
+    batch: int
+
+    def errs_alike(self, sit: Situation, setup: Setup) -> bool:
+        """Whether `setup` adds at least SHARED_SHARE of its step on a saturated class: the
+        same kernels the model underprices, so its interval would reach high for the same
+        wrong reason."""
+        if setup.spec_tokens > self.accept.max_spec_tokens:
+            return True
+        shares = sit.predictor.added_shares(setup, self.batch, self.accept)
+        return any(shares.get(c, 0.0) >= SHARED_SHARE for c in self.classes)
+
+
+def _saturation(sit: Situation, current: Setup, typical: float) -> Saturation:
+    accept, batch = valued_acceptance(sit), max(round(typical), 1)
     if current.spec_tokens > accept.max_spec_tokens:
-        return frozenset()
-    batch = max(round(typical), 1)
-    return sit.predictor.saturated(current, batch, accept, SATURATED_SHARE)
-
-
-def _errs_alike(sit: Situation, setup: Setup, saturated: frozenset[str], typical: float) -> bool:
-    """Whether `setup` adds at least SHARED_SHARE of its step on a saturated class: the same
-    kernels the model underprices, so its interval would reach high for the same wrong
-    reason."""
-    accept = valued_acceptance(sit)
-    if setup.spec_tokens > accept.max_spec_tokens:
-        return True
-    shares = sit.predictor.added_shares(setup, max(round(typical), 1), accept)
-    return any(shares.get(c, 0.0) >= SHARED_SHARE for c in saturated)
+        return Saturation(frozenset(), accept, batch)
+    classes = sit.predictor.saturated(current, batch, accept, SATURATED_SHARE)
+    return Saturation(classes, accept, batch)
 
 
 def question_open(sit: Situation, key: Exploration) -> bool:
@@ -152,7 +159,7 @@ def _widest_chance(
     evaluation: Evaluation,
     current: Setup,
     band: int,
-    saturated: frozenset[str] = frozenset(),
+    saturation: Saturation,
 ) -> tuple[Setup, float] | None:
     """The unmeasured family's setup whose upper bound is highest and beats the running setup
     by exploration.min_gain (and overlaps its interval), not explored in this band lately, nor
@@ -165,7 +172,7 @@ def _widest_chance(
             continue
         if high < floor or not question_open(sit, Exploration(setup.kind, band)):
             continue
-        if saturated and _errs_alike(sit, setup, saturated, sit.state.batch.quantile(0.5)):
+        if saturation.classes and saturation.errs_alike(sit, setup):
             continue
         options.append((high, setup.label, setup))
     if not options:

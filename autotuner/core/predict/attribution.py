@@ -264,9 +264,8 @@ def _withheld(
     for row, t, w, family in zip(rows, targets, weights, families, strict=True):
         if family not in bounded:
             continue
-        error = math.log(max(t, 1e-9) / max(float(np.dot(row, factors)), 1e-9))
         total, weight = sums.get(family, (0.0, 0.0))
-        sums[family] = (total + w * error, weight + w)
+        sums[family] = (total - w * _log_error(row, t, factors), weight + w)
     return {f: math.exp(total / weight) for f, (total, weight) in sums.items()}
 
 
@@ -287,9 +286,13 @@ def _misfit(
     """Per family, the rms relative error the fit leaves (what the factors cannot explain)."""
     out: dict[str, list[tuple[float, float]]] = {}
     for row, t, w, family in zip(rows, targets, weights, families, strict=True):
-        error = math.log(max(float(np.dot(row, factors)), 1e-9) / max(t, 1e-9))
-        out.setdefault(family, []).append((w, error * error))
+        out.setdefault(family, []).append((w, _log_error(row, t, factors) ** 2))
     return {f: math.sqrt(sum(w * e for w, e in v) / sum(w for w, _ in v)) for f, v in out.items()}
+
+
+def _log_error(row: list[float], target: float, factors: Array) -> float:
+    """log(fitted / measured) of one window's step ratio."""
+    return math.log(max(float(np.dot(row, factors)), 1e-9) / max(target, 1e-9))
 
 
 def _doubt(
@@ -323,9 +326,10 @@ class BandFit:
         bound and the withheld factor: the same drafter and verify kernels, underpriced by at
         least as much (SGLang's speculation alone, priced from the model after its speculation
         with replay measured 2.2-2.5x slower, was switched to and reverted)."""
-        own, whole = dict(self.own.get(family, {})), self.withheld.get(family, 1.0)
+        own, whole = self.own.get(family, {}), self.withheld.get(family, 1.0)
         if family not in DRAFTING or self.evidence.get(family, 0.0) >= 0.5:
             return own, whole
+        own = dict(own)
         for other in DRAFTING:
             if other == family or other not in self.withheld:
                 continue
