@@ -367,12 +367,18 @@ def _print_log_tail(log: Path, lines: int = 60) -> None:
 
 def tuner_metric(port: int, name: str, labels: dict[str, str] | None = None) -> float:
     """One sample of the tuner's own /metrics (0 when absent or unreachable)."""
+    return tuner_sample(port, name, labels) or 0.0
+
+
+def tuner_sample(port: int, name: str, labels: dict[str, str] | None = None) -> float | None:
+    """One sample of the tuner's own /metrics: 0 when absent, None while the tuner does not
+    answer (a busy machine can miss the 2 s deadline)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
     except httpx.HTTPError:
-        return 0.0
+        return None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == name and all(

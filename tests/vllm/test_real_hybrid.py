@@ -45,7 +45,7 @@ from tests.vllm.conftest import (
     running_tuner,
     server_total,
     tuner_config,
-    tuner_metric,
+    tuner_sample,
     wait_for,
 )
 from tests.vllm.restart_vllm import reason
@@ -243,13 +243,21 @@ def speculation_tried(
     config = tuner_config(tmp_path, hybrid, port, **settings)
     log = tmp_path / "tuner.log"
     drafts = [0.0]
+    seen: list[dict[str, Any]] = []  # the state that showed the revert (the verdict precedes it)
+    counted: list[float | None] = [None]
 
     def reverted() -> bool:
-        counted = server_total(hybrid.url, "vllm:spec_decode_num_drafts_total")
-        drafts[0] = max(drafts[0], counted or 0.0)
+        drafted = server_total(hybrid.url, "vllm:spec_decode_num_drafts_total")
+        drafts[0] = max(drafts[0], drafted or 0.0)
+        document = state(port)  # {} while the tuner does not answer
+        seen[:] = [document]
         return parse_setup(args_now(hybrid)) == Setup() and "spec:3" in (
-            state(port).get("quarantine") or {}
+            document.get("quarantine") or {}
         )
+
+    def regressions_read() -> bool:
+        counted[0] = tuner_sample(port, "autotuner_quality_regressions_total")
+        return counted[0] is not None
 
     with (
         Load(hybrid.url, streams=LOW, output_len=OUTPUT_LEN),
@@ -258,9 +266,8 @@ def speculation_tried(
         wait_for(lambda: switches(log, "spec:3"), 600, "speculation was not turned on")
         wait_for(reverted, 900, "the switch to spec:3 was not reverted")
         wait_for(lambda: serving(hybrid.url), 600, "the reverted server does not serve")
-        document = state(port)
-        regressions = tuner_metric(port, "autotuner_quality_regressions_total")
-    return Tried(operator, drafts[0], document, regressions, log)
+        wait_for(regressions_read, 120, "the tuner's /metrics did not answer")
+    return Tried(operator, drafts[0], seen[0], counted[0] or 0.0, log)
 
 
 def test_changed_answers_from_speculation_on_the_hybrid_are_reverted(
