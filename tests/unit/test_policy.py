@@ -371,9 +371,12 @@ def _k1_crosses_plain(hardware: HardwareProfile, workload: Workload, low: int, h
     raise AssertionError(f"spec:1 never beats plain at {low} and loses at {high}")
 
 
-def test_schedule_turns_speculation_off_above_the_crossover() -> None:
-    # Two B200s, at an acceptance where K=1 beats plain at batch 64 and loses at 320 (found
-    # from the model, not taken as a number): the schedule turns drafting off at the top.
+MIXED = [32, 64, 128, 300, 320, 300]
+
+
+def _crossing_run() -> tuple[Run, float]:
+    """Two B200s, at an acceptance where K=1 beats plain at batch 64 and loses at 320 (found
+    from the model, not taken as a number)."""
     b200, tp2 = datasheet("B200"), Workload(tensor_parallel=2)
     rate = _k1_crosses_plain(b200, tp2, low=64, high=320)
     run = Run(
@@ -388,14 +391,36 @@ def test_schedule_turns_speculation_off_above_the_crossover() -> None:
             restart={"max_per_hour": 4},
         ),
     )
-    mixed = [32, 64, 128, 300, 320, 300]
-    run.run(60, lambda m: mixed[m % len(mixed)], (rate, rate, rate))
+    return run, rate
+
+
+def test_schedule_turns_speculation_off_above_the_crossover() -> None:
+    # The schedule turns drafting off at the top.
+    run, rate = _crossing_run()
+    run.run(60, lambda m: MIXED[m % len(MIXED)], (rate, rate, rate))
     scheduled = [d for d in run.changes() if d.target and d.target.schedule]
     assert scheduled, [d.sentence for d in run.decisions[-3:]]
     target = scheduled[0].target
     assert target is not None
     assert target.spec_tokens_at([64])[0] > 0
     assert target.spec_tokens_at([320])[0] == 0
+
+
+def test_a_quarantined_schedule_is_not_proposed_again_for_the_same_load() -> None:
+    # The schedules are found after the candidates are filtered, from the load to come: the
+    # same load finds the same schedule, and its quarantine must hold it like any setup's.
+    first, rate = _crossing_run()
+    first.run(60, lambda m: MIXED[m % len(MIXED)], (rate, rate, rate))
+    switch = next(d for d in first.changes() if d.target and d.target.schedule)
+    assert switch.target is not None
+    at = first.decisions.index(switch)
+    again, _ = _crossing_run()
+    again.run(at, lambda m: MIXED[m % len(MIXED)], (rate, rate, rate))
+    again.state = again.state.quarantined(switch.target, again.now + 24 * 3600)
+    for minute in range(at, 60):
+        again.step(MIXED[minute % len(MIXED)], (rate, rate, rate))
+    # Neither switched to nor named as the move held back.
+    assert all(d.target != switch.target for d in again.decisions[at:]), switch.target.label
 
 
 def test_decisions_are_deterministic_and_explained() -> None:

@@ -46,11 +46,22 @@ def candidates(
             Setup(spec_tokens=k, replay_window=w) for k in ks for w in windows if w >= k + 1
         ]
     setups += speculating + _adaptive(speculating, ctx, notes)
-    quarantined = {k for k, until in state.quarantine.items() if until > ctx.now}
-    kept = [s for s in setups if s.label not in quarantined and engine.accepts(s)]
-    if len(kept) < len(setups):
-        notes.append(f"quarantined: {', '.join(sorted(quarantined))}")
+    accepted = [s for s in setups if engine.accepts(s)]
+    kept = unquarantined(state, ctx.now, accepted)
+    if len(kept) < len(accepted):
+        notes.append(f"quarantined: {', '.join(sorted(_quarantined(state, ctx.now)))}")
     return kept, notes
+
+
+def unquarantined(state: TunerState, now: float, setups: Sequence[Setup]) -> list[Setup]:
+    """`setups` less those quarantined now (by label: a K schedule found again for the same
+    load is the same setup, and waits out its quarantine like any other)."""
+    quarantined = _quarantined(state, now)
+    return [s for s in setups if s.label not in quarantined]
+
+
+def _quarantined(state: TunerState, now: float) -> set[str]:
+    return {label for label, until in state.quarantine.items() if until > now}
 
 
 def _replay_windows(

@@ -17,7 +17,7 @@ from autotuner.core.decide.estimates import BATCH_BINS, BIN_MIDDLES
 from autotuner.core.decide.forecast import Forecast, day_forecast
 from autotuner.core.decide.plan import Plan, best_plan
 from autotuner.core.decide.reach import beyond_observed
-from autotuner.core.decide.search import candidates, schedules
+from autotuner.core.decide.search import candidates, schedules, unquarantined
 from autotuner.core.decide.settings import ObjectiveKind
 from autotuner.core.predict.acceptance import AcceptanceEstimate, from_conditional
 from autotuner.core.predict.predictor import Predictor
@@ -76,7 +76,8 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
     setups, notes = candidates(state, sit.ctx, settings, point)
     notes += _reach_note(sit.acceptance, point)
     if sit.ctx.engine.spec_schedule and settings.candidates.use_schedule and point is not None:
-        setups += schedules(sit.predictor, setups, point, mass)
+        found = schedules(sit.predictor, setups, point, mass)
+        setups += unquarantined(state, sit.now, found)
     if current not in setups:
         setups.append(current)
     tables = [_rates(sit, setups, pieces, scenario) for scenario in _scenarios(point)]
