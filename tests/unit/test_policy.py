@@ -419,8 +419,10 @@ def test_a_quarantined_schedule_is_not_proposed_again_for_the_same_load() -> Non
     again.state = again.state.quarantined(switch.target, again.now + 24 * 3600)
     for minute in range(at, 60):
         again.step(MIXED[minute % len(MIXED)], (rate, rate, rate))
-    # Neither switched to nor named as the move held back.
+    # Neither switched to nor named as the move held back; the decision says it was left out.
     assert all(d.target != switch.target for d in again.decisions[at:]), switch.target.label
+    held = f"quarantined: {switch.target.label}"
+    assert any(held in note for note in again.decisions[at].notes), again.decisions[at].notes
 
 
 def test_decisions_are_deterministic_and_explained() -> None:

@@ -46,22 +46,20 @@ def candidates(
             Setup(spec_tokens=k, replay_window=w) for k in ks for w in windows if w >= k + 1
         ]
     setups += speculating + _adaptive(speculating, ctx, notes)
-    accepted = [s for s in setups if engine.accepts(s)]
-    kept = unquarantined(state, ctx.now, accepted)
-    if len(kept) < len(accepted):
-        notes.append(f"quarantined: {', '.join(sorted(_quarantined(state, ctx.now)))}")
-    return kept, notes
+    kept, held = unquarantined(state, ctx.now, [s for s in setups if engine.accepts(s)])
+    return kept, notes + held
 
 
-def unquarantined(state: TunerState, now: float, setups: Sequence[Setup]) -> list[Setup]:
-    """`setups` less those quarantined now (by label: a K schedule found again for the same
-    load is the same setup, and waits out its quarantine like any other)."""
-    quarantined = _quarantined(state, now)
-    return [s for s in setups if s.label not in quarantined]
-
-
-def _quarantined(state: TunerState, now: float) -> set[str]:
-    return {label for label, until in state.quarantine.items() if until > now}
+def unquarantined(
+    state: TunerState, now: float, setups: Sequence[Setup]
+) -> tuple[list[Setup], list[str]]:
+    """`setups` less those quarantined now, and a note naming those left out. By label: a K
+    schedule found again for the same load is the same setup, and waits out its quarantine
+    like any other."""
+    quarantined = {label for label, until in state.quarantine.items() if until > now}
+    kept = [s for s in setups if s.label not in quarantined]
+    held = sorted({s.label for s in setups} & quarantined)
+    return kept, [f"quarantined: {', '.join(held)}"] if held else []
 
 
 def _replay_windows(

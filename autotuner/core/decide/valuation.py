@@ -76,8 +76,8 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
     setups, notes = candidates(state, sit.ctx, settings, point)
     notes += _reach_note(sit.acceptance, point)
     if sit.ctx.engine.spec_schedule and settings.candidates.use_schedule and point is not None:
-        found = schedules(sit.predictor, setups, point, mass)
-        setups += unquarantined(state, sit.now, found)
+        found, held = unquarantined(state, sit.now, schedules(sit.predictor, setups, point, mass))
+        setups, notes = setups + found, notes + held
     if current not in setups:
         setups.append(current)
     tables = [_rates(sit, setups, pieces, scenario) for scenario in _scenarios(point)]
