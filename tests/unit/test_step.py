@@ -193,6 +193,32 @@ def test_restarts_past_the_first_raise_the_gain_a_switch_needs() -> None:
     )
 
 
+def test_a_revert_is_a_restart_the_raised_minimum_counts() -> None:
+    """A revert spends a restart like a switch: after a restart 5 h ago, a switch and its
+    revert, the next predicted switch needs the minimum raised twice; without the revert's
+    restart, once."""
+    before = _with_restarts((5,)).verifying(
+        Verification(target=REPLAY, previous=SPEC3, switched_at=NOW - 120, predicted_gain=0.3)
+    )
+    stuck = context(deployed=REPLAY, rollout_stuck="ProgressDeadlineExceeded: 0/1 nodes")
+    made = step(before, window(REPLAY), stuck, OPEN)
+    assert made.decision.action is Action.REVERT
+    # The quarantine is the revert's other lesson; it is lifted so the same move is weighed.
+    reverted = made.state.updated(quarantine={})
+    later = NOW + 60
+    flat = policy_settings(OPEN, switch={"min_gain": 0.0, "gain_per_restart": 0.0})
+    gain = step(reverted, window(SPEC3, now=later), context(now=later), flat).decision.gain
+    assert gain > 0
+    raised = policy_settings(flat, switch={"gain_per_restart": 0.6 * gain})
+    held = step(reverted, window(SPEC3, now=later), context(now=later), raised).decision
+    assert held.action is Action.HOLD, held.sentence
+    assert held.blocked_by is BlockReason.BELOW_MIN_GAIN
+    assert "for each restart past the first in the last 24 hours: 2)" in held.sentence
+    unreverted = reverted.updated(changes=reverted.changes[:-1])
+    moved = step(unreverted, window(SPEC3, now=later), context(now=later), raised).decision
+    assert moved.action is Action.SWITCH, moved.sentence
+
+
 def test_a_verification_in_flight_holds_while_the_window_is_not_settled() -> None:
     made = step(in_flight(switched_at=NOW - 30), window(REPLAY), context(deployed=REPLAY), OPEN)
     assert made.decision.action is Action.HOLD
