@@ -172,7 +172,8 @@ class Predictor:
         near `batch` (one over 1: a bound of 1 is the model kept), by its own windows there,
         among those it adds at least `least_share` of its step on: the model prices them too
         cheap by more than calibration can say."""
-        fit, upper = self.fit.at(batch), self.calibration_bounds[1]
+        fit = self.fit.at(batch)
+        upper = fit.upper  # the bound its factors were fitted under
         family = setup.kind.value
         if setup.kind is SetupKind.PLAIN or upper <= 1.0 or not fit.checked(family):
             return frozenset()
