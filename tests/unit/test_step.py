@@ -219,6 +219,34 @@ def test_a_revert_is_a_restart_the_raised_minimum_counts() -> None:
     assert moved.action is Action.SWITCH, moved.sentence
 
 
+def _stops_drafting_at(batch: int) -> Setup:
+    """spec:3 below `batch`, no drafts from it up."""
+    bands = (
+        ScheduleBand(start_batch=1, end_batch=batch - 1, spec_tokens=3),
+        ScheduleBand(start_batch=batch, end_batch=8191, spec_tokens=0),
+    )
+    return Setup(spec_tokens=3, schedule=bands)
+
+
+def test_a_window_that_drafted_nothing_does_not_hold_a_move_into_drafting() -> None:
+    """A K schedule at its K = 0 band drafts nothing, so its window has no drafts: that says
+    nothing of acceptance (as plain's window does not), and a move into speculation valued on
+    the acceptance remembered from spec:3 goes. (A window too short of drafts from a setup that
+    drafts at its batch still holds: the INSUFFICIENT_DATA row of the table above.)"""
+    settings = policy_settings(OPEN, candidates={"replay_windows": (), "use_schedule": False})
+    batch = 16
+    schedule = _stops_drafting_at(batch)
+    observation = window(schedule, batch)
+    assert observation.acceptance is not None and not observation.acceptance.sufficient
+    remembered = learned(SPEC3, batch)
+    made = step(
+        remembered.updated(current=schedule), observation, context(deployed=schedule), settings
+    )
+    assert made.decision.action is Action.SWITCH, made.decision.sentence
+    assert made.decision.target is not None and made.decision.target.spec_tokens
+    assert made.state.verification is not None
+
+
 def test_a_verification_in_flight_holds_while_the_window_is_not_settled() -> None:
     made = step(in_flight(switched_at=NOW - 30), window(REPLAY), context(deployed=REPLAY), OPEN)
     assert made.decision.action is Action.HOLD

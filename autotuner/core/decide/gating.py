@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from autotuner.core.decide.anchor import running_miss
 from autotuner.core.decide.context import Situation
 from autotuner.core.decide.decisions import why_unusable
 from autotuner.core.decide.reach import beyond_observed
+from autotuner.core.decide.schedule_check import spec_tokens_in_window
 from autotuner.core.decide.settings import CHANGE_ROOM
 from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.valuation import EXTRA_POSITIONS, Evaluation, misses_latency_limits
 from autotuner.core.decide.verification import SIMILAR_DEMAND_OCTAVES
 from autotuner.core.predict.acceptance import AcceptanceEstimate
-from autotuner.core.types import BlockReason, Observation, Setup
+from autotuner.core.types import BlockReason, Setup
 from autotuner.durations import format_duration
 
 HOUR = 3600.0
@@ -283,7 +286,7 @@ def _allowed(sit: Situation, evaluation: Evaluation) -> list[Check]:
             f"this window is unusable ({why_unusable(observation)})",
         ),
         (
-            observation.usable and _insufficient(observation, evaluation.best),
+            observation.usable and _insufficient(sit, evaluation.best),
             BlockReason.INSUFFICIENT_DATA,
             "this window has too few drafts to trust acceptance",
         ),
@@ -293,12 +296,25 @@ def _allowed(sit: Situation, evaluation: Evaluation) -> list[Check]:
     ]
 
 
-def _insufficient(observation: Observation, target: Setup) -> bool:
-    return bool(
-        target.spec_tokens
-        and observation.acceptance is not None
-        and not observation.acceptance.sufficient
-    )
+def _insufficient(sit: Situation, target: Setup) -> bool:
+    """Whether a move into drafting waits for a window with drafts enough to trust. A window
+    in which the running setup drafted at none of its batches (a K schedule's band at K = 0)
+    says nothing of acceptance, as plain's says nothing: the move is valued on the acceptance
+    remembered, as from plain (`_needed_confidence` asks more of it where it moved while
+    measured), or a schedule that stops drafting at large batch could not leave that band
+    for speculation however much it would gain."""
+    acceptance = sit.observation.acceptance
+    if not target.spec_tokens or acceptance is None or acceptance.sufficient:
+        return False
+    return _drafted_at_window(sit)
+
+
+def _drafted_at_window(sit: Situation) -> bool:
+    """Whether the running setup drafts at any of the window's batch samples (unknown: it
+    may have)."""
+    current = sit.state.current
+    drafted = spec_tokens_in_window(sit.observation, current) if current is not None else None
+    return drafted is None or bool(np.any(drafted[1] > 0))
 
 
 def track_dwell(sit: Situation, current: Setup, evaluation: Evaluation) -> TunerState:

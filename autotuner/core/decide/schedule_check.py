@@ -16,6 +16,7 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from autotuner.core.decide.context import Situation
 from autotuner.core.engine.capabilities import Capability
@@ -178,15 +179,26 @@ def _bands_tokens_per_draft(observation: Observation, target: Setup) -> float | 
     """Draft tokens per draft the bands give over the window's batch samples: each sample b
     drafts K(b) for each of its b requests (vLLM counts one draft per request and step that
     drafted); None where no sample drafts."""
-    if observation.batch is None:
+    drafted = spec_tokens_in_window(observation, target)
+    if drafted is None:
         return None
-    samples = observation.batch.values or (observation.batch.mean,)
-    sizes = np.maximum(np.round(np.asarray(samples, dtype=np.float64)), 1).astype(np.int64)
-    ks = target.spec_tokens_at(sizes)
+    sizes, ks = drafted
     drafting = ks > 0
     if not drafting.any():
         return None
     return float(np.sum(sizes[drafting] * ks[drafting]) / np.sum(sizes[drafting]))
+
+
+def spec_tokens_in_window(
+    observation: Observation, setup: Setup
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """The window's batch samples (whole requests, at least 1) and the K `setup` drafts at
+    each (None: the window has no batch)."""
+    if observation.batch is None:
+        return None
+    samples = observation.batch.values or (observation.batch.mean,)
+    sizes = np.maximum(np.round(np.asarray(samples, dtype=np.float64)), 1).astype(np.int64)
+    return sizes, setup.spec_tokens_at(sizes)
 
 
 def _k_used(observation: Observation) -> str:
