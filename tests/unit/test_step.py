@@ -237,13 +237,15 @@ def test_a_window_that_drafted_nothing_does_not_hold_a_move_into_drafting() -> N
     batch = 16
     schedule = _stops_drafting_at(batch)
     observation = window(schedule, batch)
-    assert observation.acceptance is not None and not observation.acceptance.sufficient
+    assert observation.acceptance is not None
+    assert not observation.acceptance.sufficient
     remembered = learned(SPEC3, batch)
     made = step(
         remembered.updated(current=schedule), observation, context(deployed=schedule), settings
     )
     assert made.decision.action is Action.SWITCH, made.decision.sentence
-    assert made.decision.target is not None and made.decision.target.spec_tokens
+    assert made.decision.target is not None
+    assert made.decision.target.spec_tokens
     assert made.state.verification is not None
 
 
