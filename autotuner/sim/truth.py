@@ -29,9 +29,10 @@ def no_error(setup: Setup, batch: float) -> float:
 
 def realistic_error(setup: Setup, batch: float) -> float:
     """A plausible model error: state copies run slower than the SSM kernel estimate at large
-    batch, replay kernels a little faster, everything a bit slower at tiny batch."""
+    batch, replay kernels a little faster, everything a bit slower at tiny batch. Only where
+    the setup drafts at this batch: a K schedule's band at K = 0 makes no copies."""
     factor = 1.0 + 0.08 * np.exp(-batch / 8)
-    if setup.spec_tokens and not setup.replay_window:
+    if _drafts_at(setup, batch) and not setup.replay_window:
         factor *= 1.0 + 0.10 * min(batch / 256, 1.0)
     if setup.replay_window:
         factor *= 0.95
@@ -50,9 +51,14 @@ def wrong_prior_error(setup: Setup, batch: float) -> float:
     factor = realistic_error(setup, batch)
     if setup.replay_window:
         return float(factor * 0.70 / 0.95)  # instead of realistic_error's 5%
-    if setup.spec_tokens:
+    if _drafts_at(setup, batch):
         factor *= 1.30
     return float(factor)
+
+
+def _drafts_at(setup: Setup, batch: float) -> bool:
+    """Whether `setup` drafts at this batch (a K schedule's band may not)."""
+    return bool(setup.spec_tokens_at([max(round(batch), 1)])[0])
 
 
 WORLDS: dict[str, StepError] = {"realistic": realistic_error, "wrong-prior": wrong_prior_error}
