@@ -16,6 +16,7 @@ from autotuner.core.predict.costmodel import predict
 from autotuner.core.types import Setup
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.sim.days import DAY, daily_load
+from autotuner.sim.truth import StepError, realistic_error, wrong_prior_error
 from autotuner.sim.worlds import (
     NEMOTRON,
     REFERENCE_ACCEPTANCE,
@@ -160,6 +161,18 @@ def test_verify_cost_leaves_setups_without_drafts_alone(prior: Prior, label: str
     assert speed.step_time(Setup.parse(label), 300, REFERENCE_ACCEPTANCE) == pytest.approx(
         model_step(prior, label, 300)
     )
+
+
+@pytest.mark.parametrize("error", [realistic_error, wrong_prior_error])
+def test_the_hidden_errors_charge_speculation_only_where_a_schedule_drafts(
+    error: StepError,
+) -> None:
+    """A K schedule's band at K = 0 runs as plain (no state copies, no draft passes): its
+    error there is plain's, and in its drafting band spec:3's."""
+    schedule = Setup.parse("spec:3@1-127:3,128-8191:0")
+    assert error(schedule, 300) == pytest.approx(error(PLAIN, 300))
+    assert error(schedule, 64) == pytest.approx(error(Setup(spec_tokens=3), 64))
+    assert error(Setup(spec_tokens=3), 300) > error(PLAIN, 300)
 
 
 @pytest.mark.parametrize("batch", [4, 64, 450])
