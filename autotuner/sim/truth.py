@@ -32,7 +32,7 @@ def realistic_error(setup: Setup, batch: float) -> float:
     batch, replay kernels a little faster, everything a bit slower at tiny batch. Only where
     the setup drafts at this batch: a K schedule's band at K = 0 makes no copies."""
     factor = 1.0 + 0.08 * np.exp(-batch / 8)
-    if _drafts_at(setup, batch) and not setup.replay_window:
+    if spec_tokens_at(setup, batch) and not setup.replay_window:
         factor *= 1.0 + 0.10 * min(batch / 256, 1.0)
     if setup.replay_window:
         factor *= 0.95
@@ -51,14 +51,14 @@ def wrong_prior_error(setup: Setup, batch: float) -> float:
     factor = realistic_error(setup, batch)
     if setup.replay_window:
         return float(factor * 0.70 / 0.95)  # instead of realistic_error's 5%
-    if _drafts_at(setup, batch):
+    if spec_tokens_at(setup, batch):
         factor *= 1.30
     return float(factor)
 
 
-def _drafts_at(setup: Setup, batch: float) -> bool:
-    """Whether `setup` drafts at this batch (a K schedule's band may not)."""
-    return bool(setup.spec_tokens_at([max(round(batch), 1)])[0])
+def spec_tokens_at(setup: Setup, batch: float) -> int:
+    """The K `setup` drafts at this batch (a K schedule's band may draft none)."""
+    return int(setup.spec_tokens_at([max(round(batch), 1)])[0])
 
 
 WORLDS: dict[str, StepError] = {"realistic": realistic_error, "wrong-prior": wrong_prior_error}
@@ -77,7 +77,7 @@ class TruthEngine:
     prefill_error: float = 1.0
 
     def step_time(self, setup: Setup, batch: float, rates: Sequence[float]) -> float:
-        k = int(setup.spec_tokens_at([max(round(batch), 1)])[0])
+        k = spec_tokens_at(setup, batch)
         curve = predict(
             self.model,
             self.hardware,

@@ -42,6 +42,7 @@ from autotuner.sim.truth import (
     cache_config_labels,
     no_error,
     realistic_error,
+    spec_tokens_at,
 )
 from autotuner.sources.sglang_metrics import add_speculation, marked
 
@@ -116,10 +117,6 @@ class World:
     def observation(self, setup: Setup, now: float, window_s: float) -> Observation:
         """The window ending at `now` as a scrape of one engine would summarise it."""
         return observe(self, setup, now, window_s)
-
-
-def spec_tokens_at(setup: Setup, batch: float) -> int:
-    return int(setup.spec_tokens_at([max(round(batch), 1)])[0])
 
 
 def tau(setup: Setup, batch: float, rates: Sequence[float]) -> float:

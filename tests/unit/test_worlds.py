@@ -16,7 +16,7 @@ from autotuner.core.predict.costmodel import predict
 from autotuner.core.types import Setup
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD
 from autotuner.sim.days import DAY, daily_load
-from autotuner.sim.truth import StepError, realistic_error, wrong_prior_error
+from autotuner.sim.truth import StepError, realistic_error, spec_tokens_at, wrong_prior_error
 from autotuner.sim.worlds import (
     NEMOTRON,
     REFERENCE_ACCEPTANCE,
@@ -242,7 +242,7 @@ def test_observation_reports_what_the_world_serves(prior: Prior, label: str) -> 
     assert observed.generation_tokens_per_s == pytest.approx(world.tokens_per_s(setup, now))
     assert observed.batch is not None
     assert observed.batch.mean == pytest.approx(world.demand(now))
-    k = worlds.spec_tokens_at(setup, world.demand(now))
+    k = spec_tokens_at(setup, world.demand(now))
     step = world.speed.step_time(setup, world.demand(now), REFERENCE_ACCEPTANCE)
     assert observed.step_time_s == pytest.approx(step)
     if k:
