@@ -31,10 +31,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -64,6 +67,7 @@ from autotuner.sim.worlds import (
     prefix_cache_worlds,
     sglang_worlds,
 )
+from benchmarks.decision_rows import Row, Rows, RowsError, compare, describe
 
 DOWNTIME_S = 180.0
 TARGET_ORACLE = 0.97  # issue 28: share of the restart-aware oracle's tokens
@@ -464,6 +468,25 @@ def print_summary(results: Sequence[Result]) -> None:
             print_rows(group)
 
 
+def summary_row(result: Result) -> Row:
+    """The result as its summary line prints it (kept by `--save`, set against by
+    `--against`)."""
+    gap = result.gap_won()
+    return Row(
+        world=result.world,
+        engine=result.engine,
+        truth=result.truth,
+        tokens_oracle=result.share(),
+        tokens_static=result.versus_static(),
+        gap_won=None if math.isnan(gap) else gap,
+        time_efficiency=result.policy.efficiency,
+        restarts_per_day=result.policy.restarts,
+        worst_day=result.policy.worst_day,
+        targets_met=sum(result.targets().values()),
+        targets=len(result.targets()),
+    )
+
+
 def print_rows(results: Sequence[Result]) -> None:
     print(
         f"  {'world':17} {'engine':12} {'tok/oracle':>10} {'tok/or<=N':>9} {'tok/static':>10} "
@@ -487,6 +510,7 @@ def print_rows(results: Sequence[Result]) -> None:
 # The older traces' model and GPU (the other worlds carry their own prior).
 TRACE_MODEL, TRACE_GPU = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4", "H200"
 INTERVAL_S = 300.0  # one decision window
+GIT_TIMEOUT_S = 5.0  # naming the tree in --save's rows is worth no longer
 
 
 def options() -> argparse.Namespace:
@@ -522,6 +546,16 @@ def options() -> argparse.Namespace:
     )
     parser.add_argument(
         "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes"
+    )
+    parser.add_argument(
+        "--save", type=Path, help="write the summary rows to this JSON file (for --against)"
+    )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="a rows file an earlier run saved: print which rows moved and which are worse "
+        "(fewer tokens against the oracle as printed, more restarts in the worst day, fewer "
+        "targets met)",
     )
     args = parser.parse_args()
     if args.quick:
@@ -619,8 +653,38 @@ def run_task(task: Task) -> tuple[Result, str]:
     return result, about
 
 
+def source_of() -> str:
+    """What printed these rows: the command and the tree's commit (when git answers in time)."""
+    command = "python -m benchmarks.decision_quality " + " ".join(sys.argv[1:])
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=True,
+            cwd=Path(__file__).parent,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return f"{command.strip()} (a tree git did not name)"
+    return f"{command.strip()} at {done.stdout.strip()}"
+
+
+def load_baseline(path: Path | None) -> Rows | None:
+    """The rows to set this run against, read before the run (a bad file fails at once)."""
+    if path is None:
+        return None
+    try:
+        return Rows.load(path)
+    except RowsError as error:
+        raise SystemExit(str(error)) from error
+
+
 def main() -> None:
     args = options()
+    baseline = load_baseline(args.against)
+    if args.save is not None and not args.save.parent.is_dir():
+        raise SystemExit(f"--save: no folder {args.save.parent} to write {args.save.name} in")
     began = time.monotonic()
     print(
         f"interval {args.interval:.0f}s over {args.hours:g} h; restart downtime "
@@ -635,7 +699,13 @@ def main() -> None:
         done = list(pool.map(run_task, tasks))
     for result, about in done:
         print_result(result, about, args.decisions)
-    print_summary([result for result, _ in done])
+    results = [result for result, _ in done]
+    print_summary(results)
+    rows = Rows(source=source_of(), rows=tuple(summary_row(r) for r in results))
+    if baseline is not None:
+        print("\n" + "\n".join(describe(compare(baseline, rows), baseline)))
+    if args.save is not None:
+        rows.save(args.save)
     print(f"\nran in {time.monotonic() - began:.0f} s with {args.jobs} worker(s)")
 
 
