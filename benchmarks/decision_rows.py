@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -30,7 +31,7 @@ class Row(BaseModel):
 
     world: str
     engine: str
-    truth: str  # whose numbers the world's speeds are: published, or the project's model
+    truth: Literal["published", "model"]  # whose numbers the world's speeds are
     tokens_oracle: float = Field(ge=0)
     tokens_static: float = Field(ge=0)  # against the static setup that serves the most
     gap_won: float | None  # None: a static setup is the oracle (no gap)
@@ -87,19 +88,28 @@ class Rows(BaseModel):
             raise RowsError(f"{path} does not hold decision-quality rows: {error}") from error
 
 
+class Moved(NamedTuple):
+    """A row in both runs whose printed cells differ, and what it does worse (empty: it moved
+    and is not worse)."""
+
+    before: Row
+    after: Row
+    worse: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """A run's rows against a baseline's: each row in both whose cells moved, with what it
-    does worse (empty: it moved and is not worse), and the rows only one side has."""
+    """A run's rows against a baseline's: the rows in both that moved, how many did not, and
+    the rows only one side has."""
 
-    moved: tuple[tuple[Row, Row, tuple[str, ...]], ...]
+    moved: tuple[Moved, ...]
     unchanged: int
     new: tuple[Row, ...]
     gone: tuple[Row, ...]
 
     @property
-    def worse(self) -> tuple[tuple[Row, Row, tuple[str, ...]], ...]:
-        return tuple(m for m in self.moved if m[2])
+    def worse(self) -> tuple[Moved, ...]:
+        return tuple(m for m in self.moved if m.worse)
 
 
 def compare(before: Rows, after: Rows) -> Comparison:
@@ -112,7 +122,7 @@ def compare(before: Rows, after: Rows) -> Comparison:
         if row.cells() == old[key].cells():
             unchanged += 1
         else:
-            moved.append((old[key], row, tuple(row.worse_than(old[key]))))
+            moved.append(Moved(old[key], row, tuple(row.worse_than(old[key]))))
     return Comparison(
         moved=tuple(moved),
         unchanged=unchanged,
@@ -130,7 +140,7 @@ def describe(comparison: Comparison, baseline: Rows) -> list[str]:
         f"worse, {comparison.unchanged} the same as printed"
     )
     # The worse rows first: they are what the comparison is run for.
-    for before, after, why in sorted(comparison.moved, key=lambda m: not m[2]):
+    for before, after, why in sorted(comparison.moved, key=lambda m: not m.worse):
         verdict = "WORSE: " + "; ".join(why) if why else "not worse"
         lines.append(f"  {after.world:17} {after.engine:13} {verdict}")
         lines.append(f"      before {before.cells()}")

@@ -62,8 +62,8 @@ def test_the_comparison_lists_the_worse_the_moved_and_the_rows_one_side_ran() ->
     before = rows(row(), row("step"), row("bursts"))
     after = rows(row("step", tokens=0.990), row(tokens=0.976), row("chat"))
     comparison = compare(before, after)
-    assert [m[1].world for m in comparison.worse] == ["combined"]
-    assert [m[1].world for m in comparison.moved] == ["step", "combined"]
+    assert [m.after.world for m in comparison.worse] == ["combined"]
+    assert [m.after.world for m in comparison.moved] == ["step", "combined"]
     assert [r.world for r in comparison.new] == ["chat"]
     assert [r.world for r in comparison.gone] == ["bursts"]
     said = "\n".join(describe(comparison, before))
