@@ -146,5 +146,7 @@ def describe(comparison: Comparison, baseline: Rows) -> list[str]:
         lines.append(f"      before {before.cells()}")
         lines.append(f"      after  {after.cells()}")
     lines += [f"  new (no baseline): {r.world} {r.engine}: {r.cells()}" for r in comparison.new]
-    lines += [f"  not run here: {r.world} {r.engine}" for r in comparison.gone]
+    if comparison.gone:
+        names = ", ".join(f"{r.world} {r.engine}" for r in comparison.gone)
+        lines.append(f"  not run here ({len(comparison.gone)}): {names}")
     return lines

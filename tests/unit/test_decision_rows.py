@@ -69,6 +69,7 @@ def test_the_comparison_lists_the_worse_the_moved_and_the_rows_one_side_ran() ->
     said = "\n".join(describe(comparison, before))
     assert "1 row(s) worse, 1 moved and not worse, 0 the same as printed" in said
     assert "WORSE: tokens/oracle 0.987 -> 0.976" in said
+    assert "not run here (1): bursts replay-spec" in said
     named = [line.split()[0] for line in said.splitlines() if line.startswith(("  step", "  comb"))]
     assert named == ["combined", "step"]  # the worse rows come first
 
