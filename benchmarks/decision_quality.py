@@ -495,15 +495,16 @@ def print_rows(results: Sequence[Result]) -> None:
         f"{'reverted':>8}  met"
     )
     for r in results:
+        row = summary_row(r)  # the cells --save keeps are the ones printed here
         label, static = r.best_static
         limited = next(k for k in r.outcomes if k.startswith("oracle, <="))
-        met, of = sum(r.targets().values()), len(r.targets())
+        gap = math.nan if row.gap_won is None else row.gap_won
         print(
-            f"  {r.world:17} {r.engine:12} {r.share():10.3f} {r.share(limited):9.3f} "
-            f"{r.versus_static():10.3f} {r.gap_won():7.2f} {r.policy.efficiency:8.3f} "
-            f"{f'{static.efficiency:.3f} ({label})':>24} {r.policy.restarts:10.1f} "
-            f"{r.policy.worst_day:7d} "
-            f"{r.explorations:7d} {r.explorations_reverted:8d}  {met}/{of}"
+            f"  {row.world:17} {row.engine:12} {row.tokens_oracle:10.3f} {r.share(limited):9.3f} "
+            f"{row.tokens_static:10.3f} {gap:7.2f} {row.time_efficiency:8.3f} "
+            f"{f'{static.efficiency:.3f} ({label})':>24} {row.restarts_per_day:10.1f} "
+            f"{row.worst_day:7d} "
+            f"{r.explorations:7d} {r.explorations_reverted:8d}  {row.targets_met}/{row.targets}"
         )
 
 
