@@ -554,9 +554,11 @@ def options() -> argparse.Namespace:
     parser.add_argument(
         "--against",
         type=Path,
+        action="append",
+        default=[],
         help="a rows file an earlier run saved: print which rows moved and which are worse "
         "(fewer tokens against the oracle as printed, more restarts in the worst day, fewer "
-        "targets met)",
+        "targets met); repeat it to set the run against several",
     )
     args = parser.parse_args()
     if args.quick:
@@ -671,19 +673,17 @@ def source_of() -> str:
     return f"{command.strip()} at {done.stdout.strip()}"
 
 
-def load_baseline(path: Path | None) -> Rows | None:
+def load_baselines(paths: list[Path]) -> list[Rows]:
     """The rows to set this run against, read before the run (a bad file fails at once)."""
-    if path is None:
-        return None
     try:
-        return Rows.load(path)
+        return [Rows.load(path) for path in paths]
     except RowsError as error:
         raise SystemExit(str(error)) from error
 
 
 def main() -> None:
     args = options()
-    baseline = load_baseline(args.against)
+    baselines = load_baselines(args.against)
     if args.save is not None and not args.save.parent.is_dir():
         raise SystemExit(f"--save: no folder {args.save.parent} to write {args.save.name} in")
     began = time.monotonic()
@@ -703,7 +703,7 @@ def main() -> None:
     results = [result for result, _ in done]
     print_summary(results)
     rows = Rows(source=source_of(), rows=tuple(summary_row(r) for r in results))
-    if baseline is not None:
+    for baseline in baselines:
         print("\n" + "\n".join(describe(compare(baseline, rows), baseline)))
     if args.save is not None:
         rows.save(args.save)
