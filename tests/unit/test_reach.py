@@ -1,17 +1,19 @@
 """Speculation valued one position past the deployed K: the next position continues the
-observed decline, so a deployment started at K = 3 can reach the K = 4 the engine accepts."""
+observed decline, so a deployment started at K = 3 can reach the K = 4 the engine accepts; a
+deeper K within the forecast's noise of the observed one is not taken on that guess."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from autotuner.core.decide.reach import beyond_observed
+from autotuner.core.decide.reach import beyond_observed, within_noise_of_observed
 from autotuner.core.decide.settings import PolicySettings, RestartSettings
 from autotuner.core.predict.acceptance import from_conditional
+from autotuner.core.types import ScheduleBand, Setup
 from autotuner.engines.vllm.capabilities import REPLAY_SPEC
-from autotuner.sim.worlds import held_out_worlds
-from benchmarks.decision_quality import run_policy
+from autotuner.sim.worlds import World, held_out_worlds, issue_worlds
+from benchmarks.decision_quality import PolicyRun, run_policy
 
 
 def test_flat_acceptance_stays_flat_one_position_deeper() -> None:
@@ -49,11 +51,47 @@ def test_nothing_is_read_past_a_position_that_is_only_a_lower_bound() -> None:
     assert beyond_observed(estimate, limit=4, positions=1) is estimate
 
 
+def _first_hour(world_name: str, worlds: dict[str, World]) -> PolicyRun:
+    world = worlds[world_name]
+    engine = REPLAY_SPEC.serving(world.prior.model)
+    settings = PolicySettings(restart=RestartSettings(downtime_s=180.0, first_compile_s=0))
+    return run_policy(world, engine, settings, np.arange(0.0, 3600.0, 300.0), 300.0)
+
+
 def test_a_deployment_started_at_k3_reaches_the_k4_high_acceptance_pays_for() -> None:
     """The held-out day at acceptance 0.85 (published speeds): the engine accepts K = 4 and the
     oracle runs it; started at spec:3, the policy must be able to go there."""
-    world = held_out_worlds()["published-diurnal"]
-    engine = REPLAY_SPEC.serving(world.prior.model)
-    settings = PolicySettings(restart=RestartSettings(downtime_s=180.0, first_compile_s=0))
-    run = run_policy(world, engine, settings, np.arange(0.0, 3600.0, 300.0), 300.0)
+    run = _first_hour("published-diurnal", held_out_worlds())
     assert max(setup.spec_tokens for setup in run.used) == 4
+
+
+def test_a_deeper_k_within_the_noise_of_the_observed_one_is_not_taken() -> None:
+    """lull-days at batch 450: the model values K = 4 (its fourth position a guess) within a
+    fraction of a percent of K = 3, so the move goes to K = 3, which needs no guess (without
+    the rule it went to a K = 4 schedule and made a second schedule move later that day)."""
+    run = _first_hour("lull-days", issue_worlds())
+    assert any(setup.replay_window for setup in run.used), "it moved into replay"
+    assert max(setup.spec_tokens for setup in run.used) == 3
+
+
+K3, K4 = Setup(spec_tokens=3, replay_window=16), Setup(spec_tokens=4, replay_window=16)
+K4_SCHEDULE = Setup(
+    spec_tokens=4,
+    replay_window=16,
+    schedule=(
+        ScheduleBand(start_batch=1, end_batch=95, spec_tokens=4),
+        ScheduleBand(start_batch=96, end_batch=8191, spec_tokens=3),
+    ),
+)
+
+
+def test_a_deeper_k_within_the_noise_is_named_with_the_setup_that_needs_no_guess() -> None:
+    values = {K3: 10_000.0, K4: 10_100.0, K4_SCHEDULE: 10_150.0, Setup(spec_tokens=4): 9_000.0}
+    named = within_noise_of_observed(values, observed=3, noise=0.02, keep=Setup(spec_tokens=3))
+    assert named == {K4: K3, K4_SCHEDULE: K3}  # spec:4 has no spec K <= 3 beside it
+
+
+def test_a_deeper_k_ahead_by_more_than_the_noise_or_running_is_kept() -> None:
+    values = {K3: 10_000.0, K4: 10_600.0, K4_SCHEDULE: 10_150.0}
+    assert within_noise_of_observed(values, observed=3, noise=0.02, keep=K4_SCHEDULE) == {}
+    assert within_noise_of_observed(values, observed=4, noise=0.02, keep=K3) == {}

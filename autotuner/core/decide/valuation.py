@@ -16,7 +16,7 @@ from autotuner.core.decide.context import Situation
 from autotuner.core.decide.estimates import BATCH_BINS, BIN_MIDDLES
 from autotuner.core.decide.forecast import Forecast, day_forecast
 from autotuner.core.decide.plan import Plan, best_plan
-from autotuner.core.decide.reach import beyond_observed
+from autotuner.core.decide.reach import beyond_observed, within_noise_of_observed
 from autotuner.core.decide.search import candidates, schedules, unquarantined
 from autotuner.core.decide.settings import ObjectiveKind
 from autotuner.core.predict.acceptance import AcceptanceEstimate, from_conditional
@@ -83,6 +83,8 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
     tables = [_rates(sit, setups, pieces, scenario) for scenario in _scenarios(point)]
     values = {s: _path_tokens((s,) * len(durations), tables[0], durations) for s in setups}
     values = {s: v / _span(durations) for s, v in values.items()}
+    values, held_back = _guesses_that_pay(sit, current, values)
+    setups, notes = [s for s in setups if s in values], notes + held_back
     notes += _adaptive_versus_schedule(values, setups)
     notes += _ttft_ruled_out(sit, setups, point)
     if settings.objective.kind == ObjectiveKind.LATENCY_SLO and not any(
@@ -155,6 +157,24 @@ def _reach_note(
         f"K up to {reached.max_spec_tokens} valued: acceptance observed to position "
         f"{observed.max_spec_tokens}, continued at {', '.join(f'{r:.2f}' for r in deeper)} "
         "(the last observed decline)"
+    ]
+
+
+def _guesses_that_pay(
+    sit: Situation, current: Setup, values: dict[Setup, float]
+) -> tuple[dict[Setup, float], list[str]]:
+    """`values` less the setups whose guessed draft positions do not pay beyond the forecast's
+    noise (core/decide/reach.py), and a note naming them."""
+    if sit.acceptance is None:
+        return values, []
+    seen, noise = sit.acceptance.max_spec_tokens, sit.settings.forecast.noise
+    dropped = within_noise_of_observed(values, seen, noise, keep=current)
+    if not dropped:
+        return values, []
+    said = ", ".join(f"{setup.label} (against {within.label})" for setup, within in dropped.items())
+    return {s: v for s, v in values.items() if s not in dropped}, [
+        f"drafting past position {seen} left out where it is within {noise:.0%} of the same "
+        f"setup drafting within it: {said}"
     ]
 
 
