@@ -67,8 +67,8 @@ def test_a_deployment_started_at_k3_reaches_the_k4_high_acceptance_pays_for() ->
 
 def test_a_deeper_k_within_the_noise_of_the_observed_one_is_not_taken() -> None:
     """lull-days at batch 450: the model values K = 4 (its fourth position a guess) within a
-    fraction of a percent of K = 3, so the move goes to K = 3, which needs no guess (without
-    the rule it went to a K = 4 schedule and made a second schedule move later that day)."""
+    fraction of a percent of K = 3, so the move goes to K = 3, which needs no guess; a K = 4
+    schedule taken on the guess alone was moved again later that day."""
     run = _first_hour("lull-days", issue_worlds())
     assert any(setup.replay_window for setup in run.used), "it moved into replay"
     assert max(setup.spec_tokens for setup in run.used) == 3

@@ -72,7 +72,8 @@ def within_noise_of_observed(
     for setup, value in finite.items():
         if setup == keep or _deepest(setup) <= observed:
             continue
-        within = [s for s in finite if _deepest(s) <= observed and _family(s) == _family(setup)]
+        shape = _kind_and_window(setup)
+        within = [s for s in finite if _deepest(s) <= observed and _kind_and_window(s) == shape]
         sibling = max(within, key=finite.__getitem__, default=None)
         if sibling is not None and value <= finite[sibling] * (1 + noise):
             named[setup] = sibling
@@ -84,6 +85,7 @@ def _deepest(setup: Setup) -> int:
     return max((band.spec_tokens for band in setup.schedule), default=setup.spec_tokens)
 
 
-def _family(setup: Setup) -> tuple[object, ...]:
-    """What a deeper K must match to be set against a shallower one: kind, window, adaptive."""
+def _kind_and_window(setup: Setup) -> tuple[object, ...]:
+    """What a deeper K must share with a shallower one to be set against it: kind, replay
+    window and adaptive verification (a kind alone is what the calibration calls a family)."""
     return (setup.kind, setup.replay_window, setup.adaptive)

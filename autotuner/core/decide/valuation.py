@@ -84,7 +84,8 @@ def evaluate(sit: Situation, current: Setup) -> Evaluation | None:
     values = {s: _path_tokens((s,) * len(durations), tables[0], durations) for s in setups}
     values = {s: v / _span(durations) for s, v in values.items()}
     values, held_back = _guesses_that_pay(sit, current, values)
-    setups, notes = [s for s in setups if s in values], notes + held_back
+    setups = [s for s in setups if s in values]
+    notes += held_back
     notes += _adaptive_versus_schedule(values, setups)
     notes += _ttft_ruled_out(sit, setups, point)
     if settings.objective.kind == ObjectiveKind.LATENCY_SLO and not any(
