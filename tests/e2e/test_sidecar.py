@@ -75,6 +75,24 @@ def sidecar(config: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
 SLOW_MACHINE_S = 30.0
 
 
+# A resumed verification waits for a settled window (settle 6 s) on the load the sidecar
+# sees; on a busy 2-core machine that took more than 20 s once (the README test command).
+VERIFICATION_ENDS_S = 60.0
+
+
+def _verification_ended(port: int, timeout_s: float) -> str:
+    """The decision sentence once the verification in flight has kept or reverted its change;
+    fails naming the last sentence seen."""
+    deadline, sentence = time.monotonic() + timeout_s, ""
+    while time.monotonic() < deadline:
+        latest = decision(port)["decision"] or {}
+        sentence = str(latest.get("sentence", ""))
+        if sentence.startswith("verified") or latest.get("action") == "revert":
+            return sentence
+        time.sleep(0.1)
+    pytest.fail(f"the verification never finished; the last decision: {sentence!r}")
+
+
 def _get(port: int, path: str) -> int | None:
     try:
         return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=SLOW_MACHINE_S).status_code
@@ -215,12 +233,15 @@ def test_killed_mid_verification_resumes_without_a_second_patch(tmp_path: Path) 
                 "the restarted sidecar did not resume the verification",
             )
             resumed = decision(port)["decision"]
-            wait_until(
-                lambda: "verified" in str((decision(port)["decision"] or {}).get("sentence", "")),
-                20,
-                "the verification never finished",
-            )
-        assert len(deployment.history) == switched  # no second patch
+            ended = _verification_ended(port, VERIFICATION_ENDS_S)
+            if not ended.startswith("verified"):  # the revert's patch reaches the deployment
+                wait_until(lambda: len(deployment.history) > switched, 30, "no revert patched")
+        # The switch is not patched a second time. The resumed verification keeps it, or, where
+        # a busy machine disturbed the simulated measurement, reverts it: one patch back.
+        switched_to = deployment.history[switched - 1][1]
+        after = [label for _, label in deployment.history[switched:]]
+        assert switched_to not in after, ended
+        assert len(after) == (0 if ended.startswith("verified") else 1), (after, ended)
     persisted = json.loads(
         written.split("spec-autotuner.io/state: ", 1)[1].splitlines()[0].strip("'")
     )
