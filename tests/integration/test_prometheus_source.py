@@ -114,7 +114,12 @@ def test_speculation_off_through_prometheus(start_prometheus: StartPrometheus) -
     with SimServer(sim) as server:
         prometheus = start_prometheus([server.url.removeprefix("http://")], "200ms")
         wait_for_samples(prometheus, RUNNING, 10)
-        obs = PrometheusSource(prometheus, scrape_interval_s=0.2).observe(2.0, limits=LIMITS)
+        # The window ends at a scrape Prometheus took. Queried at whatever later time the machine
+        # gets to it, a scrape that failed meanwhile (its timeout is the 200 ms interval) has
+        # marked every series of the target stale, and the window is rightly unusable.
+        scraped = wait_for_sample_after(prometheus, RUNNING, time.time())
+        source = PrometheusSource(prometheus, scrape_interval_s=0.2, clock=lambda: scraped)
+        obs = source.observe(2.0, limits=LIMITS)
     assert obs.usable, obs.detail
     assert obs.acceptance is None
     assert obs.live_setup is not None
