@@ -1,7 +1,10 @@
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support import machine
 from tests.support.fixtures import FIXTURES
 
 FIXTURE = FIXTURES / "vllm_cpu_spec_ngram.metrics.txt"
@@ -32,6 +35,24 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def work_unit(nodeid: str) -> str:
     """The unit of work a test is sent to a worker in: the whole real-vLLM tier, or itself."""
     return "vllm" if nodeid.startswith(VLLM_TIER) else nodeid
+
+
+@pytest.fixture(autouse=True)
+def _the_machine(request: pytest.FixtureRequest, machine_locks: Path) -> Iterator[None]:
+    """A test marked `quiet_machine` has the machine to itself; every other test shares it
+    (tests/support/machine.py). Autouse and function-scoped, so held before a test's own
+    function fixtures are set up and until they are torn down."""
+    quiet = request.node.get_closest_marker(machine.MARKER) is not None
+    with machine.alone(machine_locks) if quiet else machine.shared(machine_locks):
+        yield
+
+
+@pytest.fixture(scope="session")
+def machine_locks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder every worker of this run shares: an xdist worker's base temp folder is one of
+    the run's (`pytest-N/popen-gwK`), a single process's is the run's own."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if hasattr(request.config, "workerinput") else base
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,73 @@
+"""The machine to one test at a time, for the tests that measure speeds.
+
+Under pytest-xdist every worker shares the same cores, caches and memory bandwidth. A test that
+sets the engine's measured times against a probe's (tests/vllm/test_real_prefill.py) survives a
+burst of contention, since it keeps each side's least disturbed run, but not contention that
+lasts the whole measurement: with another worker's test beside it for minutes, vLLM's decode
+(bandwidth-bound) slows more than its prefill (compute-bound) and more than the probe measured a
+minute before, and the ratio it checks moves by as much as the error it is there to catch.
+
+So such a test is marked `quiet_machine` and runs while no other test does. It is a
+readers-writer lock over two files that every worker of one run shares: every other test holds
+the machine shared for its whole run; a quiet test first takes the turnstile, so no test starts
+once it has asked, then waits for the tests already running to end. Every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import IO
+
+MARKER = "quiet_machine"
+# A quiet test waits for the other workers' running tests (the longest run a few minutes on a
+# busy 2-core machine); the others wait for the quiet test (a couple of minutes).
+WAIT_S = 1200.0
+POLL_S = 0.1
+
+
+class MachineBusyError(TimeoutError):
+    """A lock on the machine was not granted within its deadline."""
+
+
+@contextmanager
+def shared(folder: Path, wait_s: float = WAIT_S) -> Iterator[None]:
+    """Held by every test that is not quiet, for its whole run."""
+    with _opened(folder / "machine.lock") as machine:
+        with _opened(folder / "turnstile.lock") as turnstile:
+            _lock(turnstile, fcntl.LOCK_SH, wait_s, "a quiet test is waiting or running")
+            _lock(machine, fcntl.LOCK_SH, wait_s, "a quiet test is running")
+        yield
+
+
+@contextmanager
+def alone(folder: Path, wait_s: float = WAIT_S) -> Iterator[None]:
+    """Held by a quiet test for its whole run: no other test runs meanwhile."""
+    with ExitStack() as stack:
+        turnstile = stack.enter_context(_opened(folder / "turnstile.lock"))
+        machine = stack.enter_context(_opened(folder / "machine.lock"))
+        _lock(turnstile, fcntl.LOCK_EX, wait_s, "another quiet test is running")
+        _lock(machine, fcntl.LOCK_EX, wait_s, "other tests are still running")
+        yield
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[IO[str]]:
+    """The lock file, open for as long as its lock is held (closing it releases the lock)."""
+    with path.open("a") as file:
+        yield file
+
+
+def _lock(file: IO[str], kind: int, wait_s: float, waiting_for: str) -> None:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(file, kind | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise MachineBusyError(f"{waiting_for} after {wait_s:g} s: {file.name}") from None
+            time.sleep(POLL_S)
