@@ -238,7 +238,7 @@ class PrometheusSource:
         w = f"{max(round(window_s * 1000), 1)}ms"
         present = self.instant(f"timestamp({running})", now)
         if not present:
-            raise SourceError(UnusableReason.EMPTY_RESULT, f"no {running} series at {self.url}")
+            raise SourceError(UnusableReason.EMPTY_RESULT, self._absent(running, now))
         if self.scalar(f"resets({counter}[{w}])", now):
             raise SourceError(
                 UnusableReason.RESET, f"{engine} restarted inside the window (counter reset)"
@@ -250,6 +250,23 @@ class PrometheusSource:
             series=len(present),
             batch_samples=self.samples(running, now - window_s, now),
         )
+
+    def _absent(self, running: str, now: float) -> str:
+        """Why a window has no `running` series. A failed scrape (`up` 0) marks every series of
+        its target stale until one succeeds, which an operator mends elsewhere than a selector
+        that matches nothing; asking `up` is best effort, on this failing path only."""
+        detail = f"no {running} series at {self.url}"
+        try:
+            up = self.instant(self.series("up"), now)
+            failed = sorted(str(s["metric"]["instance"]) for s in up if s["value"][1] == "0")
+        except (SourceError, LookupError, TypeError):  # no answer, or one of another shape
+            return detail
+        if failed:
+            detail += (
+                f": the last scrape of {', '.join(failed)} failed (up 0), which marks its series "
+                "stale until a scrape succeeds"
+            )
+        return detail
 
     def _speculation(self, totals: WindowTotals, window: str, now: float) -> None:
         """The drafts, draft tokens and accepted tokens of the window, by position too."""

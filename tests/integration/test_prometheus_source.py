@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import httpx
 import pytest
 
 from autotuner.core.observe.limits import ObservationLimits
@@ -17,6 +18,7 @@ from autotuner.sim.server import SimServer
 from autotuner.sources.prometheus_api import PrometheusSource
 from autotuner.sources.vllm_scrape import VllmScraper
 from tests.integration.conftest import (
+    SAMPLES_DEADLINE_S,
     StartPrometheus,
     free_port,
     wait_for_sample_after,
@@ -97,7 +99,9 @@ def test_prometheus_failure_modes_are_named(start_prometheus: StartPrometheus) -
         bad_query = PrometheusSource(prometheus, 'job="vllm",,', scrape_interval_s=0.2)
         assert bad_query.observe(2.0, limits=LIMITS).reason is UnusableReason.QUERY_ERROR
         nothing = PrometheusSource(prometheus, 'job="other"', scrape_interval_s=0.2)
-        assert nothing.observe(2.0, limits=LIMITS).reason is UnusableReason.EMPTY_RESULT
+        no_match = nothing.observe(2.0, limits=LIMITS)
+        assert no_match.reason is UnusableReason.EMPTY_RESULT
+        assert "scrape" not in (no_match.detail or ""), no_match.detail
         sim.restart()
         # A window ending at the first scrape after the restart holds scrapes from both sides.
         scraped = wait_for_sample_after(prometheus, RUNNING, time.time())
@@ -107,6 +111,34 @@ def test_prometheus_failure_modes_are_named(start_prometheus: StartPrometheus) -
         assert after_restart.observe(3.0, limits=LIMITS).reason is UnusableReason.RESET
     down = PrometheusSource(f"http://127.0.0.1:{free_port()}", timeout_s=1)
     assert down.observe(2.0, limits=LIMITS).reason is UnusableReason.SERVER_DOWN
+
+
+def test_a_failed_scrape_is_named(start_prometheus: StartPrometheus) -> None:
+    """A scrape that fails marks its target's series stale: the window is unusable, and its
+    detail says the scrape failed rather than that nothing matched."""
+    with SimServer(SimulatedVllm(load=lambda t: 4)) as server:
+        target = server.url.removeprefix("http://")
+        prometheus = start_prometheus([target], "200ms")
+        wait_for_samples(prometheus, RUNNING, 5)
+    failed_at = first_failed_scrape(prometheus)
+    source = PrometheusSource(
+        prometheus, 'job="vllm"', scrape_interval_s=0.2, clock=lambda: failed_at
+    )
+    observed = source.observe(2.0, limits=LIMITS)
+    assert observed.reason is UnusableReason.EMPTY_RESULT
+    assert f"the last scrape of {target} failed (up 0)" in (observed.detail or ""), observed.detail
+
+
+def first_failed_scrape(prometheus: str) -> float:
+    """When Prometheus first recorded its target down (its `up` 0), waited for."""
+    deadline = time.monotonic() + SAMPLES_DEADLINE_S
+    while time.monotonic() < deadline:
+        query = {"query": 'timestamp(up{job="vllm"} == 0)'}
+        result = httpx.get(f"{prometheus}/api/v1/query", params=query, timeout=10).json()
+        if result["data"]["result"]:
+            return float(result["data"]["result"][0]["value"][1])
+        time.sleep(0.2)
+    pytest.fail(f"prometheus never recorded the stopped target down in {SAMPLES_DEADLINE_S} s")
 
 
 def test_speculation_off_through_prometheus(start_prometheus: StartPrometheus) -> None:
