@@ -85,10 +85,14 @@ class VllmScraper:
 
     def scrape(self) -> Snapshot:
         """One scrape of every endpoint (all must answer, each checked on its own: see
-        sources/invariants.py), timestamped by the clock."""
+        sources/invariants.py), timestamped by the clock once every answer is in: the counters
+        are the servers' as they answered, and parsing them first would add its own time (longer
+        on a busy machine) to one snapshot's time and not the next's."""
+        bodies = [(url, self.fetch(url)) for url in self.urls]
+        answered = self.clock()
         engines = {}
-        for url in self.urls:
-            exposition = parse(self.fetch(url), self.reading.wanted)
+        for url, body in bodies:
+            exposition = parse(body, self.reading.wanted)
             self.reading.check(url, exposition)
             found = self.reading.samples(url, exposition)
             if not found:
@@ -98,7 +102,7 @@ class VllmScraper:
                     f"{url}: no {engine} series (is this {engine} /metrics?)",
                 )
             engines.update(found)
-        return Snapshot(at=self.clock(), engines=engines)
+        return Snapshot(at=answered, engines=engines)
 
     def record(self, snapshot: Snapshot, keep_s: float) -> None:
         self.history.append(snapshot)
