@@ -135,6 +135,17 @@ def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
 SAMPLES_DEADLINE_S = 90.0
 
 
+def wait_for_target_down(
+    prometheus: str, selector: str, timeout_s: float = SAMPLES_DEADLINE_S
+) -> float:
+    """Block until Prometheus has recorded a failed scrape of a target of `selector` (its `up`
+    0), and return that scrape's time: every series of the target is stale from then on."""
+    seen = _wait_until_at_least(prometheus, f"timestamp(up{{{selector}}} == 0)", 0.0, timeout_s)
+    if seen is None:
+        pytest.fail(f"prometheus recorded no failed scrape of {selector} in {timeout_s:.0f} s")
+    return seen
+
+
 def _wait_until_at_least(
     prometheus: str, query: str, least: float, timeout_s: float
 ) -> float | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 
-import httpx
 import pytest
 
 from autotuner.core.observe.limits import ObservationLimits
@@ -18,11 +17,11 @@ from autotuner.sim.server import SimServer
 from autotuner.sources.prometheus_api import PrometheusSource
 from autotuner.sources.vllm_scrape import VllmScraper
 from tests.integration.conftest import (
-    SAMPLES_DEADLINE_S,
     StartPrometheus,
     free_port,
     wait_for_sample_after,
     wait_for_samples,
+    wait_for_target_down,
 )
 
 LIMITS = ObservationLimits(min_batch_samples=3, min_drafts=100, max_age_s=10)
@@ -123,25 +122,13 @@ def test_a_failed_scrape_is_named(start_prometheus: StartPrometheus) -> None:
         target = server.url.removeprefix("http://")
         prometheus = start_prometheus([target], "200ms")
         wait_for_samples(prometheus, RUNNING, 5)
-    failed_at = first_failed_scrape(prometheus)
+    failed_at = wait_for_target_down(prometheus, 'job="vllm"')
     source = PrometheusSource(
         prometheus, 'job="vllm"', scrape_interval_s=0.2, clock=lambda: failed_at
     )
     observed = source.observe(2.0, limits=LIMITS)
     assert observed.reason is UnusableReason.EMPTY_RESULT
     assert f"the last scrape of {target} failed (up 0)" in (observed.detail or ""), observed.detail
-
-
-def first_failed_scrape(prometheus: str) -> float:
-    """When Prometheus first recorded its target down (its `up` 0), waited for."""
-    deadline = time.monotonic() + SAMPLES_DEADLINE_S
-    while time.monotonic() < deadline:
-        query = {"query": 'timestamp(up{job="vllm"} == 0)'}
-        result = httpx.get(f"{prometheus}/api/v1/query", params=query, timeout=10).json()
-        if result["data"]["result"]:
-            return float(result["data"]["result"][0]["value"][1])
-        time.sleep(0.2)
-    pytest.fail(f"prometheus never recorded the stopped target down in {SAMPLES_DEADLINE_S} s")
 
 
 def test_speculation_off_through_prometheus(start_prometheus: StartPrometheus) -> None:
