@@ -5,7 +5,6 @@ simulated engines that serve different batches (scope labels `pod`)."""
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
@@ -31,9 +30,9 @@ from autotuner.sources.shared_prometheus import (
     merged,
 )
 from tests.integration.conftest import (
-    SAMPLES_DEADLINE_S,
     StartPrometheus,
     free_port,
+    scraped_without_a_failure,
     wait_for_samples,
 )
 from tests.integration.conftest import start_prometheus as start_prometheus  # the fixture
@@ -101,27 +100,12 @@ def selector(pod: str) -> str:
     return f'namespace="llm", pod="{pod}"'
 
 
-def scraped_without_a_failure(prometheus: str) -> float:
-    """A past time whose windows here (this one's bucket and the next) every pod's scrapes
-    cover, none of them failed: a failed scrape marks the pod's series stale, and its window
-    is then unusable on its own or batched (its 200 ms timeout is missed on a busy machine)."""
-    span = f"{WINDOW_S + 2:g}s"
-    deadline = time.monotonic() + SAMPLES_DEADLINE_S
-    while time.monotonic() < deadline:
-        at = time.time() - 2.0  # every scrape before it has been recorded
-        query = {"query": f"min(min_over_time(up[{span}]))", "time": f"{at + 0.4:.3f}"}
-        result = httpx.get(f"{prometheus}/api/v1/query", params=query, timeout=10).json()
-        found = result["data"]["result"]
-        if found and float(found[0]["value"][1]) == 1.0:
-            return at
-        time.sleep(0.2)
-    pytest.fail(f"no {span} without a failed scrape in {SAMPLES_DEADLINE_S:.0f} s")
-
-
 def test_every_target_reads_its_own_window_from_one_set_of_queries_a_canary_its_own(
     prometheus: str,
 ) -> None:
-    fixed = [scraped_without_a_failure(prometheus)]
+    # Its windows here (this one's bucket and the next, 0.2 s on) end before a time whose last
+    # seconds no failed scrape touches: a stale pod's window is unusable on its own or batched.
+    fixed = [scraped_without_a_failure(prometheus, WINDOW_S + 2) - 0.4]
     counted = Counted()
     shared = SharedPrometheus(
         PrometheusSource(prometheus, client=counted.client, scrape_interval_s=0.2),

@@ -146,6 +146,23 @@ def wait_for_target_down(
     return seen
 
 
+def scraped_without_a_failure(prometheus: str, span_s: float) -> float:
+    """A past time whose last `span_s` seconds every target's scrapes cover, none of them
+    failed. A failed scrape marks the target's series stale, so a window read at "now" can find
+    nothing; at 200 ms the scrape's timeout is missed on a busy machine."""
+    span = f"{span_s:g}s"
+    deadline = time.monotonic() + SAMPLES_DEADLINE_S
+    while time.monotonic() < deadline:
+        at = time.time() - 2.0  # every scrape before it has been recorded
+        query = {"query": f"min(min_over_time(up[{span}]))", "time": f"{at:.3f}"}
+        result = httpx.get(f"{prometheus}/api/v1/query", params=query, timeout=10).json()
+        found = result["data"]["result"]
+        if found and float(found[0]["value"][1]) == 1.0:
+            return at
+        time.sleep(0.2)
+    pytest.fail(f"no {span} without a failed scrape in {SAMPLES_DEADLINE_S:.0f} s")
+
+
 def _wait_until_at_least(
     prometheus: str, query: str, least: float, timeout_s: float
 ) -> float | None:

@@ -25,7 +25,11 @@ from autotuner.sim.server import SimServer
 from autotuner.sim.truth import TruthEngine
 from autotuner.sources.observers import PrometheusObserver
 from autotuner.sources.scope import MetricsScope
-from tests.integration.conftest import StartPrometheus, wait_for_samples
+from tests.integration.conftest import (
+    StartPrometheus,
+    scraped_without_a_failure,
+    wait_for_samples,
+)
 from tests.support.fake_apiserver import FakeApiServer, fake_apiserver
 from tests.support.loop import wired
 from tests.support.lws_canary import (
@@ -203,7 +207,11 @@ def test_prometheus_verifies_the_canary_group_then_reads_every_group(
         server.put("LeaderWorkerSet", held_canary([*ARGS[:4], "--use-replayssm"], state=state))
         observer = PrometheusObserver(settings)
         served = (load_model(MODEL), datasheet("H200"))
-        loop: Controller = wired(settings, served, observer, tuner(server), time.time)
+        # Both windows are read at a time whose last seconds no failed scrape touches: one marks
+        # the group's series stale, and a window read at "now" then finds nothing.
+        at = scraped_without_a_failure(prometheus, 4.0 + 1.0)
+        observer.source.clock = lambda: at
+        loop: Controller = wired(settings, served, observer, tuner(server), lambda: at)
         decision = loop.step()
         assert decision.action is Action.KEEP, decision.sentence
         assert measured(decision) == pytest.approx(canary_rate, rel=0.1)
