@@ -212,4 +212,3 @@ def _widest_chance(
         return None
     high, _, setup = max(options)
     return setup, high
-
