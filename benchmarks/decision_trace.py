@@ -7,8 +7,10 @@ ending at (or first after) each hour prints: the running setup and its last wind
 candidates, the running setup, plain and each family's best, each with its value over the
 horizon (the policy's mean over the hours ahead), its interval and whether its family was
 measured near this load, beside what the world serves on it at this window's end (the truth the
-policy never sees); the calibration's factors in the band of the typical batch; and the
-decision. The figures docs/policy.md reads "window by window" come from here.
+policy never sees); the calibration's factors in the band of the typical batch; where the
+prior puts each family not measured near this load over the running setup (at the load now,
+at the forecast's levels in its band and at the band's edges: what holds a question back); and
+the decision. The figures docs/policy.md reads "window by window" come from here.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotuner.core.decide.context import Situation
+from autotuner.core.decide.exploration import levels_ahead, prior_lead
 from autotuner.core.decide.policy import situation_after
 from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState
@@ -39,6 +43,9 @@ from benchmarks.decision_quality import (
     engines_of,
     run_policy,
 )
+
+# The last calibration band's edge, for a question's figures (the band itself has none).
+TOP_BATCH = 1024
 
 # A family's own factors are printed once this many decayed windows stand behind them in the
 # band (below it they are the prior's 1.0, which says nothing).
@@ -94,6 +101,7 @@ def _moment(world: World, seen: StepSeen, settings: PolicySettings, top: int) ->
         lines += _candidates(world, evaluation, ranked, current, seen.ctx.now, top)
         typical = sit.state.batch.quantile(0.5)
         lines += _calibration(sit.predictor.fit.at(typical), typical, current)
+        lines += _unmeasured(sit, evaluation, ranked, current)
     lines.append(f"  decision: {seen.decision.sentence}")
     return lines
 
@@ -163,6 +171,29 @@ def _calibration(fit: BandFit, typical: float, current: Setup) -> list[str]:
     if fit.withheld:
         lines.append(f"    withheld by the bounds, on the whole step: {_factors(fit.withheld)}")
     return lines
+
+
+def _unmeasured(
+    sit: Situation, evaluation: Evaluation, ranked: Sequence[Setup], current: Setup
+) -> list[str]:
+    """Where the prior puts each family not measured near this load (its best setup by horizon
+    value) over the running setup: at the load now, at the forecast's levels in its band (what
+    `exploration._within_reach_ahead` reads before a question) and at the band's edges."""
+    band = calibration_band(sit.demand_mean)
+    low, high = CALIBRATION_BANDS[band], min(CALIBRATION_BANDS[band + 1], TOP_BATCH)
+    edges = sorted({low, round(math.sqrt(low * high)), high - 1})
+    best = {s.kind: s for s in reversed(ranked) if not evaluation.checked.get(s, False)}
+    best.pop(current.kind, None)
+
+    def leads(setup: Setup, batches: Sequence[float]) -> str:
+        return ", ".join(f"{b:.0f} {prior_lead(sit, setup, current, b):+.1%}" for b in batches)
+
+    return [
+        f"  {setup.label} (not measured here) by the prior over {current.label}: at the load "
+        f"now {leads(setup, [sit.demand_mean])}; at the forecast's levels in the band "
+        f"{leads(setup, levels_ahead(sit)) or '-'}; at the band's edges {leads(setup, edges)}"
+        for setup in best.values()
+    ]
 
 
 def _factors(factors: dict[str, float]) -> str:

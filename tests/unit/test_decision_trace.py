@@ -101,3 +101,25 @@ def test_an_unknown_world_is_named() -> None:
     result = python_module("benchmarks.decision_trace", "nowhere", "--at", "1", timeout_s=120)
     assert result.returncode != 0
     assert "invalid choice: 'nowhere'" in result.stderr
+
+
+def _leads(line: str, part: str) -> list[float]:
+    """The percentages of one part of an unmeasured family's line ("at the load now", ...)."""
+    text = line.split(part, 1)[1].split(";")[0]
+    return [float(cell.split()[1].rstrip("%")) / 100 for cell in text.split(",") if cell.strip()]
+
+
+@pytest.mark.parametrize(
+    ("world", "hour", "asked"), [("measured", 3.25, True), ("replay-gain", 3.08, False)]
+)
+def test_an_unmeasured_familys_line_shows_what_holds_a_question_back(
+    world: str, hour: float, asked: bool
+) -> None:
+    # Replay:16 on two rising mornings, more than 5% behind spec:3 at the load now. Where the
+    # forecast's levels in the band bring it within 5%, the question waits for the load; where
+    # none does, it is asked.
+    (moment,) = trace(world, "gdn-replay", [hour], top=3)
+    (line,) = [ln for ln in moment.lines if ln.startswith("  replay:16 (not measured here)")]
+    assert _leads(line, "at the load now")[0] < -0.05
+    assert (max(_leads(line, "at the forecast's levels in the band")) >= -0.05) is not asked
+    assert moment.lines[-1].startswith("  decision: explore spec:3 -> replay:16") is asked

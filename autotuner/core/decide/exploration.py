@@ -152,20 +152,28 @@ def _within_reach_ahead(sit: Situation, setup: Setup, current: Setup) -> bool:
     prior puts the family further behind than that everywhere in the band ahead (the
     published days: replay 40% behind at batch 82 and 11% at 255, and 1.8 times faster in
     truth), only a question can find the prior wrong, and it is asked now."""
-    ahead = sit.forecast
-    if ahead is None or not math.isfinite(sit.demand_mean):
+    if sit.forecast is None or not math.isfinite(sit.demand_mean):
         return False
-    accept = valued_acceptance(sit)
-
-    def lead(batch: float) -> float:
-        ours = sit.predictor.tokens_per_s_at(current, batch, accept)
-        return sit.predictor.tokens_per_s_at(setup, batch, accept) / ours - 1.0
-
     least = -sit.settings.switch.min_gain
-    if lead(sit.demand_mean) >= least:
+    if prior_lead(sit, setup, current, sit.demand_mean) >= least:
         return False
+    return any(prior_lead(sit, setup, current, level) >= least for level in levels_ahead(sit))
+
+
+def prior_lead(sit: Situation, setup: Setup, current: Setup, batch: float) -> float:
+    """The calibrated model's `setup` over the running setup at `batch`, less one, at the
+    acceptance the candidates are valued on."""
+    accept = valued_acceptance(sit)
+    ours = sit.predictor.tokens_per_s_at(current, batch, accept)
+    return sit.predictor.tokens_per_s_at(setup, batch, accept) / ours - 1.0
+
+
+def levels_ahead(sit: Situation) -> list[float]:
+    """The forecast's levels over the horizon that fall in the load's band now."""
+    if sit.forecast is None:
+        return []
     band = calibration_band(sit.demand_mean)
-    return any(lead(level) >= least for level in ahead.level if calibration_band(level) == band)
+    return [level for level in sit.forecast.level if calibration_band(level) == band]
 
 
 def question_open(sit: Situation, key: Exploration) -> bool:
