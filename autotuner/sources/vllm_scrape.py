@@ -130,7 +130,10 @@ class VllmScraper:
         limits: ObservationLimits | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> Observation:
-        """Scrape every `interval_s` for `window_s`, then summarise (the CLI's one-shot mode)."""
+        """Scrape every `interval_s` for `window_s`, and on until the scrapes hold the batch
+        samples a window needs (`limits.min_batch_samples`), then summarise (the CLI's one-shot
+        mode). A slow engine's scrapes can take the whole window; a few more, each within its
+        own timeout, make a window that answers instead of one refused as too few."""
         limits = limits or ObservationLimits()
         self.history.clear()
         started = self.clock()
@@ -143,9 +146,10 @@ class VllmScraper:
                 return unusable(
                     self.reading.source, exc.reason, exc.detail, start=now - window_s, end=now
                 )
-            if self.clock() >= deadline - 1e-9:
+            left = deadline - self.clock()
+            if left <= 1e-9 and len(self.history) >= limits.min_batch_samples:
                 break
-            sleep(min(interval_s, max(deadline - self.clock(), 0.0)))
+            sleep(min(interval_s, left) if left > 0 else interval_s)
         # Slow scrapes stretch the loop past window_s; summarise every scrape it took.
         return self.observation(self.clock() - started, limits)
 

@@ -308,6 +308,33 @@ def test_one_shot_observe_summarises_every_scrape_even_when_scrapes_are_slow() -
     assert obs.duration_s == pytest.approx(2.4)
 
 
+def test_one_shot_observe_scrapes_on_until_the_window_holds_the_samples_it_needs() -> None:
+    """Each scrape after the first takes 1.5 s (a busy engine): the 2 s window ends with two
+    samples, one short of a batch distribution, so it scrapes once more rather than answer
+    "too few samples" (the CLI's `observe --window 1s` did on a loaded 2-core machine)."""
+    clock = Clock()
+    sim = SimulatedVllm(load=lambda t: 8, step_time=lambda b, s: 0.02, clock=clock)
+    inner = transport_for({"http://a/metrics": sim})
+    scrapes = 0
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        nonlocal scrapes
+        clock.t += 1.5 if scrapes else 0.0
+        scrapes += 1
+        return inner.handle_request(request)
+
+    def sleep(seconds: float) -> None:
+        clock.t += seconds
+
+    limits = LIMITS.model_copy(update={"min_batch_samples": 3})  # the default's
+    obs = replica(slow, clock).observe(window_s=2.0, interval_s=0.5, limits=limits, sleep=sleep)
+    assert obs.usable, obs.detail
+    assert scrapes == 3
+    assert obs.batch is not None
+    assert obs.batch.samples == 3
+    assert obs.duration_s == pytest.approx(4.0)  # answered at +0, +2.0 and +4.0
+
+
 def exposition(**replace: str) -> str:
     """A consistent one-engine answer; `replace` swaps whole lines by key."""
     engine = 'engine="0",model_name="m"'
