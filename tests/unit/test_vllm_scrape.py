@@ -283,24 +283,33 @@ def test_counters_going_backwards_are_a_reset_not_a_negative_rate() -> None:
     assert obs.generation_tokens_per_s == pytest.approx(10.0)
 
 
-def test_one_shot_observe_summarises_every_scrape_even_when_scrapes_are_slow() -> None:
+def slow_one_shot(
+    later_scrape_s: float, window_s: float, interval_s: float, limits: ObservationLimits
+) -> tuple[Observation, int]:
+    """A one-shot window on a simulated clock whose scrapes after the first take
+    `later_scrape_s` each; the Observation and the scrapes it took."""
     clock = Clock()
     sim = SimulatedVllm(load=lambda t: 8, step_time=lambda b, s: 0.02, clock=clock)
     inner = transport_for({"http://a/metrics": sim})
     scrapes = 0
 
-    def slower_after_the_first(request: httpx.Request) -> httpx.Response:
+    def slow(request: httpx.Request) -> httpx.Response:
         nonlocal scrapes
-        clock.t += 0.7 if scrapes else 0.0
+        clock.t += later_scrape_s if scrapes else 0.0
         scrapes += 1
         return inner.handle_request(request)
 
     def sleep(seconds: float) -> None:
         clock.t += seconds
 
-    scraper = replica(slower_after_the_first, clock)
+    scraper = replica(slow, clock)
+    obs = scraper.observe(window_s=window_s, interval_s=interval_s, limits=limits, sleep=sleep)
+    return obs, scrapes
+
+
+def test_one_shot_observe_summarises_every_scrape_even_when_scrapes_are_slow() -> None:
     # Scrapes land at +0.0, +1.2 and +2.4 s: the loop overruns its 2 s window.
-    obs = scraper.observe(window_s=2.0, interval_s=0.5, limits=LIMITS, sleep=sleep)
+    obs, scrapes = slow_one_shot(0.7, window_s=2.0, interval_s=0.5, limits=LIMITS)
     assert obs.usable, obs.detail
     assert scrapes == 3
     assert obs.batch is not None
@@ -312,22 +321,8 @@ def test_one_shot_observe_scrapes_on_until_the_window_holds_the_samples_it_needs
     """Each scrape after the first takes 1.5 s (a busy engine): the 2 s window ends with two
     samples, one short of a batch distribution, so it scrapes once more rather than answer
     "too few samples" (the CLI's `observe --window 1s` did on a loaded 2-core machine)."""
-    clock = Clock()
-    sim = SimulatedVllm(load=lambda t: 8, step_time=lambda b, s: 0.02, clock=clock)
-    inner = transport_for({"http://a/metrics": sim})
-    scrapes = 0
-
-    def slow(request: httpx.Request) -> httpx.Response:
-        nonlocal scrapes
-        clock.t += 1.5 if scrapes else 0.0
-        scrapes += 1
-        return inner.handle_request(request)
-
-    def sleep(seconds: float) -> None:
-        clock.t += seconds
-
     limits = LIMITS.model_copy(update={"min_batch_samples": 3})  # the default's
-    obs = replica(slow, clock).observe(window_s=2.0, interval_s=0.5, limits=limits, sleep=sleep)
+    obs, scrapes = slow_one_shot(1.5, window_s=2.0, interval_s=0.5, limits=limits)
     assert obs.usable, obs.detail
     assert scrapes == 3
     assert obs.batch is not None
