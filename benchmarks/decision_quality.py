@@ -3,6 +3,7 @@ days, in worlds whose true speeds differ from the cost model the policy predicts
 
 Run: python -m benchmarks.decision_quality [--worlds measured,verify-cost,...] [--quick]
 [--decisions] (every switch and revert of the policy, with its sentence)
+[--set policy.candidates.spec_tokens=[1,2,3]] (a policy setting changed: what a row owes to it)
 
 Worlds (autotuner/sim/worlds.py): `measured` (MEASUREMENTS.md's published points interpolated
 over batch, no cost model) and issue 42's held-out days on the same published speeds,
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 
 from autotuner.core.decide.backtrack import best_path
 from autotuner.core.decide.context import Context
@@ -52,6 +54,8 @@ from autotuner.core.predict.hardware import datasheet
 from autotuner.core.types import Action, Decision, Observation, Setup
 from autotuner.engines.sglang.capabilities import FOLLOW_BUILD as SGLANG_BUILD
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD, GDN_REPLAY, REPLAY_SPEC
+from autotuner.errors import InputError
+from autotuner.settings import cli_overrides
 from autotuner.sim.days import DAY
 from autotuner.sim.prefill_worlds import prefill_worlds
 from autotuner.sim.table_worlds import table_worlds
@@ -541,6 +545,16 @@ def options() -> argparse.Namespace:
         help="without the plan over the whole day (policy.forecast.whole_day=false)",
     )
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        dest="overrides",
+        metavar="policy.GROUP.FIELD=VALUE",
+        help="run the policy with one setting changed, as the tuner's --set reads it (e.g. "
+        "policy.candidates.spec_tokens=[1,2,3]: what a row owes to a deeper K); repeatable. "
+        "The statics, the oracle and the restart downtime stay as they are",
+    )
+    parser.add_argument(
         "--decisions",
         action="store_true",
         help="print every switch and revert of the policy, with its sentence, under each world",
@@ -613,6 +627,7 @@ class Task:
     hours: float
     interval: float
     whole_day: bool = True
+    overrides: tuple[str, ...] = ()  # `--set` pairs on the policy's settings
 
 
 # Replay or speculation (upstream with the GDN replay kernels the published Qwen3.5 points ran:
@@ -627,13 +642,34 @@ ENGINES = {
 }
 
 
-def benchmark_settings(whole_day: bool = True) -> PolicySettings:
+def benchmark_settings(whole_day: bool = True, overrides: Sequence[str] = ()) -> PolicySettings:
     """The policy's defaults but for the restarts: every restart of these worlds takes
-    DOWNTIME_S, a first compile or not."""
-    return PolicySettings(
+    DOWNTIME_S, a first compile or not; then `overrides` (`--set policy.group.field=value`
+    pairs). Raises InputError on a pair that is not a policy setting or not a valid value."""
+    settings = PolicySettings(
         restart=RestartSettings(downtime_s=DOWNTIME_S, first_compile_s=0),
         forecast=ForecastSettings(whole_day=whole_day),
     )
+    tree = cli_overrides(list(overrides))
+    outside = sorted(set(tree) - {"policy"})
+    if outside:
+        raise InputError(f"--set: the benchmark runs the policy alone, not {', '.join(outside)}")
+    if not tree:
+        return settings
+    changed = tree["policy"]
+    if not isinstance(changed, dict):
+        raise InputError("--set policy: name a field, policy.GROUP.FIELD=VALUE")
+    groups = settings.model_dump()
+    for name, fields in changed.items():
+        # A group named keeps its other fields; anything else is the validator's to refuse.
+        kept = groups.get(name)
+        groups[name] = (
+            {**kept, **fields} if isinstance(kept, dict) and isinstance(fields, dict) else fields
+        )
+    try:
+        return PolicySettings.model_validate(groups)
+    except ValidationError as error:
+        raise InputError(f"--set: {error}") from error
 
 
 def run_task(task: Task) -> tuple[Result, str]:
@@ -644,7 +680,7 @@ def run_task(task: Task) -> tuple[Result, str]:
     result = evaluate_world(
         world,
         ENGINES[task.engine],
-        benchmark_settings(task.whole_day),
+        benchmark_settings(task.whole_day, task.overrides),
         times,
         task.interval,
         label=task.engine,
@@ -684,6 +720,10 @@ def load_baselines(paths: list[Path]) -> list[Rows]:
 def main() -> None:
     args = options()
     baselines = load_baselines(args.against)
+    try:
+        benchmark_settings(overrides=args.overrides)  # refused here, before any world runs
+    except InputError as error:
+        raise SystemExit(str(error)) from error
     if args.save is not None and not args.save.parent.is_dir():
         raise SystemExit(f"--save: no folder {args.save.parent} to write {args.save.name} in")
     began = time.monotonic()
@@ -691,8 +731,19 @@ def main() -> None:
         f"interval {args.interval:.0f}s over {args.hours:g} h; restart downtime "
         f"{DOWNTIME_S:.0f}s; the policy predicts with the cost model, each world's truth differs"
     )
+    if args.overrides:
+        print(f"the policy's settings changed: {', '.join(args.overrides)} (--set)")
     tasks = [
-        Task(name, engine, args.model, args.gpu, args.hours, args.interval, not args.no_whole_day)
+        Task(
+            name,
+            engine,
+            args.model,
+            args.gpu,
+            args.hours,
+            args.interval,
+            not args.no_whole_day,
+            tuple(args.overrides),
+        )
         for name in chosen_names(args)
         for engine in engines_of(name)
     ]
