@@ -1,6 +1,8 @@
 """What the policy saw at chosen hours of a decision-quality day, beside what the world serves.
 
     python -m benchmarks.decision_trace published-drift --engine replay-spec --at 8,9.08
+    python -m benchmarks.decision_trace replay-gain --engine gdn-replay --at 5.83 \
+        --set policy.exploration.reserve=2
 
 runs the policy on one world exactly as `benchmarks.decision_quality` does, and at the window
 ending at (or first after) each hour prints: the running setup and its last window; the best
@@ -30,6 +32,7 @@ from autotuner.core.decide.state import TunerState
 from autotuner.core.decide.valuation import Evaluation, evaluate
 from autotuner.core.predict.attribution import CALIBRATION_BANDS, BandFit, calibration_band
 from autotuner.core.types import PLAIN, Setup
+from autotuner.errors import InputError
 from autotuner.sim.worlds import World
 from benchmarks.decision_quality import (
     ALL_NAMES,
@@ -64,14 +67,21 @@ class Moment:
     lines: tuple[str, ...]
 
 
-def trace(world_name: str, engine_name: str, hours: Sequence[float], top: int = 12) -> list[Moment]:
-    """The policy's run on the world up to the last hour asked, and what it saw at each (hours
-    that fall in one window share its moment)."""
+def trace(
+    world_name: str,
+    engine_name: str,
+    hours: Sequence[float],
+    top: int = 12,
+    overrides: Sequence[str] = (),
+) -> list[Moment]:
+    """The policy's run on the world up to the last hour asked (with `overrides`, `--set`
+    pairs on its settings), and what it saw at each (hours that fall in one window share its
+    moment). Raises InputError on an override that is not a valid policy setting."""
     world = build_world(world_name, TRACE_MODEL, TRACE_GPU)
     span_h = 24.0 * world.days
     if not hours or any(not 0 < h <= span_h for h in hours):
         raise HoursError(f"hours must lie in (0, {span_h:g}], the world's span: got {list(hours)}")
-    settings = benchmark_settings()
+    settings = benchmark_settings(overrides=overrides)
     pending = set(hours)
     moments: list[Moment] = []
 
@@ -206,6 +216,14 @@ def _options() -> argparse.Namespace:
     options.add_argument("--engine", help="the engine preset (default: the world's first)")
     options.add_argument("--at", required=True, help="hours into the run, comma-separated")
     options.add_argument("--top", type=int, default=12, help="candidates shown, best first")
+    options.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        dest="overrides",
+        metavar="policy.GROUP.FIELD=VALUE",
+        help="run the policy with one setting changed, as decision_quality --set does",
+    )
     args = options.parse_args()
     engines = engines_of(args.world)
     args.engine = args.engine or engines[0]
@@ -223,9 +241,11 @@ def _options() -> argparse.Namespace:
 def main() -> None:
     args = _options()
     try:
-        moments = trace(args.world, args.engine, args.hours, args.top)
+        moments = trace(args.world, args.engine, args.hours, args.top, args.overrides)
     except HoursError as error:
         raise SystemExit(f"--at: {error}") from error
+    except InputError as error:
+        raise SystemExit(str(error)) from error
     print(f"[{args.engine}] world {args.world}, windows of {INTERVAL_S:.0f} s")
     for moment in moments:
         print("\n".join(moment.lines))

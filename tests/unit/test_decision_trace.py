@@ -89,6 +89,7 @@ def test_an_hour_outside_the_run_is_refused(hours: list[float]) -> None:
         (["--at", "one"], "hours are numbers"),
         (["--at", "1", "--top", "0"], "show at least one candidate"),
         (["--at", "99"], "hours must lie in"),
+        (["--at", "1", "--set", "policy.nope=1"], "--set"),
     ],
 )
 def test_the_command_line_refuses_what_it_cannot_trace(args: list[str], said: str) -> None:
@@ -123,3 +124,11 @@ def test_an_unmeasured_familys_line_shows_what_holds_a_question_back(
     assert _leads(line, "at the load now")[0] < -0.05
     assert (max(_leads(line, "at the forecast's levels in the band")) >= -0.05) is not asked
     assert moment.lines[-1].startswith("  decision: explore spec:3 -> replay:16") is asked
+
+
+def test_a_setting_changed_with_set_is_the_one_the_traced_run_decides_with() -> None:
+    # measured's question at 3.25 h (above), traced with questions turned off.
+    (moment,) = trace(
+        "measured", "gdn-replay", [3.25], top=3, overrides=["policy.exploration.enabled=false"]
+    )
+    assert not moment.lines[-1].startswith("  decision: explore")
