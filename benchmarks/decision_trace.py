@@ -11,8 +11,9 @@ horizon (the policy's mean over the hours ahead), its interval and whether its f
 measured near this load, beside what the world serves on it at this window's end (the truth the
 policy never sees); the calibration's factors in the band of the typical batch; where the
 prior puts each family not measured near this load over the running setup (at the load now,
-at the forecast's levels in its band and at the band's edges: what holds a question back); and
-the decision. The figures docs/policy.md reads "window by window" come from here.
+at the forecast's levels in its band and at the band's edges: what holds a question back);
+the band the hours ahead are priced in and the restarts a question needs; and the decision.
+The figures docs/policy.md reads "window by window" come from here.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotuner.core.decide.context import Situation
-from autotuner.core.decide.exploration import levels_ahead, prior_lead
+from autotuner.core.decide.exploration import (
+    level_ahead,
+    levels_ahead,
+    prior_lead,
+    restarts_for_a_question,
+    saturation_at,
+)
 from autotuner.core.decide.policy import situation_after
 from autotuner.core.decide.settings import PolicySettings
 from autotuner.core.decide.state import TunerState
@@ -112,6 +119,7 @@ def _moment(world: World, seen: StepSeen, settings: PolicySettings, top: int) ->
         typical = sit.state.batch.quantile(0.5)
         lines += _calibration(sit.predictor.fit.at(typical), typical, current)
         lines += _unmeasured(sit, evaluation, ranked, current)
+        lines += _question(sit, current)
     lines.append(f"  decision: {seen.decision.sentence}")
     return lines
 
@@ -169,10 +177,7 @@ def _served(world: World, setup: Setup, now: float) -> str:
 
 def _calibration(fit: BandFit, typical: float, current: Setup) -> list[str]:
     """The band's shared factors, and each family's own where windows stand behind them."""
-    band = calibration_band(typical)
-    low, high = CALIBRATION_BANDS[band], CALIBRATION_BANDS[band + 1]
-    span = f"{low}-{high - 1}" if band < len(CALIBRATION_BANDS) - 2 else f"{low} and up"
-    lines = [f"  calibration at batch {typical:.0f} (band {span}):"]
+    lines = [f"  calibration at batch {typical:.0f} ({_band(typical)}):"]
     lines.append(f"    shared: {_factors(fit.shared)}")
     for family, factors in fit.own.items():
         windows = fit.evidence.get(family, 0.0)
@@ -204,6 +209,33 @@ def _unmeasured(
         f"{leads(setup, levels_ahead(sit)) or '-'}; at the band's edges {leads(setup, edges)}"
         for setup in best.values()
     ]
+
+
+def _question(sit: Situation, current: Setup) -> list[str]:
+    """What a question waits on besides the families' leads: the load's band against the band
+    the hours ahead are priced in (`exploration._load_stays`), and the restarts it needs left
+    in the day's budget (`exploration.restarts_for_a_question`)."""
+    ahead = level_ahead(sit)
+    where = (
+        "no forecast yet"
+        if ahead is None
+        else f"the load now {sit.demand_mean:.0f} ({_band(sit.demand_mean)}), the hours ahead "
+        f"priced at {ahead:.0f} ({_band(ahead)})"
+    )
+    typical = sit.state.batch.quantile(0.5)
+    made, needed = restarts_for_a_question(sit, saturation_at(sit, current, typical))
+    budget = sit.settings.restart.max_per_day
+    return [
+        f"  a question: {where}; {made} restart(s) in the last 24 h, and a question needs "
+        f"{needed} more within the {budget} a day"
+    ]
+
+
+def _band(batch: float) -> str:
+    """The calibration band `batch` falls in, as its batches."""
+    band = calibration_band(batch)
+    low, high = CALIBRATION_BANDS[band], CALIBRATION_BANDS[band + 1]
+    return f"band {low}-{high - 1}" if band < len(CALIBRATION_BANDS) - 2 else f"band {low} and up"
 
 
 def _factors(factors: dict[str, float]) -> str:

@@ -132,3 +132,15 @@ def test_a_setting_changed_with_set_is_the_one_the_traced_run_decides_with() -> 
         "measured", "gdn-replay", [3.25], top=3, overrides=["policy.exploration.enabled=false"]
     )
     assert not moment.lines[-1].startswith("  decision: explore")
+
+
+def test_the_question_line_shows_the_band_ahead_and_the_restarts_a_question_needs() -> None:
+    # replay-gain at 5.83 h: the load (217) in band 64-255, the hours ahead priced above 255,
+    # and one restart (3.75 h) in the day: no question, whatever the reserve.
+    (moment,) = trace("replay-gain", "gdn-replay", [5.83], top=2)
+    (line,) = [ln for ln in moment.lines if ln.startswith("  a question:")]
+    now, ahead = line.split("), the hours ahead priced at ")
+    assert now.endswith("(band 64-255")
+    assert ahead.split(" (")[1].startswith("band 256 and up)")
+    assert "1 restart(s) in the last 24 h, and a question needs 6 more within the 6 a day" in line
+    assert not moment.lines[-1].startswith("  decision: explore")

@@ -46,12 +46,9 @@ def explore(
         return None
     if sit.unwatched > 0 or not _load_stays(sit):
         return None  # unwatched: where the load goes is unknown; out of the band ahead: moot
-    restarts = len(state.recent_changes(sit.now))
-    saturation = _saturation(sit, current, typical)
-    reserve = settings.exploration.reserve
-    if saturation.classes:
-        reserve = min(reserve, settings.exploration.saturated_reserve)
-    if restarts + CHANGE_ROOM + reserve > settings.restart.max_per_day:
+    saturation = saturation_at(sit, current, typical)
+    restarts, needed = restarts_for_a_question(sit, saturation)
+    if restarts + needed > settings.restart.max_per_day:
         return None  # a question must not spend the restarts a predicted change needs
     chosen = _widest_chance(sit, evaluation, current, band, saturation)
     if chosen is None:
@@ -90,6 +87,16 @@ def explore(
     ), state
 
 
+def restarts_for_a_question(sit: Situation, saturation: Saturation) -> tuple[int, int]:
+    """(the restarts made in the last 24 hours, the restarts a question needs besides them:
+    itself, its revert and the reserve for predicted changes, the lower saturated reserve
+    where the running family's calibration is saturated)."""
+    reserve = sit.settings.exploration.reserve
+    if saturation.classes:
+        reserve = min(reserve, sit.settings.exploration.saturated_reserve)
+    return len(sit.state.recent_changes(sit.now)), CHANGE_ROOM + reserve
+
+
 def _load_stays(sit: Situation) -> bool:
     """Whether the load now is in the calibration band the hours ahead are priced in: the
     band of the forecast's mean level over the horizon. Calibration learns per band, so what
@@ -98,12 +105,19 @@ def _load_stays(sit: Situation) -> bool:
     the peak anyway, three restarts for one; asked at 78 on a morning rising to 260 it measures
     the band the morning is priced in, and a slower answer is still kept while the plan,
     valued with it, holds it (verification)."""
-    ahead = sit.forecast
+    ahead = level_ahead(sit)
     if ahead is None or not math.isfinite(sit.demand_mean):
         return True
-    levels = np.log(np.maximum(np.asarray(ahead.level), 1.0))
-    mean = math.exp(float(np.average(levels, weights=np.asarray(ahead.durations))))
-    return calibration_band(sit.demand_mean) == calibration_band(mean)
+    return calibration_band(sit.demand_mean) == calibration_band(ahead)
+
+
+def level_ahead(sit: Situation) -> float | None:
+    """The forecast's mean level over the horizon (geometric, by duration): the load the hours
+    ahead are priced at (None: no forecast yet)."""
+    if sit.forecast is None:
+        return None
+    levels = np.log(np.maximum(np.asarray(sit.forecast.level), 1.0))
+    return math.exp(float(np.average(levels, weights=np.asarray(sit.forecast.durations))))
 
 
 @dataclass(frozen=True)
@@ -131,7 +145,7 @@ class Saturation:
         return any(shares.get(c, 0.0) >= SHARED_SHARE for c in self.classes)
 
 
-def _saturation(sit: Situation, current: Setup, typical: float) -> Saturation:
+def saturation_at(sit: Situation, current: Setup, typical: float) -> Saturation:
     accept, batch = valued_acceptance(sit), max(round(typical), 1)
     if current.spec_tokens > accept.max_spec_tokens:
         return Saturation(frozenset(), accept, batch)
