@@ -650,18 +650,21 @@ def benchmark_settings(whole_day: bool = True, overrides: Sequence[str] = ()) ->
         restart=RestartSettings(downtime_s=DOWNTIME_S, first_compile_s=0),
         forecast=ForecastSettings(whole_day=whole_day),
     )
+    return _overridden(settings, overrides) if overrides else settings
+
+
+def _overridden(settings: PolicySettings, overrides: Sequence[str]) -> PolicySettings:
+    """`settings` with the `--set` pairs laid over them: a group named keeps its other
+    fields; anything else is the validator's to refuse."""
     tree = cli_overrides(list(overrides))
     outside = sorted(set(tree) - {"policy"})
     if outside:
         raise InputError(f"--set: the benchmark runs the policy alone, not {', '.join(outside)}")
-    if not tree:
-        return settings
     changed = tree["policy"]
     if not isinstance(changed, dict):
         raise InputError("--set policy: name a field, policy.GROUP.FIELD=VALUE")
     groups = settings.model_dump()
     for name, fields in changed.items():
-        # A group named keeps its other fields; anything else is the validator's to refuse.
         kept = groups.get(name)
         groups[name] = (
             {**kept, **fields} if isinstance(kept, dict) and isinstance(fields, dict) else fields
