@@ -176,17 +176,29 @@ def simulate(
     series: Sequence[Setup], truth_tps: dict[str, np.ndarray], best: np.ndarray, interval: float
 ) -> Outcome:
     """Tokens and efficiency of a setup sequence (one per interval), restarts charged."""
-    tokens, efficiency, restarts = 0.0, 0.0, []
+    rates, restarts = served(series, truth_tps, interval)
+    per_day = len(restarts) * DAY / (len(series) * interval)
+    return Outcome(
+        float(np.sum(rates)) * interval,
+        float(np.mean(rates / best)),
+        per_day,
+        worst_day(restarts),
+    )
+
+
+def served(
+    series: Sequence[Setup], truth_tps: dict[str, np.ndarray], interval: float
+) -> tuple[np.ndarray, list[float]]:
+    """What a setup sequence (one per interval) serves in each interval, in tokens/s net of
+    each restart's downtime, and when it restarts (seconds into the run)."""
+    rates, restarts = np.zeros(len(series)), list[float]()
     for i, setup in enumerate(series):
         uptime = 1.0
         if i and setup != series[i - 1]:
             restarts.append(i * interval)
             uptime = max(interval - DOWNTIME_S, 0.0) / interval
-        rate = truth_tps[setup.label][i]
-        tokens += rate * interval * uptime
-        efficiency += uptime * rate / best[i]
-    per_day = len(restarts) * DAY / (len(series) * interval)
-    return Outcome(tokens, efficiency / len(series), per_day, worst_day(restarts))
+        rates[i] = truth_tps[setup.label][i] * uptime
+    return rates, restarts
 
 
 def worst_day(restarts: Sequence[float]) -> int:
