@@ -33,6 +33,7 @@ from autotuner.sim.worlds import World
 from benchmarks.decision_quality import (
     ALL_NAMES,
     ENGINES,
+    INTERVAL_S,
     TARGET_RESTARTS,
     Outcome,
     build_world,
@@ -46,7 +47,6 @@ from benchmarks.decision_quality import (
     truth_table,
 )
 
-INTERVAL_S = 300.0  # the decision-quality benchmark's window
 HOUR = 3600.0
 
 
@@ -111,10 +111,15 @@ def series(start: Setup, moves: Sequence[Move], times: np.ndarray) -> list[Setup
     windows = len(times)
     running, used, index = start, [], 0
     first = [round(m.hours * HOUR / INTERVAL_S) for m in moves]
-    for move, at in zip(moves, first, strict=True):
+    for i, (move, at) in enumerate(zip(moves, first, strict=True)):
         if at >= windows:
             raise InputError(
                 f"move at {move.hours} h: the run ends at {windows * INTERVAL_S / HOUR:g} h"
+            )
+        if i and at == first[i - 1]:
+            raise InputError(
+                f"moves at {moves[i - 1].hours} h and {move.hours} h fall in the same window "
+                f"({INTERVAL_S:.0f} s)"
             )
     for i in range(windows):
         while index < len(moves) and first[index] <= i:

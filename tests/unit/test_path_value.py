@@ -86,6 +86,8 @@ def test_moves_apply_from_the_window_nearest_their_hour() -> None:
     used = series(Setup(), parse_path("0.17=spec:2; 0.5=replay:16"), times)
     assert [s.label for s in used[:3]] == ["plain", "plain", "spec:2"]  # 0.17 h is 600 s
     assert [s.label for s in used[5:7]] == ["spec:2", "replay:16"]  # 0.5 h starts window 6
+    with pytest.raises(InputError, match="fall in the same window"):
+        series(Setup(), parse_path("0.17=spec:2; 0.18=replay:16"), times)
 
 
 @pytest.mark.parametrize(
