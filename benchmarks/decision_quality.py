@@ -345,6 +345,9 @@ class Result:
     explorations_reverted: int
     switches: list[str]
     changes: list[str]  # 'hh.hh h sentence' of every switch and revert the policy made
+    # The policy's moves as `benchmarks.path_value --path` reads them (None: a run whose
+    # windows are not path_value's, such as --quick's).
+    path: str | None = None
 
     @property
     def policy(self) -> Outcome:
@@ -429,6 +432,17 @@ def evaluate_world(
             for t, d in zip(times, run.decisions, strict=True)
             if d.action in (Action.SWITCH, Action.REVERT)
         ],
+        path=policy_path(times, run.decisions, interval) if interval == INTERVAL_S else None,
+    )
+
+
+def policy_path(times: np.ndarray, decisions: Sequence[Decision], interval: float) -> str:
+    """The policy's moves as `benchmarks.path_value --path` reads them ('HOURS=SETUP; ...'),
+    each at the hour its sentence prints: the end of the window it was decided in."""
+    return "; ".join(
+        f"{(float(t) + interval) / 3600:.2f}={d.target.label}"
+        for t, d in zip(times, decisions, strict=True)
+        if d.action in (Action.SWITCH, Action.REVERT) and d.target is not None
     )
 
 
@@ -464,6 +478,11 @@ def print_result(result: Result, about: str, decisions: bool = False) -> None:
     if decisions:
         for change in result.changes:
             print(f"    {change}")
+        if result.path is not None:
+            print(
+                f"    as a path: python -m benchmarks.path_value {result.world} --engine "
+                f"{result.engine} --path '{result.path}'"
+            )
 
 
 def print_summary(results: Sequence[Result]) -> None:

@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from autotuner.core.types import Action, Setup
+from autotuner.core.types import Setup
 from autotuner.errors import InputError
 from benchmarks.decision_quality import (
     DOWNTIME_S,
@@ -16,9 +16,10 @@ from benchmarks.decision_quality import (
     build_world,
     candidate_truth,
     oracle,
+    policy_path,
     run_policy,
 )
-from benchmarks.path_value import Move, Priced, main, parse_path, price, series
+from benchmarks.path_value import Priced, main, parse_path, price, series
 from tests.support.run import python_module
 
 WORLD, ENGINE = "combined", "replay-spec"
@@ -38,18 +39,14 @@ def _times(hours: float) -> np.ndarray:
     return np.arange(0.0, hours * 3600, INTERVAL_S)
 
 
-def test_the_policys_own_moves_at_the_hours_it_prints_reproduce_its_path() -> None:
+def test_the_policys_own_moves_as_decision_quality_writes_them_reproduce_its_path() -> None:
     world = build_world(WORLD, "", "")
     times = _times(1.0)
     engine = ENGINES[ENGINE].serving(world.prior.model)
     run = run_policy(world, engine, benchmark_settings(), times, INTERVAL_S)
-    moves = [
-        Move(round((float(t) + INTERVAL_S) / 3600, 2), d.target)  # as `--decisions` prints
-        for t, d in zip(times, run.decisions, strict=True)
-        if d.action in (Action.SWITCH, Action.REVERT) and d.target is not None
-    ]
-    assert moves  # combined moves at 0.17 h
-    assert series(world.start, moves, times) == run.used
+    path = policy_path(times, run.decisions, INTERVAL_S)
+    assert re.fullmatch(r"\d+\.\d\d=[^;]+(; \d+\.\d\d=[^;]+)*", path)  # hours as printed
+    assert series(world.start, parse_path(path), times) == run.used
 
 
 def test_the_oracles_moves_price_at_the_oracle_and_a_window_late_below_it() -> None:
