@@ -13,7 +13,9 @@ benchmark's columns. It answers "what would another path have won": a step at an
 a K the policy did not take, a schedule it did not find, read from the world's truth rather
 than guessed. `--path ''` prices the start setup held all day. `--between A,B` adds each
 path's mean tokens/s over the windows that start from hour A to before hour B (net of the
-restarts there): what a path is worth over one stretch, such as a decision's horizon.
+restarts there): what a path is worth over one stretch, such as a decision's horizon. The
+older traces (`diurnal`, `bursts`, `drift`, `step`) run on decision_quality's default model
+and GPU, as `benchmarks.decision_trace` runs them.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from benchmarks.decision_quality import (
     ENGINES,
     INTERVAL_S,
     TARGET_RESTARTS,
+    TRACE_GPU,
+    TRACE_MODEL,
     Outcome,
     build_world,
     candidate_truth,
@@ -267,7 +271,9 @@ def _options(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = _options(argv)
     try:
-        priced = price(build_world(args.world, "", ""), args.engine, args.paths, args.stretch)
+        priced = price(
+            build_world(args.world, TRACE_MODEL, TRACE_GPU), args.engine, args.paths, args.stretch
+        )
     except InputError as error:
         raise SystemExit(str(error)) from error
     print_priced(priced)

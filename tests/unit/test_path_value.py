@@ -124,6 +124,15 @@ def test_the_command_prints_a_row_per_path_beside_the_oracle(
     assert [line.split("  ")[-1] for line in lines[-2:]] == ["0.17=replay+spec:3:16", "(none)"]
 
 
+def test_the_command_prices_the_older_traces_on_the_benchmarks_model_and_gpu(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    main(["step", "--engine", "gdn-replay", "--path", "", "--path", "1=replay:16"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("[gdn-replay] world step: start spec:4; best static ")
+    assert [line.split("  ")[-1] for line in lines[-2:]] == ["(none)", "1=replay:16"]
+
+
 def test_the_command_refuses_a_bad_path_with_its_reason() -> None:
     result = python_module("benchmarks.path_value", WORLD, "--path", "7=replay:x")
     assert result.returncode != 0
