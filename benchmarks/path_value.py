@@ -111,7 +111,8 @@ def parse_path(text: str) -> tuple[Move, ...]:
 
 def series(start: Setup, moves: Sequence[Move], times: np.ndarray) -> list[Setup]:
     """The setup running in each window: `start`, then each move from the window whose start is
-    nearest its hour. Raises InputError for a move at or past the run's end."""
+    nearest its hour. Raises InputError for a move at or past the run's end, or two moves in
+    one window."""
     windows = len(times)
     running, used, index = start, [], 0
     first = [round(m.hours * HOUR / INTERVAL_S) for m in moves]
@@ -201,7 +202,7 @@ def _stretch(times: np.ndarray, between: tuple[float, float] | None) -> np.ndarr
 
 
 def _row(
-    path: str, outcome: Outcome, static: float, top: float, stretch: np.ndarray | None
+    path: str, outcome: Outcome, static: float, top: float, between_rates: np.ndarray | None
 ) -> PathRow:
     return PathRow(
         path=path,
@@ -210,7 +211,7 @@ def _row(
         gap_won=share_of_gap(outcome.tokens, static, top),
         restarts_per_day=outcome.restarts,
         worst_day=outcome.worst_day,
-        between_tps=None if stretch is None else float(np.mean(stretch)),
+        between_tps=None if between_rates is None else float(np.mean(between_rates)),
     )
 
 
