@@ -477,6 +477,13 @@ def cli_overrides(pairs: list[str]) -> dict[str, Any]:
     return tree
 
 
+def laid_over(tree: Mapping[str, Any], pairs: list[str]) -> dict[str, Any]:
+    """`tree` (settings as plain data) with `--set` pairs laid over it as the tuner lays its
+    command line over a file: durations read, a group named keeps its other fields. Nothing is
+    validated here; the caller's model does that."""
+    return _merge(dict(tree), _presets(_durations(cli_overrides(pairs))), "cli", {})
+
+
 def load_settings(
     file: Path | None = None, cli: Mapping[str, Any] | None = None
 ) -> tuple[Settings, dict[str, str]]:

@@ -55,7 +55,7 @@ from autotuner.core.types import Action, Decision, Observation, Setup
 from autotuner.engines.sglang.capabilities import FOLLOW_BUILD as SGLANG_BUILD
 from autotuner.engines.vllm.capabilities import FOLLOW_BUILD, GDN_REPLAY, REPLAY_SPEC
 from autotuner.errors import InputError
-from autotuner.settings import cli_overrides
+from autotuner.settings import laid_over
 from autotuner.sim.days import DAY
 from autotuner.sim.prefill_worlds import prefill_worlds
 from autotuner.sim.table_worlds import table_worlds
@@ -685,23 +685,16 @@ def benchmark_settings(whole_day: bool = True, overrides: Sequence[str] = ()) ->
 
 
 def _overridden(settings: PolicySettings, overrides: Sequence[str]) -> PolicySettings:
-    """`settings` with the `--set` pairs laid over them: a group named keeps its other
-    fields; anything else is the validator's to refuse."""
-    tree = cli_overrides(list(overrides))
+    """`settings` with the `--set` pairs laid over them as the tuner lays its own; anything
+    but a policy field is refused, and the validator refuses bad values."""
+    tree = laid_over({"policy": settings.model_dump()}, list(overrides))
     outside = sorted(set(tree) - {"policy"})
     if outside:
         raise InputError(f"--set: the benchmark runs the policy alone, not {', '.join(outside)}")
-    changed = tree["policy"]
-    if not isinstance(changed, dict):
+    if not isinstance(tree["policy"], dict):
         raise InputError("--set policy: name a field, policy.GROUP.FIELD=VALUE")
-    groups = settings.model_dump()
-    for name, fields in changed.items():
-        kept = groups.get(name)
-        groups[name] = (
-            {**kept, **fields} if isinstance(kept, dict) and isinstance(fields, dict) else fields
-        )
     try:
-        return PolicySettings.model_validate(groups)
+        return PolicySettings.model_validate(tree["policy"])
     except ValidationError as error:
         raise InputError(f"--set: {error}") from error
 

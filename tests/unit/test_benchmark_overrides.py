@@ -23,6 +23,10 @@ def test_a_setting_is_laid_over_the_benchmarks_own() -> None:
     assert settings.restart.downtime_s == DOWNTIME_S  # the benchmark's own kept
 
 
+def test_a_duration_reads_as_the_tuners_own_set_reads_it() -> None:
+    assert benchmark_settings(overrides=["policy.switch.dwell_s=10m"]).switch.dwell_s == 600
+
+
 def test_without_overrides_the_policy_keeps_its_defaults() -> None:
     assert benchmark_settings().candidates.spec_tokens == (1, 2, 3, 4)
 
