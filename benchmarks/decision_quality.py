@@ -649,6 +649,16 @@ def engines_of(name: str) -> tuple[str, ...]:
     return (GDN_REPLAY.name, REPLAY_SPEC.name)
 
 
+def engine_for(world: str, engine: str | None) -> str:
+    """The engine preset a one-world command runs `world` on: `engine`, or the world's first.
+    Raises InputError for an engine the world does not run on."""
+    engines = engines_of(world)
+    chosen = engine or engines[0]
+    if chosen not in engines:
+        raise InputError(f"world {world} runs on {list(engines)}, not {chosen}")
+    return chosen
+
+
 @dataclass(frozen=True)
 class Task:
     world: str

@@ -50,7 +50,7 @@ from benchmarks.decision_quality import (
     StepSeen,
     benchmark_settings,
     build_world,
-    engines_of,
+    engine_for,
     run_policy,
 )
 
@@ -257,10 +257,10 @@ def _options() -> argparse.Namespace:
         help="run the policy with one setting changed, as decision_quality --set does",
     )
     args = options.parse_args()
-    engines = engines_of(args.world)
-    args.engine = args.engine or engines[0]
-    if args.engine not in engines:
-        options.error(f"world {args.world} runs on {list(engines)}, not {args.engine}")
+    try:
+        args.engine = engine_for(args.world, args.engine)
+    except InputError as error:
+        options.error(str(error))
     if args.top < 1:
         options.error(f"--top {args.top}: show at least one candidate")
     try:

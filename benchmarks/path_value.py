@@ -42,7 +42,7 @@ from benchmarks.decision_quality import (
     Outcome,
     build_world,
     candidate_truth,
-    engines_of,
+    engine_for,
     oracle,
     served,
     setup_changes,
@@ -253,10 +253,10 @@ def _options(argv: Sequence[str] | None) -> argparse.Namespace:
         help="also each path's mean tokens/s over the windows from hour A to before hour B",
     )
     args = options.parse_args(argv)
-    engines = engines_of(args.world)
-    args.engine = args.engine or engines[0]
-    if args.engine not in engines:
-        options.error(f"world {args.world} runs on {list(engines)}, not {args.engine}")
+    try:
+        args.engine = engine_for(args.world, args.engine)
+    except InputError as error:
+        options.error(str(error))
     args.stretch = None
     if args.between is not None:
         try:
